@@ -1,0 +1,58 @@
+"""logspool: a durable, crash-safe, multi-process journal.
+
+::
+
+    import logspool
+    with logspool.open("events") as log:          # durability="always": fsynced before return
+        lsn = log.append(b"payload")
+        for rec in log.read(start=0):
+            print(rec.lsn, rec.timestamp, rec.payload)
+
+See docs/FORMAT.md for the on-disk format and docs/DESIGN.md for the decisions behind it.
+"""
+
+from ._format import FORMAT_VERSION, Record
+from ._log import Durability, Log, LogInfo, SegmentInfo, Tail, open
+from ._reader import Reader
+from ._verify import VerifyReport, verify
+from .errors import (
+    AppendError,
+    ClosedError,
+    CorruptionError,
+    FailedError,
+    LockedError,
+    LogspoolError,
+    NotALogError,
+    PositionError,
+    ReadOnlyError,
+    RecordTooLargeError,
+    UnsupportedVersionError,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "FORMAT_VERSION",
+    "AppendError",
+    "ClosedError",
+    "CorruptionError",
+    "Durability",
+    "FailedError",
+    "LockedError",
+    "Log",
+    "LogInfo",
+    "LogspoolError",
+    "NotALogError",
+    "PositionError",
+    "ReadOnlyError",
+    "Reader",
+    "Record",
+    "RecordTooLargeError",
+    "SegmentInfo",
+    "Tail",
+    "UnsupportedVersionError",
+    "VerifyReport",
+    "__version__",
+    "open",
+    "verify",
+]

@@ -1,0 +1,281 @@
+"""Byte layouts of every on-disk structure, with encode and decode. Pure: no I/O.
+
+docs/FORMAT.md is the specification; this module is its implementation and must agree with it
+byte for byte (tests/golden decodes the document's test vectors with this code).
+
+Invariants (checked at import, below):
+- Every integer is little-endian, unsigned, at a fixed offset. Nothing is a native struct dump.
+- A record is ``length | flags | lsn | timestamp | durable_lsn | payload | crc``: a length prefix,
+  so plain sequential code can walk a segment, and a trailing CRC-32 over every byte before it, so
+  a torn write (which loses the end first) fails the check.
+- An all-zero record header is never a valid record: a zero-filled tail is a legal crash state
+  (the file system extended the file but never wrote the data) and must read as "no record".
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import zlib
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from . import limits
+from .errors import CorruptionError, UnsupportedVersionError
+
+FORMAT_VERSION = 1
+
+crc32 = zlib.crc32  # CRC-32/ISO-HDLC (poly 0x04C11DB7 reflected, init/xorout 0xFFFFFFFF)
+CRC_CHECK_VALUE = 0xCBF43926  # crc32(b"123456789"), the catalogue check value
+
+# --- record -------------------------------------------------------------------------------------
+RECORD_HEADER = struct.Struct("<IIQQQ")  # length, flags, lsn, timestamp_ns, durable_lsn
+RECORD_HEADER_SIZE = RECORD_HEADER.size  # 32
+RECORD_TRAILER = struct.Struct("<I")  # crc32 of header and payload
+RECORD_TRAILER_SIZE = RECORD_TRAILER.size  # 4
+RECORD_OVERHEAD = RECORD_HEADER_SIZE + RECORD_TRAILER_SIZE  # 36
+
+FLAG_SEAL = 0x1  # the segment ends here; lsn is the base lsn of the next segment; no payload
+FLAGS_KNOWN = FLAG_SEAL
+
+# --- segment header -----------------------------------------------------------------------------
+SEGMENT_MAGIC = b"LOGSPSEG"
+SEGMENT_HEADER = struct.Struct("<8sHHIQQI")  # magic, version, header_size, flags, base, created, 0
+SEGMENT_HEADER_SIZE = SEGMENT_HEADER.size + 4  # + crc32 = 40
+SEGMENT_SUFFIX = ".seg"
+
+# --- index --------------------------------------------------------------------------------------
+INDEX_MAGIC = b"LOGSPIDX"
+INDEX_HEADER = struct.Struct("<8sHHIQI")  # magic, version, header_size, interval, base, reserved
+INDEX_HEADER_SIZE = INDEX_HEADER.size + 4  # + crc32 = 32
+INDEX_ENTRY = struct.Struct("<QQQI")  # lsn, timestamp_ns, offset, reserved
+INDEX_ENTRY_SIZE = INDEX_ENTRY.size + 4  # + crc32 = 32
+INDEX_SUFFIX = ".idx"
+
+# --- meta ---------------------------------------------------------------------------------------
+META_MAGIC = b"LOGSPOOL"
+META_HEADER = struct.Struct("<8sHHI")  # magic, version, reserved, body_size
+META_HEADER_SIZE = META_HEADER.size  # 16
+META_NAME = "meta"
+LOCK_NAME = "lock"
+
+LSN_MAX = (1 << 63) - 1  # lsns are stored in 64 bits; we keep them within a signed int64 for Spark
+NAME_DIGITS = 20  # segment names: the base lsn in 20 decimal digits, so names sort as numbers
+
+
+class Record(NamedTuple):
+    """One record as a reader returns it.
+
+    ``lsn`` is its sequence number (0, 1, 2... contiguous across segments and processes);
+    ``timestamp`` is nanoseconds since the Unix epoch, never decreasing along the log;
+    ``payload`` is the bytes appended. A NamedTuple, not a dataclass: building one costs a third
+    as much, and readers build one per record (see docs/DESIGN.md).
+    """
+
+    lsn: int
+    timestamp: int
+    payload: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentHeader:
+    version: int
+    base_lsn: int
+    created_ns: int
+
+
+@dataclass(frozen=True, slots=True)
+class IndexEntry:
+    lsn: int
+    timestamp: int
+    offset: int
+
+
+def segment_name(base_lsn: int) -> str:
+    return f"{base_lsn:0{NAME_DIGITS}d}{SEGMENT_SUFFIX}"
+
+
+def index_name(base_lsn: int) -> str:
+    return f"{base_lsn:0{NAME_DIGITS}d}{INDEX_SUFFIX}"
+
+
+def parse_segment_name(name: str) -> int | None:
+    """The base lsn a segment file name carries, or None if the name is not a segment's."""
+    stem, dot, suffix = name.partition(".")
+    if dot and "." + suffix == SEGMENT_SUFFIX and len(stem) == NAME_DIGITS and stem.isdigit():
+        return int(stem)
+    return None
+
+
+# --- records ------------------------------------------------------------------------------------
+def encode_record(lsn: int, timestamp: int, durable_lsn: int, payload: bytes, flags: int = 0) -> bytes:
+    """The bytes of one record. The caller has checked the payload size against its limit."""
+    head = RECORD_HEADER.pack(len(payload), flags, lsn, timestamp, durable_lsn)
+    return head + payload + RECORD_TRAILER.pack(crc32(payload, crc32(head)))
+
+
+def record_crc(buf: bytes | memoryview, offset: int, payload_size: int) -> int:
+    """The checksum a record at ``offset`` of ``buf`` should carry."""
+    return crc32(buf[offset : offset + RECORD_HEADER_SIZE + payload_size])
+
+
+# --- segment header -----------------------------------------------------------------------------
+def encode_segment_header(base_lsn: int, created_ns: int) -> bytes:
+    body = SEGMENT_HEADER.pack(SEGMENT_MAGIC, FORMAT_VERSION, SEGMENT_HEADER_SIZE, 0, base_lsn, created_ns, 0)
+    return body + struct.pack("<I", crc32(body))
+
+
+def decode_segment_header(buf: bytes, path: str) -> SegmentHeader:
+    """Decode and check a segment header; CorruptionError or UnsupportedVersionError if bad."""
+    if len(buf) < SEGMENT_HEADER_SIZE:
+        raise CorruptionError(path, 0, f"segment header is {len(buf)} bytes, expected {SEGMENT_HEADER_SIZE}")
+    magic, version, header_size, _flags, base, created, _r = SEGMENT_HEADER.unpack_from(buf, 0)
+    if magic != SEGMENT_MAGIC:
+        raise CorruptionError(path, 0, f"bad segment magic {magic!r}")
+    (found,) = struct.unpack_from("<I", buf, SEGMENT_HEADER.size)
+    expected = crc32(buf[: SEGMENT_HEADER.size])
+    if found != expected:
+        raise CorruptionError(
+            path,
+            0,
+            f"segment header checksum mismatch (expected 0x{expected:08x}, found 0x{found:08x})",
+        )
+    if version > FORMAT_VERSION:
+        raise UnsupportedVersionError(path, version, FORMAT_VERSION)
+    if header_size != SEGMENT_HEADER_SIZE:
+        raise CorruptionError(path, 0, f"segment header size {header_size}, expected {SEGMENT_HEADER_SIZE}")
+    return SegmentHeader(version=version, base_lsn=base, created_ns=created)
+
+
+# --- index --------------------------------------------------------------------------------------
+def encode_index_header(base_lsn: int, interval: int) -> bytes:
+    body = INDEX_HEADER.pack(INDEX_MAGIC, FORMAT_VERSION, INDEX_HEADER_SIZE, interval, base_lsn, 0)
+    return body + struct.pack("<I", crc32(body))
+
+
+def decode_index_header(buf: bytes, path: str) -> tuple[int, int]:
+    """(base_lsn, interval) of an index header; CorruptionError if it is not a valid one."""
+    if len(buf) < INDEX_HEADER_SIZE:
+        raise CorruptionError(path, 0, "index header truncated")
+    magic, version, size, interval, base, _r = INDEX_HEADER.unpack_from(buf, 0)
+    (found,) = struct.unpack_from("<I", buf, INDEX_HEADER.size)
+    if magic != INDEX_MAGIC or size != INDEX_HEADER_SIZE or found != crc32(buf[: INDEX_HEADER.size]):
+        raise CorruptionError(path, 0, "bad index header")
+    if version > FORMAT_VERSION:
+        raise UnsupportedVersionError(path, version, FORMAT_VERSION)
+    return base, interval
+
+
+def encode_index_entry(lsn: int, timestamp: int, offset: int) -> bytes:
+    body = INDEX_ENTRY.pack(lsn, timestamp, offset, 0)
+    return body + struct.pack("<I", crc32(body))
+
+
+def decode_index_entries(buf: bytes) -> list[IndexEntry]:
+    """The valid entries of an index file body, stopping at the first invalid or partial one.
+
+    The index is derived data, never trusted blindly: a reader that uses an entry checks the record
+    it points to. Entries must also increase in lsn and offset; a decrease ends the list.
+    """
+    entries: list[IndexEntry] = []
+    body = INDEX_ENTRY.size
+    last_lsn = -1
+    last_offset = -1
+    for pos in range(INDEX_HEADER_SIZE, len(buf) - INDEX_ENTRY_SIZE + 1, INDEX_ENTRY_SIZE):
+        (found,) = struct.unpack_from("<I", buf, pos + body)
+        if found != crc32(buf[pos : pos + body]):
+            break
+        lsn, ts, offset, _r = INDEX_ENTRY.unpack_from(buf, pos)
+        if lsn <= last_lsn or offset <= last_offset:
+            break
+        entries.append(IndexEntry(lsn, ts, offset))
+        last_lsn, last_offset = lsn, offset
+    return entries
+
+
+# --- meta ---------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Meta:
+    """The settings a log was created with (the meta file)."""
+
+    version: int
+    created_ns: int
+    segment_size_max: int
+    index_interval: int
+    record_size_max: int
+    log_id: str
+    extra: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        body: dict[str, Any] = dict(self.extra)
+        body.update(
+            created_ns=self.created_ns,
+            segment_size_max=self.segment_size_max,
+            index_interval=self.index_interval,
+            record_size_max=self.record_size_max,
+            log_id=self.log_id,
+        )
+        return body
+
+
+_META_KEYS = ("created_ns", "segment_size_max", "index_interval", "record_size_max", "log_id")
+
+
+def encode_meta(meta: Meta) -> bytes:
+    body = json.dumps(meta.to_json(), sort_keys=True, separators=(",", ":")).encode()
+    head = META_HEADER.pack(META_MAGIC, meta.version, 0, len(body))
+    return head + body + struct.pack("<I", crc32(body, crc32(head)))
+
+
+def decode_meta(buf: bytes, path: str) -> Meta:
+    if len(buf) < META_HEADER_SIZE + 4:
+        raise CorruptionError(path, 0, f"meta file is {len(buf)} bytes, too short")
+    magic, version, _r, body_size = META_HEADER.unpack_from(buf, 0)
+    if magic != META_MAGIC:
+        raise CorruptionError(path, 0, f"bad meta magic {magic!r}")
+    if body_size > limits.META_SIZE_MAX or META_HEADER_SIZE + body_size + 4 != len(buf):
+        raise CorruptionError(path, 8, f"meta body size {body_size} does not match file size {len(buf)}")
+    end = META_HEADER_SIZE + body_size
+    (found,) = struct.unpack_from("<I", buf, end)
+    expected = crc32(buf[:end])
+    if found != expected:
+        raise CorruptionError(
+            path, end, f"meta checksum mismatch (expected 0x{expected:08x}, found 0x{found:08x})"
+        )
+    if version > FORMAT_VERSION:
+        raise UnsupportedVersionError(path, version, FORMAT_VERSION)
+    try:
+        body = json.loads(buf[META_HEADER_SIZE:end])
+        if not isinstance(body, dict):
+            raise ValueError("meta body is not an object")
+        return Meta(
+            version=version,
+            created_ns=int(body["created_ns"]),
+            segment_size_max=int(body["segment_size_max"]),
+            index_interval=int(body["index_interval"]),
+            record_size_max=int(body["record_size_max"]),
+            log_id=str(body["log_id"]),
+            extra={k: v for k, v in body.items() if k not in _META_KEYS},
+        )
+    except (ValueError, KeyError, TypeError) as err:
+        raise CorruptionError(path, META_HEADER_SIZE, f"meta body is not valid: {err}") from err
+
+
+# --- checks at import: the format's constants and their relationships ---------------------------
+def _check_format() -> None:
+    if crc32(b"123456789") != CRC_CHECK_VALUE:
+        raise AssertionError("crc32 is not CRC-32/ISO-HDLC")
+    if RECORD_HEADER_SIZE != 32 or RECORD_OVERHEAD != 36:
+        raise AssertionError("record header layout changed")
+    if SEGMENT_HEADER_SIZE != 40 or INDEX_HEADER_SIZE != 32 or INDEX_ENTRY_SIZE != 32:
+        raise AssertionError("segment or index layout changed")
+    # An all-zero header with a zero checksum must never validate (zero-filled tails).
+    if crc32(bytes(RECORD_HEADER_SIZE)) == 0:
+        raise AssertionError("an all-zero record would be valid")
+    if limits.PAYLOAD_SIZE_LIMIT + RECORD_OVERHEAD >= 1 << 32:
+        raise AssertionError("payload limit does not fit the 32-bit length field")
+    if limits.RECORD_SIZE_MAX_DEFAULT > limits.PAYLOAD_SIZE_LIMIT:
+        raise AssertionError("default record size above the format limit")
+
+
+_check_format()

@@ -1,0 +1,136 @@
+"""The one I/O seam: the only module that writes, fsyncs, renames, truncates, unlinks or locks.
+
+Everything that changes a file goes through a ``FileSystem`` object, so a test can hand a log a
+subclass that fails the Nth call, or that remembers what was fsynced and simulates power loss by
+dropping the rest (tests/crash). Reads go through it too, so a fault can be injected there as well.
+
+The methods are thin: they add no policy, only the loops that the OS interface needs (a short
+write is continued; an interrupted call is retried by Python itself, PEP 475).
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import time
+
+from . import limits
+
+
+class FileSystem:
+    """The real file system. Subclass and override to inject faults."""
+
+    # --- opening and closing -----------------------------------------------------------------
+    def open(self, path: str, flags: int, mode: int = 0o644) -> int:
+        return os.open(path, flags | os.O_CLOEXEC, mode)
+
+    def close(self, fd: int) -> None:
+        os.close(fd)
+
+    # --- reading -------------------------------------------------------------------------------
+    def pread(self, fd: int, size: int, offset: int) -> bytes:
+        return os.pread(fd, size, offset)
+
+    def size(self, fd: int) -> int:
+        """The file's current size in bytes (lseek to the end: one cheap syscall)."""
+        return os.lseek(fd, 0, os.SEEK_END)
+
+    def read_file(self, path: str, size_max: int) -> bytes:
+        """A whole small file; OSError if missing; ValueError if larger than ``size_max``."""
+        fd = self.open(path, os.O_RDONLY)
+        try:
+            size = os.fstat(fd).st_size
+            if size > size_max:
+                raise ValueError(f"{path}: {size} bytes, more than the {size_max} expected")
+            return self.pread(fd, size, 0)
+        finally:
+            self.close(fd)
+
+    def listdir(self, path: str) -> list[str]:
+        return os.listdir(path)
+
+    def exists(self, path: str) -> bool:
+        return os.path.exists(path)
+
+    # --- writing -------------------------------------------------------------------------------
+    def write(self, fd: int, data: bytes) -> None:
+        """Write all of ``data`` at the file's end (fds are opened O_APPEND); continue short writes.
+
+        If this raises, part of ``data`` may be in the file: the caller truncates it away.
+        """
+        written = os.write(fd, data)
+        while written < len(data):  # bounded: each turn writes at least one byte or raises
+            n = os.write(fd, memoryview(data)[written:])
+            if n == 0:
+                raise OSError(errno.EIO, "write returned 0 bytes")
+            written += n
+
+    def pwrite(self, fd: int, data: bytes, offset: int) -> None:
+        written = 0
+        while written < len(data):
+            n = os.pwrite(fd, memoryview(data)[written:], offset + written)
+            if n == 0:
+                raise OSError(errno.EIO, "pwrite returned 0 bytes")
+            written += n
+
+    def fsync(self, fd: int) -> None:
+        os.fsync(fd)
+
+    def fsync_dir(self, path: str) -> None:
+        """fsync a directory, making the creation, rename or removal of its entries durable."""
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def truncate(self, fd: int, size: int) -> None:
+        os.ftruncate(fd, size)
+
+    def rename(self, src: str, dst: str) -> None:
+        os.replace(src, dst)
+
+    def link(self, src: str, dst: str) -> None:
+        """Create ``dst`` as a second name of ``src``; FileExistsError if ``dst`` exists."""
+        os.link(src, dst)
+
+    def unlink(self, path: str) -> None:
+        os.unlink(path)
+
+    def mkdir(self, path: str) -> None:
+        os.makedirs(path, exist_ok=True)
+
+    # --- locking -------------------------------------------------------------------------------
+    def lock(self, fd: int, timeout_s: float) -> bool:
+        """Take an exclusive flock on ``fd`` within ``timeout_s``; False if it was not free in time.
+
+        flock, not fcntl record locks: a record lock is dropped when *any* fd of the process on that
+        file is closed, which a library cannot control. flock belongs to the open file description,
+        so each Log handle opens its own.
+        """
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            pass
+        deadline = time.monotonic() + timeout_s
+        delay = limits.POLL_INTERVAL_S_MIN
+        while time.monotonic() < deadline:  # bounded by the deadline
+            time.sleep(delay)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return True
+            except BlockingIOError:
+                delay = min(delay * 2, limits.POLL_INTERVAL_S_MAX)
+        return False
+
+    def lock_blocking(self, fd: int) -> None:
+        """Take an exclusive flock, waiting as long as it takes (the common, uncontended path)."""
+        fcntl.flock(fd, fcntl.LOCK_EX)
+
+    def unlock(self, fd: int) -> None:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+
+
+REAL = FileSystem()

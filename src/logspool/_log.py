@@ -1,0 +1,853 @@
+"""The log: a directory of segments, written by many threads and processes, read without locks.
+
+Guarantees (docs/DURABILITY.md has the full argument):
+- ``durability="always"`` (default): ``append`` returns after the record is fsynced. Concurrent
+  appenders in one process share one fsync (group commit: the first to need a sync becomes the
+  leader and covers everyone whose write came before its fsync began).
+- ``"interval"``: a background thread fsyncs at most every ``sync_interval_ms``; a power failure
+  loses at most the records appended in that window (plus one fsync's duration).
+- ``"os"``: the page cache only: survives a crash of the process, not of the machine.
+- Lsns start at 0 and are contiguous across segments and processes. Writers serialise on an
+  exclusive flock of ``DIR/lock``, held for one write; readers take no lock.
+- An fsync or write error that cannot be undone makes the handle fail-stop (FailedError).
+
+Invariants of the writer state (all under ``_lock`` and the flock, except where noted):
+- ``_seg_end`` is the size of the active segment as this handle last saw it, at a record boundary.
+- ``_next_lsn`` is the lsn the next record appended gets.
+- ``_synced_next``: every lsn below it is durable (fsynced) as far as this process knows; guarded
+  by ``_sync_cond``. It never exceeds what an fsync that *completed* covered.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+import uuid
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal
+
+from . import _format as fmt
+from . import _segment as seg
+from . import limits
+from ._fs import REAL, FileSystem
+from ._reader import Position, Reader, list_segments
+from .errors import (
+    AppendError,
+    ClosedError,
+    CorruptionError,
+    FailedError,
+    LockedError,
+    NotALogError,
+    ReadOnlyError,
+    RecordTooLargeError,
+)
+
+Durability = Literal["always", "interval", "os"]
+_DURABILITIES = ("always", "interval", "os")
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentInfo:
+    base_lsn: int
+    path: str
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class LogInfo:
+    """What ``Log.info()`` reports."""
+
+    path: str
+    first_lsn: int
+    next_lsn: int
+    size: int
+    segments: tuple[SegmentInfo, ...]
+    meta: fmt.Meta
+
+    @property
+    def record_count(self) -> int:
+        return self.next_lsn - self.first_lsn
+
+
+def _as_bytes(payload: object) -> bytes:
+    if isinstance(payload, bytes):
+        return payload
+    if isinstance(payload, bytearray | memoryview):
+        return bytes(payload)
+    raise TypeError(f"payload must be bytes, bytearray or memoryview, not {type(payload).__name__}")
+
+
+class Log:
+    """A handle on one log directory. Thread-safe; one handle per process (not across fork).
+
+    Use ``logspool.open`` to make one. Appends from many threads and many processes interleave
+    safely; every method says its durability and who may call it.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        durability: Durability = "always",
+        sync_interval_ms: int = limits.SYNC_INTERVAL_MS_DEFAULT,
+        readonly: bool = False,
+        create: bool = True,
+        segment_size_max: int | None = None,
+        index_interval: int | None = None,
+        record_size_max: int | None = None,
+        lock_timeout_s: float = limits.LOCK_TIMEOUT_S_DEFAULT,
+        fs: FileSystem | None = None,
+    ) -> None:
+        self.path = os.fspath(path)
+        if durability not in _DURABILITIES:
+            raise ValueError(f"durability must be one of {_DURABILITIES}, not {durability!r}")
+        if not isinstance(sync_interval_ms, int) or sync_interval_ms < 1:
+            raise ValueError(f"sync_interval_ms must be a positive integer, not {sync_interval_ms!r}")
+        self.durability: Durability = durability
+        self.readonly = readonly
+        self._fs = fs or REAL
+        self._sync_interval_s = sync_interval_ms / 1000.0
+        self._lock_timeout_s = lock_timeout_s
+        self._pid = os.getpid()
+        self._closed = False
+        self._failure: BaseException | None = None
+        self._lock = threading.Lock()
+        self._exclusive_owner: int | None = None
+        self._sync_cond = threading.Condition(threading.Lock())
+        self._sync_running = False
+        self._synced_next = 0
+        self._lock_fd = -1
+        self._seg_fd = -1
+        self._idx_fd = -1
+        self._seg_base = 0
+        self._seg_end = 0
+        self._next_lsn = 0
+        self._last_ts = 0
+        self._durable_lsn = 0  # highest durable_lsn known: put in every record header we write
+        self._index_due = 0
+        self._index_ok = True
+        self._written = (-1, 0)  # (segment fd, next lsn after the last write): the syncer's view
+        self._flusher: threading.Thread | None = None
+        self._flusher_stop = threading.Event()
+        self.meta = self._open_meta(
+            create=create and not readonly,
+            segment_size_max=segment_size_max,
+            index_interval=index_interval,
+            record_size_max=record_size_max,
+        )
+        self.record_size_max = self.meta.record_size_max
+        if not readonly:
+            self._open_writer()
+            if durability == "interval":
+                self._flusher = threading.Thread(
+                    target=self._flush_loop, name=f"logspool-sync:{self.path}", daemon=True
+                )
+                self._flusher.start()
+
+    # --- meta and directory ---------------------------------------------------------------------
+    def _open_meta(
+        self,
+        *,
+        create: bool,
+        segment_size_max: int | None,
+        index_interval: int | None,
+        record_size_max: int | None,
+    ) -> fmt.Meta:
+        meta_path = os.path.join(self.path, fmt.META_NAME)
+        asked = {
+            "segment_size_max": segment_size_max,
+            "index_interval": index_interval,
+            "record_size_max": record_size_max,
+        }
+        _check_settings(asked)
+        if not self._fs.exists(meta_path):
+            if os.path.exists(self.path) and not os.path.isdir(self.path):
+                raise NotALogError(self.path, "it is a file, not a directory")
+            if os.path.isdir(self.path):
+                strays = [n for n in self._fs.listdir(self.path) if not n.startswith(".meta.")]
+                if strays:
+                    raise NotALogError(self.path, f"no meta file, and it holds {sorted(strays)[:3]}")
+            if not create:
+                raise NotALogError(self.path, "no meta file (the log does not exist)")
+            self._create(asked)
+        try:
+            raw = self._fs.read_file(meta_path, limits.META_SIZE_MAX + 64)
+        except ValueError as err:
+            raise CorruptionError(meta_path, 0, str(err)) from err
+        meta = fmt.decode_meta(raw, meta_path)
+        for name, value in asked.items():
+            if value is not None and getattr(meta, name) != value:
+                raise ValueError(
+                    f"{self.path}: the log was created with {name}={getattr(meta, name)}, "
+                    f"not {value}; settings are fixed at creation"
+                )
+        return meta
+
+    def _create(self, asked: dict[str, int | None]) -> None:
+        """Create the directory, its lock file and its meta file, safely against a racing creator."""
+        try:
+            self._fs.mkdir(self.path)
+        except PermissionError as err:
+            raise ReadOnlyError(self.path, f"cannot create the log directory: {err}") from err
+        meta = fmt.Meta(
+            version=fmt.FORMAT_VERSION,
+            created_ns=time.time_ns(),
+            segment_size_max=asked["segment_size_max"] or limits.SEGMENT_SIZE_MAX_DEFAULT,
+            index_interval=asked["index_interval"] or limits.INDEX_INTERVAL_DEFAULT,
+            record_size_max=asked["record_size_max"] or limits.RECORD_SIZE_MAX_DEFAULT,
+            log_id=uuid.uuid4().hex,
+            extra={},
+        )
+        tmp = os.path.join(self.path, f".meta.{os.getpid()}.{uuid.uuid4().hex[:8]}")
+        fd = self._fs.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+        try:
+            self._fs.write(fd, fmt.encode_meta(meta))
+            self._fs.fsync(fd)  # crash before here: only a stray .meta.* temp file, ignored
+        finally:
+            self._fs.close(fd)
+        lock_path = os.path.join(self.path, fmt.LOCK_NAME)
+        self._fs.close(self._fs.open(lock_path, os.O_RDWR | os.O_CREAT))
+        try:
+            # link, not rename: it fails if a racing process created the meta first, and then
+            # both processes use that one. Crash here: no meta, the directory is re-created.
+            self._fs.link(tmp, os.path.join(self.path, fmt.META_NAME))
+        except FileExistsError:
+            pass
+        finally:
+            self._fs.unlink(tmp)
+        self._fs.fsync_dir(self.path)  # the meta and lock names are durable before any segment
+        parent = os.path.dirname(os.path.abspath(self.path))
+        self._fs.fsync_dir(parent)  # and so is the log directory itself
+
+    # --- the writer -----------------------------------------------------------------------------
+    def _open_writer(self) -> None:
+        lock_path = os.path.join(self.path, fmt.LOCK_NAME)
+        try:
+            self._lock_fd = self._fs.open(lock_path, os.O_RDWR | os.O_CREAT)
+        except PermissionError as err:
+            raise ReadOnlyError(
+                self.path, f"cannot open {lock_path} for writing ({err}); open with readonly=True"
+            ) from err
+        with self._writer_locked(self._lock_timeout_s):
+            self._recover()
+
+    @contextlib.contextmanager
+    def _writer_locked(self, timeout_s: float | None) -> Iterator[None]:
+        """Hold the thread lock and the process flock; the caller catches up inside."""
+        if self._exclusive_owner == threading.get_ident():
+            raise RuntimeError("append through the Tail given by exclusive(), not the Log, inside it")
+        with self._lock:
+            self._check_usable()
+            if timeout_s is None:
+                self._fs.lock_blocking(self._lock_fd)
+            elif not self._fs.lock(self._lock_fd, timeout_s):
+                raise LockedError(self.path, timeout_s)
+            try:
+                yield
+            finally:
+                self._fs.unlock(self._lock_fd)
+
+    def _check_usable(self) -> None:
+        if self._failure is not None:
+            raise FailedError(self.path, f"log handle failed: {self._failure}; reopen the log")
+        if self._closed:
+            raise ClosedError(self.path)
+        if self.readonly:
+            raise ReadOnlyError(self.path, "the log was opened with readonly=True")
+        if os.getpid() != self._pid:
+            raise ClosedError(self.path, "a Log handle cannot be used across fork; open a new one")
+
+    def _fail(self, err: BaseException) -> None:
+        """Stop this handle for good (fsyncgate: never retry an fsync, never ack past it)."""
+        if self._failure is None:
+            self._failure = err
+
+    def _seg_path(self, base: int) -> str:
+        return os.path.join(self.path, fmt.segment_name(base))
+
+    def _idx_path(self, base: int) -> str:
+        return os.path.join(self.path, fmt.index_name(base))
+
+    def _recover(self) -> None:
+        """Under the writer lock: find the newest segment, check it whole, cut a torn tail.
+
+        Costs one read of the newest segment (O(newest segment), not O(log)).
+        """
+        bases = list_segments(self._fs, self.path)
+        if not bases:
+            self._create_segment(0, time.time_ns())
+            bases = [0]
+        base = bases[-1]
+        path = self._seg_path(base)
+        fd = self._fs.open(path, os.O_RDWR | os.O_APPEND)
+        try:
+            size = self._fs.size(fd)
+            data = self._fs.pread(fd, size, 0)
+        except BaseException:
+            self._fs.close(fd)
+            raise
+        try:
+            header = fmt.decode_segment_header(data, path)
+        except CorruptionError:
+            if any(data[fmt.SEGMENT_HEADER_SIZE :]):
+                self._fs.close(fd)
+                raise
+            # A crash while creating the segment: its header never reached the disk and it holds
+            # no record. Write the header again (the name gives the base lsn).
+            self._fs.truncate(fd, 0)  # crash here: an empty segment, handled the same way again
+            self._fs.write(fd, fmt.encode_segment_header(base, time.time_ns()))
+            self._sync_if_durable(fd)
+            data = self._fs.pread(fd, fmt.SEGMENT_HEADER_SIZE, 0)
+            header = fmt.decode_segment_header(data, path)
+        if header.base_lsn != base:
+            self._fs.close(fd)
+            raise CorruptionError(path, 16, f"header base lsn {header.base_lsn}, name says {base}")
+        self._seg_fd = fd
+        self._seg_base = base
+        self._seg_end = fmt.SEGMENT_HEADER_SIZE
+        self._next_lsn = base
+        self._last_ts = header.created_ns
+        self._index_due = 0
+        self._open_index()
+        data = self._scan_from(data, fmt.SEGMENT_HEADER_SIZE)
+        self._rewrite_index_if_needed(data)
+        if self.durability != "os":
+            # Records other handles wrote without fsync ("os") become durable here, so the mark
+            # this handle writes into later records (durable_lsn) is true.
+            self._sync_segment_for_rotation()
+        self._written = (self._seg_fd, self._next_lsn)
+
+    def _scan_from(self, data: bytes, offset: int) -> bytes:
+        """Adopt the records of the active segment in ``data[offset:]`` (file offsets), cutting a
+        torn tail. ``data`` starts at file offset 0. Follows seals into the next segment, and
+        returns the bytes of the segment that is active at the end."""
+        for _ in range(1 << 20):  # bounded: one turn per segment crossed
+            infos: list[seg.RecordInfo] = []
+            stop = seg.parse(data, offset, self._next_lsn, self.record_size_max, None, infos)
+            for info in infos:
+                self._durable_lsn = max(self._durable_lsn, info.durable_lsn)
+                if info.offset >= self._index_due:
+                    # The process that wrote the record wrote its index entry.
+                    self._index_due = (info.offset // self.meta.index_interval + 1) * (
+                        self.meta.index_interval
+                    )
+            if infos:
+                self._next_lsn = infos[-1].lsn + 1
+                self._last_ts = max(self._last_ts, infos[-1].timestamp)
+            if stop.kind == seg.END:
+                self._seg_end = stop.pos
+                return data
+            if stop.kind == seg.SEAL:
+                # Sealed by another process (or by a crash mid-rotation): move to the next one.
+                self._seg_end = stop.pos
+                next_base = stop.next_lsn
+                next_path = self._seg_path(next_base)
+                if not self._fs.exists(next_path):
+                    self._create_segment(next_base, max(self._last_ts, time.time_ns()))
+                self._switch_to(next_base)
+                data = self._fs.pread(self._seg_fd, self._fs.size(self._seg_fd), 0)
+                header = fmt.decode_segment_header(data, next_path)
+                if header.base_lsn != next_base:
+                    raise CorruptionError(next_path, 16, "header base lsn does not match name")
+                offset = fmt.SEGMENT_HEADER_SIZE
+                continue
+            cut = seg.judge_damage(
+                self._seg_path(self._seg_base),
+                data,
+                stop,
+                self._durable_lsn,
+                self.record_size_max,
+                0,
+            )
+            # Never acknowledged: a crash left it half-written. Cut it (and anything after it).
+            self._fs.truncate(self._seg_fd, cut)  # crash here: the same cut is made on next open
+            self._sync_if_durable(self._seg_fd)
+            self._seg_end = cut
+            return data[:cut]
+        raise AssertionError("segment chain did not end")
+
+    def _catch_up(self) -> None:
+        """Under the writer lock: adopt what other processes appended since we last wrote."""
+        size = self._fs.size(self._seg_fd)
+        if size == self._seg_end:
+            return  # the common case: nobody else wrote
+        if size < self._seg_end:
+            # Someone cut the segment under us (repair, or recovery of a tail we had not written):
+            # start again from the segment's beginning.
+            self._close_segment_fds()
+            self._recover()
+            return
+        data = self._fs.pread(self._seg_fd, size, 0)
+        self._scan_from(data, self._seg_end)
+        self._written = (self._seg_fd, self._next_lsn)
+
+    def _sync_if_durable(self, fd: int) -> None:
+        if self.durability != "os":
+            self._fs.fsync(fd)
+
+    def _create_segment(self, base: int, created_ns: int) -> None:
+        """Create segment ``base`` with its header and empty index. Under the writer lock."""
+        path = self._seg_path(base)
+        try:
+            fd = self._fs.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND)
+        except FileExistsError:
+            return  # left by a crash mid-creation; _recover rewrites a missing header
+        try:
+            self._fs.write(fd, fmt.encode_segment_header(base, created_ns))
+            self._sync_if_durable(fd)  # crash before: a segment without header, rewritten on open
+        finally:
+            self._fs.close(fd)
+        idx = self._fs.open(self._idx_path(base), os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND)
+        try:
+            self._fs.write(idx, fmt.encode_index_header(base, self.meta.index_interval))
+        finally:
+            self._fs.close(idx)
+        if self.durability != "os":
+            self._fs.fsync_dir(self.path)  # without this the new segment's name can be lost
+
+    def _switch_to(self, base: int) -> None:
+        """Make segment ``base`` the active one (its header already written)."""
+        self._close_segment_fds()
+        self._seg_fd = self._fs.open(self._seg_path(base), os.O_RDWR | os.O_APPEND)
+        self._seg_base = base
+        self._seg_end = fmt.SEGMENT_HEADER_SIZE
+        self._index_due = 0
+        self._open_index()
+
+    def _close_segment_fds(self) -> None:
+        """Close the active segment's fds once no fsync of them is under way."""
+        with self._sync_cond:
+            for _ in range(1 << 30):  # bounded by the fsync in progress finishing
+                if not self._sync_running:
+                    break
+                self._sync_cond.wait()
+            for fd in (self._seg_fd, self._idx_fd):
+                if fd >= 0:
+                    self._fs.close(fd)
+            self._seg_fd = self._idx_fd = -1
+
+    # --- the index --------------------------------------------------------------------------------
+    def _open_index(self) -> None:
+        path = self._idx_path(self._seg_base)
+        self._idx_fd = self._fs.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND)
+        self._index_ok = True
+
+    def _rewrite_index_if_needed(self, data: bytes) -> None:
+        """Make the active segment's index exactly what its records imply (after recovery)."""
+        expected = bytearray(fmt.encode_index_header(self._seg_base, self.meta.index_interval))
+        infos: list[seg.RecordInfo] = []
+        seg.parse(
+            data[: self._seg_end],
+            fmt.SEGMENT_HEADER_SIZE,
+            self._seg_base,
+            self.record_size_max,
+            None,
+            infos,
+        )
+        due = 0
+        for info in infos:
+            if info.offset >= due:
+                expected += fmt.encode_index_entry(info.lsn, info.timestamp, info.offset)
+                due = (info.offset // self.meta.index_interval + 1) * self.meta.index_interval
+        current = self._fs.pread(self._idx_fd, len(expected) + 1, 0)
+        if current != expected:
+            # The index is derived: no fsync needed, a crash here is repaired the same way.
+            self._fs.truncate(self._idx_fd, 0)
+            self._fs.write(self._idx_fd, bytes(expected))
+
+    # --- appending --------------------------------------------------------------------------------
+    def append(self, payload: bytes) -> int:
+        """Append one record and return its lsn.
+
+        Durability: with ``"always"`` returns after the record is fsynced (sharing the fsync with
+        concurrent appenders); ``"interval"`` and ``"os"`` return once it is in the page cache.
+        Concurrency: any thread; any number of processes with their own handles.
+        """
+        data = _as_bytes(payload)
+        if len(data) > self.record_size_max:
+            raise RecordTooLargeError(len(data), self.record_size_max)
+        with self._writer_locked(None):
+            self._catch_up()
+            lsn = self._write_records((data,))
+        if self.durability == "always":
+            self._await_durable(lsn + 1)
+        return lsn
+
+    def append_many(self, payloads: Iterable[bytes]) -> list[int]:
+        """Append records in order under one lock hold and one fsync; return their lsns.
+
+        All or nothing on error: if the write fails, none of the batch is in the log. (A batch may
+        span a rotation; then each full segment is written and sealed as it fills.)
+        Durability and concurrency as ``append``.
+        """
+        items = [_as_bytes(p) for p in payloads]
+        for item in items:
+            if len(item) > self.record_size_max:
+                raise RecordTooLargeError(len(item), self.record_size_max)
+        if not items:
+            return []
+        with self._writer_locked(None):
+            self._catch_up()
+            first = self._write_records(items)
+        if self.durability == "always":
+            self._await_durable(first + len(items))
+        return list(range(first, first + len(items)))
+
+    def _write_records(self, payloads: tuple[bytes, ...] | list[bytes]) -> int:
+        """Under the writer lock: frame, rotate when full, write. Returns the first lsn."""
+        first = self._next_lsn
+        encode = fmt.encode_record
+        size_max = self.meta.segment_size_max
+        interval = self.meta.index_interval
+        now = time.time_ns()
+        ts = now if now > self._last_ts else self._last_ts  # timestamps never decrease
+        durable = self._durable_lsn
+        i = 0
+        count = len(payloads)
+        while i < count:  # bounded: each turn writes at least one record
+            lsn = self._next_lsn
+            offset = self._seg_end
+            chunk: list[bytes] = []
+            index: list[bytes] = []
+            due = self._index_due
+            while i < count:
+                rec = encode(lsn, ts, durable, payloads[i])
+                if offset + len(rec) > size_max and offset > fmt.SEGMENT_HEADER_SIZE:
+                    break
+                if offset >= due:
+                    index.append(fmt.encode_index_entry(lsn, ts, offset))
+                    due = (offset // interval + 1) * interval
+                chunk.append(rec)
+                offset += len(rec)
+                lsn += 1
+                i += 1
+            if chunk:
+                self._write_chunk(b"".join(chunk) if len(chunk) > 1 else chunk[0], offset, lsn)
+                self._index_due = due
+                if index:
+                    self._write_index_entry_bytes(b"".join(index))
+                self._last_ts = ts
+            if i < count:
+                self._rotate()
+        return first
+
+    def _write_chunk(self, data: bytes, end: int, next_lsn: int) -> None:
+        try:
+            self._fs.write(self._seg_fd, data)
+        except OSError as err:
+            # Part of the chunk may be in the file. Cut it back so that nothing partial is ever
+            # visible; if even that fails, stop (the next writer's catch-up cuts the torn tail).
+            try:
+                self._fs.truncate(self._seg_fd, self._seg_end)
+            except OSError as err2:
+                self._fail(err2)
+                raise FailedError(
+                    self.path, f"write failed ({err}) and could not be undone ({err2})"
+                ) from err
+            raise AppendError(self.path, str(err)) from err
+        self._seg_end = end
+        self._next_lsn = next_lsn
+        self._written = (self._seg_fd, next_lsn)
+
+    def _write_index_entry_bytes(self, data: bytes) -> None:
+        if not self._index_ok:
+            return
+        try:
+            self._fs.write(self._idx_fd, data)
+        except OSError:
+            # The index is derived data: a failed entry only makes lookups scan further. Stop
+            # indexing this segment from this handle; recovery rebuilds the index on next open.
+            self._index_ok = False
+
+    def _rotate(self) -> None:
+        """Under the writer lock: seal the active segment and start the next one.
+
+        Order (docs/FORMAT.md §6): seal record; fsync the old segment; create the new one with its
+        header; fsync it; fsync the directory. A crash at any step leaves either the old segment
+        unsealed (recovery goes on appending to it) or sealed without a successor (recovery
+        creates it) or both (nothing to do).
+        """
+        now = time.time_ns()
+        ts = now if now > self._last_ts else self._last_ts
+        seal = fmt.encode_record(self._next_lsn, ts, self._durable_lsn, b"", fmt.FLAG_SEAL)
+        try:
+            self._fs.write(self._seg_fd, seal)
+        except OSError as err:
+            try:
+                self._fs.truncate(self._seg_fd, self._seg_end)
+            except OSError as err2:
+                self._fail(err2)
+                raise FailedError(self.path, f"seal failed ({err}), not undone ({err2})") from err
+            raise AppendError(self.path, f"sealing the segment: {err}") from err
+        self._seg_end += len(seal)
+        if self.durability != "os":
+            self._sync_segment_for_rotation()
+        self._create_segment(self._next_lsn, ts)
+        self._switch_to(self._next_lsn)
+        self._written = (self._seg_fd, self._next_lsn)
+
+    def _sync_segment_for_rotation(self) -> None:
+        """fsync the segment being sealed (and its index), as the sync leader, then mark durable."""
+        with self._sync_cond:
+            for _ in range(1 << 30):  # bounded by the fsync in progress finishing
+                if not self._sync_running:
+                    break
+                self._sync_cond.wait()
+            self._sync_running = True
+        ok = False
+        try:
+            self._fs.fsync(self._seg_fd)
+            if self._index_ok:
+                self._fs.fsync(self._idx_fd)
+            ok = True
+        except OSError as err:
+            self._fail(err)
+            raise FailedError(self.path, f"fsync failed while sealing a segment: {err}") from err
+        finally:
+            with self._sync_cond:
+                self._sync_running = False
+                if ok:
+                    self._synced_next = max(self._synced_next, self._next_lsn)
+                    self._durable_lsn = max(self._durable_lsn, self._next_lsn)
+                self._sync_cond.notify_all()
+
+    # --- group commit -----------------------------------------------------------------------------
+    def _await_durable(self, end: int) -> None:
+        """Return once every lsn below ``end`` is fsynced, leading an fsync if none is under way.
+
+        The leader reads what has been written *after* it takes the lead, so its fsync covers
+        every write that completed before; followers that were covered return without an fsync.
+        """
+        with self._sync_cond:
+            for _ in range(1 << 30):  # bounded: each wait ends with an fsync finishing
+                if self._failure is not None:
+                    raise FailedError(self.path, f"log handle failed: {self._failure}")
+                if self._synced_next >= end:
+                    return
+                if not self._sync_running:
+                    break
+                self._sync_cond.wait()
+            self._sync_running = True
+        self._lead_sync()
+        with self._sync_cond:
+            if self._synced_next < end:
+                raise FailedError(self.path, f"log handle failed: {self._failure}")
+
+    def _lead_sync(self) -> None:
+        """fsync everything written so far. Call with ``_sync_running`` set by the caller."""
+        fd, written = self._written
+        ok = False
+        try:
+            if fd >= 0:
+                self._fs.fsync(fd)
+            ok = True
+        except OSError as err:
+            self._fail(err)
+        finally:
+            with self._sync_cond:
+                self._sync_running = False
+                if ok:
+                    self._synced_next = max(self._synced_next, written)
+                    # Later records carry this mark: it proves to recovery that these were durable.
+                    self._durable_lsn = max(self._durable_lsn, written)
+                self._sync_cond.notify_all()
+        if not ok:
+            raise FailedError(self.path, f"fsync failed: {self._failure}") from self._failure
+
+    def sync(self) -> None:
+        """Make every record this handle has written durable (fsync). Any thread."""
+        if self.readonly:
+            return
+        self._check_usable()
+        self._await_durable(self._written[1])
+
+    def _flush_loop(self) -> None:
+        """``"interval"`` durability: fsync what was written, at most every sync_interval_ms."""
+        while not self._flusher_stop.wait(self._sync_interval_s):
+            if self._failure is not None or self._closed:
+                return
+            if self._written[1] > self._synced_next:
+                with contextlib.suppress(FailedError):
+                    self._await_durable(self._written[1])  # failure is recorded in _failure
+
+    # --- exclusive appends for state machines ------------------------------------------------------
+    @contextlib.contextmanager
+    def exclusive(self, timeout_s: float | None = None) -> Iterator[Tail]:
+        """Hold the writer lock: no other thread or process appends until the block ends.
+
+        The ``Tail`` says the next lsn; a state machine reads up to it, decides, and appends
+        through ``tail.append`` knowing nobody appended in between. Durability as ``append``:
+        with ``"always"`` the block's records are fsynced when it ends, before it returns.
+        """
+        first = -1
+        with self._writer_locked(timeout_s if timeout_s is not None else self._lock_timeout_s):
+            self._catch_up()
+            first = self._next_lsn
+            self._exclusive_owner = threading.get_ident()
+            try:
+                yield Tail(self)
+            finally:
+                self._exclusive_owner = None
+        if self.durability == "always" and self._next_lsn > first:
+            self._await_durable(self._written[1])
+
+    # --- cutover ----------------------------------------------------------------------------------
+    def cutover(self) -> int:
+        """Seal the active segment and start the next one (BinLog's end-of-day cut).
+
+        Returns the base lsn of the new segment. If the active segment holds no record, nothing is
+        done and its base lsn is returned. Durability: the sealed segment is fsynced unless "os".
+        Concurrency: any thread or process.
+        """
+        with self._writer_locked(self._lock_timeout_s):
+            self._catch_up()
+            if self._seg_end > fmt.SEGMENT_HEADER_SIZE:
+                self._rotate()
+            return self._seg_base
+
+    # --- reading ----------------------------------------------------------------------------------
+    def reader(
+        self,
+        start: Position = "earliest",
+        *,
+        since: datetime | float | int | None = None,
+    ) -> Reader:
+        """A reader positioned at ``start`` (an lsn, "earliest" or "latest") or at ``since``.
+
+        ``since`` is a datetime (naive means UTC) or seconds since the epoch: the reader starts at
+        the first record whose timestamp is at or after it. Readers take no lock, never return a
+        partial record, and can block at the tail with ``next(timeout=...)``. Any thread may make
+        one; one reader is used by one thread at a time.
+        """
+        self._check_open()
+        return Reader(self.path, self._fs, self.record_size_max, start=start, since=since)
+
+    def read(
+        self,
+        start: Position = "earliest",
+        *,
+        since: datetime | float | int | None = None,
+    ) -> Iterator[fmt.Record]:
+        """Iterate over the records from ``start`` (or ``since``) to the current end, not waiting."""
+        reader = self.reader(start, since=since)
+        try:
+            yield from reader
+        finally:
+            reader.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClosedError(self.path)
+
+    @property
+    def next_lsn(self) -> int:
+        """The lsn the next append will get, as seen now on disk. Any thread."""
+        self._check_open()
+        return self.info().next_lsn
+
+    def info(self) -> LogInfo:
+        """Segments, sizes and the lsn range, read from disk now (no lock). Any thread."""
+        self._check_open()
+        bases = list_segments(self._fs, self.path)
+        segments = []
+        for base in bases:
+            path = self._seg_path(base)
+            try:
+                size = os.stat(path).st_size
+            except FileNotFoundError:
+                continue  # removed while we listed
+            segments.append(SegmentInfo(base, path, size))
+        next_lsn = bases[-1] if bases else 0
+        if bases:
+            probe = Reader(self.path, self._fs, self.record_size_max, start=bases[-1])
+            try:
+                next_lsn = probe.skip_to_end()
+            finally:
+                probe.close()
+        return LogInfo(
+            path=self.path,
+            first_lsn=bases[0] if bases else 0,
+            next_lsn=next_lsn,
+            size=sum(s.size for s in segments),
+            segments=tuple(segments),
+            meta=self.meta,
+        )
+
+    # --- closing ----------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Close the handle. With "interval" durability, fsync what is pending first. Idempotent."""
+        if self._closed:
+            return
+        if self._flusher is not None:
+            self._flusher_stop.set()
+            self._flusher.join()
+            if self._failure is None and os.getpid() == self._pid:
+                with contextlib.suppress(FailedError):
+                    self._await_durable(self._written[1])
+        with self._lock:
+            self._closed = True
+            if self._seg_fd >= 0 or self._idx_fd >= 0:
+                self._close_segment_fds()
+            if self._lock_fd >= 0:
+                self._fs.close(self._lock_fd)
+                self._lock_fd = -1
+
+    def __enter__(self) -> Log:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<logspool.Log {self.path!r} durability={self.durability}>"
+
+
+class Tail:
+    """The writer's view inside ``Log.exclusive()``: appends that nobody can interleave with."""
+
+    def __init__(self, log: Log) -> None:
+        self._log = log
+
+    @property
+    def next_lsn(self) -> int:
+        """The lsn the next append gets; every lsn below it is in the log."""
+        return self._log._next_lsn
+
+    def append(self, payload: bytes) -> int:
+        data = _as_bytes(payload)
+        if len(data) > self._log.record_size_max:
+            raise RecordTooLargeError(len(data), self._log.record_size_max)
+        return self._log._write_records((data,))
+
+    def append_many(self, payloads: Iterable[bytes]) -> list[int]:
+        items = [_as_bytes(p) for p in payloads]
+        for item in items:
+            if len(item) > self._log.record_size_max:
+                raise RecordTooLargeError(len(item), self._log.record_size_max)
+        if not items:
+            return []
+        first = self._log._write_records(items)
+        return list(range(first, first + len(items)))
+
+
+def _check_settings(asked: dict[str, int | None]) -> None:
+    bounds = {
+        "segment_size_max": (limits.SEGMENT_SIZE_MAX_MIN, limits.SEGMENT_SIZE_LIMIT),
+        "index_interval": (limits.INDEX_INTERVAL_MIN, limits.SEGMENT_SIZE_LIMIT),
+        "record_size_max": (0, limits.PAYLOAD_SIZE_LIMIT),
+    }
+    for name, value in asked.items():
+        if value is None:
+            continue
+        low, high = bounds[name]
+        if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+            raise ValueError(f"{name} must be an integer from {low} to {high} bytes, not {value!r}")
+
+
+def open(path: str | os.PathLike[str], **options: object) -> Log:
+    """Open (and by default create) the log at ``path``. Options are those of ``Log``."""
+    return Log(path, **options)  # type: ignore[arg-type]

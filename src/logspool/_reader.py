@@ -1,0 +1,338 @@
+"""Readers: positions, seeking by lsn or time, and tailing with instant wake-up.
+
+A reader takes no lock. It reads segment bytes with pread and returns only records that parse
+whole and pass their checksum; an incomplete record at the end of the active segment is one being
+written, so the reader waits for it. Seals tell it where the next segment starts, so it follows
+cutovers without listing the directory. Memory is one read chunk (1 MiB) whatever the log's size.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Literal
+
+from . import _format as fmt
+from . import _segment as seg
+from . import limits
+from ._fs import FileSystem
+from ._watch import DirectoryWatch
+from .errors import ClosedError, CorruptionError, PositionError
+
+Position = int | Literal["earliest", "latest"]
+
+
+def list_segments(fs: FileSystem, path: str) -> list[int]:
+    """The base lsns of the segments in ``path``, ascending."""
+    try:
+        names = fs.listdir(path)
+    except FileNotFoundError as err:
+        raise ClosedError(path, "the log directory is gone") from err
+    bases = [b for b in (fmt.parse_segment_name(n) for n in names) if b is not None]
+    bases.sort()
+    return bases
+
+
+def to_ns(since: datetime | float | int) -> int:
+    """Nanoseconds since the epoch of a datetime (naive is UTC) or of seconds since the epoch."""
+    if isinstance(since, datetime):
+        if since.tzinfo is None:
+            since = since.replace(tzinfo=UTC)
+        delta = since - datetime(1970, 1, 1, tzinfo=UTC)
+        return (delta.days * 86_400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1000
+    if isinstance(since, bool) or not isinstance(since, int | float):
+        raise TypeError(f"since must be a datetime or seconds since the epoch, not {type(since).__name__}")
+    return int(since * 1_000_000_000)
+
+
+class Reader:
+    """Reads records in lsn order from a position, and waits at the tail for new ones.
+
+    Concurrency: one thread at a time per reader; any number of readers in any processes.
+    """
+
+    def __init__(
+        self,
+        path: str,
+        fs: FileSystem,
+        size_max: int,
+        *,
+        start: Position = "earliest",
+        since: datetime | float | int | None = None,
+    ) -> None:
+        self._path = path
+        self._fs = fs
+        self._size_max = size_max
+        self._fd = -1
+        self._base = -1
+        self._pos = 0
+        self._lsn = 0
+        self._need = 0
+        self._pending: list[fmt.Record] = []
+        self._i = 0
+        self._skip_below = 0
+        self._since_ns: int | None = None
+        self._watch: DirectoryWatch | None = None
+        self._closed = False
+        if since is not None:
+            if start != "earliest":
+                raise ValueError("give start or since, not both")
+            self._seek_time(to_ns(since))
+        else:
+            self.seek(start)
+
+    # --- positioning ------------------------------------------------------------------------------
+    @property
+    def position(self) -> int:
+        """The lsn of the next record this reader returns (to checkpoint and resume from)."""
+        return self._lsn - (len(self._pending) - self._i)
+
+    def seek(self, start: Position) -> None:
+        """Position at an lsn, or at "earliest" / "latest" (the next record to be appended)."""
+        self._pending, self._i = [], 0
+        self._since_ns = None
+        bases = list_segments(self._fs, self._path)
+        if start == "earliest":
+            self._goto(bases[0] if bases else 0)
+            return
+        if start == "latest":
+            self._goto(bases[-1] if bases else 0)
+            self._skip_below = self.skip_to_end()
+            return
+        if isinstance(start, bool) or not isinstance(start, int):
+            raise TypeError(f"start must be an lsn (int), 'earliest' or 'latest', not {start!r}")
+        if start < 0:
+            raise ValueError(f"lsn must be >= 0, not {start}")
+        if bases and start < bases[0]:
+            self._goto(bases[-1])
+            raise PositionError(self._path, start, bases[0], self.skip_to_end())
+        i = bisect.bisect_right(bases, start) - 1
+        self._goto(bases[i] if i >= 0 else 0)
+        self._skip_below = start
+        if self._open_segment():
+            self._jump(lambda e: e.lsn <= start)
+
+    def _seek_time(self, since_ns: int) -> None:
+        bases = list_segments(self._fs, self._path)
+        chosen = bases[0] if bases else 0
+        for base in reversed(bases):  # newest first: "since" is usually recent
+            first = self._first_timestamp(base)
+            if first is not None and first < since_ns:
+                chosen = base
+                break
+        self._goto(chosen)
+        self._since_ns = since_ns
+        if self._open_segment():
+            self._jump(lambda e: e.timestamp < since_ns)
+
+    def _goto(self, base: int) -> None:
+        self._close_fd()
+        self._base = base
+        self._pos = fmt.SEGMENT_HEADER_SIZE
+        self._lsn = base
+        self._skip_below = base
+        self._need = 0
+
+    def _index_entries(self) -> list[fmt.IndexEntry]:
+        try:
+            raw = self._fs.read_file(
+                os.path.join(self._path, fmt.index_name(self._base)), limits.SEGMENT_SIZE_LIMIT
+            )
+            base, _interval = fmt.decode_index_header(raw, fmt.index_name(self._base))
+        except (OSError, ValueError, CorruptionError):
+            return []  # derived data: without it we scan from the segment's start
+        return fmt.decode_index_entries(raw) if base == self._base else []
+
+    def _jump(self, before: object) -> None:
+        """Move to the last index entry satisfying ``before`` whose record checks out."""
+        entries = [e for e in self._index_entries() if before(e)]  # type: ignore[operator]
+        for entry in reversed(entries[-4:]):  # bounded: a few entries, then scan from the start
+            if self._record_at(entry.offset, entry.lsn) is not None:
+                self._pos, self._lsn = entry.offset, entry.lsn
+                return
+
+    def _record_at(self, offset: int, lsn: int) -> fmt.Record | None:
+        """The record at ``offset`` if it is whole, valid and carries ``lsn``; else None."""
+        head = self._fs.pread(self._fd, fmt.RECORD_HEADER_SIZE, offset)
+        if len(head) < fmt.RECORD_HEADER_SIZE:
+            return None
+        length = int.from_bytes(head[:4], "little")
+        if length > self._size_max:
+            return None
+        data = self._fs.pread(self._fd, fmt.RECORD_OVERHEAD + length, offset)
+        out: list[fmt.Record] = []
+        seg.parse(data, 0, lsn, self._size_max, out)
+        return out[0] if out else None
+
+    def _first_timestamp(self, base: int) -> int | None:
+        try:
+            fd = self._fs.open(os.path.join(self._path, fmt.segment_name(base)), os.O_RDONLY)
+        except FileNotFoundError:
+            return None
+        try:
+            head = self._fs.pread(fd, fmt.SEGMENT_HEADER_SIZE + fmt.RECORD_HEADER_SIZE, 0)
+        finally:
+            self._fs.close(fd)
+        if len(head) < fmt.SEGMENT_HEADER_SIZE + fmt.RECORD_HEADER_SIZE:
+            return None
+        # The header is checked when the segment is read; here a timestamp is only a hint.
+        _len, _flags, _lsn, ts, _d = fmt.RECORD_HEADER.unpack_from(head, fmt.SEGMENT_HEADER_SIZE)
+        return int(ts)
+
+    # --- reading ----------------------------------------------------------------------------------
+    def _open_segment(self) -> bool:
+        """Open segment ``_base`` if not open. False if it does not exist (yet) or is being made."""
+        if self._fd >= 0:
+            return True
+        path = os.path.join(self._path, fmt.segment_name(self._base))
+        try:
+            fd = self._fs.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            return False
+        head = self._fs.pread(fd, fmt.SEGMENT_HEADER_SIZE, 0)
+        if len(head) < fmt.SEGMENT_HEADER_SIZE or not any(head):
+            self._fs.close(fd)
+            return False  # being created: its header is not written yet
+        try:
+            header = fmt.decode_segment_header(head, path)
+        except CorruptionError:
+            self._fs.close(fd)
+            raise
+        if header.base_lsn != self._base:
+            self._fs.close(fd)
+            raise CorruptionError(path, 16, f"header base lsn {header.base_lsn}, name says {self._base}")
+        self._fd = fd
+        return True
+
+    def _fill(self) -> bool:
+        """Read what is available now into ``_pending``. True if there are records to return."""
+        for _ in range(1 << 20):  # bounded: one turn per segment crossed or re-read
+            if self._closed:
+                raise ClosedError(self._path, "reader is closed")
+            if not self._open_segment():
+                return False
+            start_pos = self._pos
+            request = max(limits.READ_CHUNK_SIZE, self._need)
+            data = self._fs.pread(self._fd, request, start_pos)
+            out: list[fmt.Record] = []
+            stop = seg.parse(data, 0, self._lsn, self._size_max, out, None, start_pos)
+            self._need = 0
+            self._pos, self._lsn = stop.pos, stop.lsn
+            if out and (self._skip_below > out[0].lsn or self._since_ns is not None):
+                out = self._filter(out)
+            if out:
+                self._pending, self._i = out, 0
+                return True
+            kind = stop.kind
+            if kind == seg.SEAL:
+                self._goto(stop.next_lsn)
+                continue
+            if stop.pos > start_pos:
+                continue  # records were read but all skipped (seek or since): read on
+            if kind == seg.INCOMPLETE:
+                if stop.need > len(data) == request:
+                    self._need = stop.need  # a record larger than one chunk: read it whole
+                    continue
+                return False  # being written (or torn, until the next writer cuts it)
+            if kind in (seg.END, seg.ZERO):
+                return self._next_segment_exists()
+            if kind == seg.TORN:
+                # Bytes below the file's size are whole (the kernel extends the size only after
+                # copying), so a bad checksum here is damage. Look once more to be sure.
+                again = self._fs.pread(self._fd, len(data), self._pos)
+                stop2 = seg.parse(again, 0, self._lsn, self._size_max, None, None, self._pos)
+                if stop2.kind != seg.TORN:
+                    continue
+            path = os.path.join(self._path, fmt.segment_name(self._base))
+            raise CorruptionError(path, stop.pos, stop.reason or kind)
+        raise AssertionError("reader did not settle")
+
+    def _next_segment_exists(self) -> bool:
+        """At the end of an unsealed segment: has a later one been started? (After a crash that lost
+        the seal, the next segment exists although this one has none.) Moves there if so."""
+        if os.path.exists(os.path.join(self._path, fmt.segment_name(self._lsn))) and (
+            self._lsn != self._base
+        ):
+            self._goto(self._lsn)
+            return self._fill()
+        return False
+
+    def _filter(self, out: list[fmt.Record]) -> list[fmt.Record]:
+        skip = self._skip_below
+        out = [r for r in out if r.lsn >= skip]
+        since = self._since_ns
+        if since is not None and out:
+            keep = [r for r in out if r.timestamp >= since]
+            if keep:
+                self._since_ns = None  # timestamps never decrease: the rest all qualify
+                out = out[len(out) - len(keep) :]
+            else:
+                out = []
+        return out
+
+    def skip_to_end(self) -> int:
+        """Move past every record present now, without returning them. Returns the position."""
+        for _ in range(1 << 20):  # bounded: one turn per chunk
+            if not self._fill():
+                return self._lsn
+            self._pending, self._i = [], 0
+        raise AssertionError("log without end")
+
+    def next(self, timeout: float | None = None) -> fmt.Record | None:
+        """The next record, waiting up to ``timeout`` seconds (None: forever) for one to be
+        appended; None if none came in time. Wakes within milliseconds of an append made by any
+        process (inotify; polling where that is missing)."""
+        if self._i < len(self._pending):
+            rec = self._pending[self._i]
+            self._i += 1
+            return rec
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for _ in range(1 << 62):  # bounded by the deadline
+            if self._watch is not None:
+                self._watch.drain()
+            if self._fill():
+                if self._watch is not None:
+                    self._watch.reset_backoff()
+                rec = self._pending[self._i]
+                self._i += 1
+                return rec
+            remaining = 3600.0 if deadline is None else deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            if self._watch is None:
+                self._watch = DirectoryWatch(self._path)
+                continue  # look once more now that the watch exists: closes the race
+            self._watch.wait(remaining)
+        return None
+
+    def __iter__(self) -> Iterator[fmt.Record]:
+        """The records available now, in lsn order; ends at the current end of the log."""
+        while True:
+            pending = self._pending
+            while self._i < len(pending):
+                rec = pending[self._i]
+                self._i += 1
+                yield rec
+            if not self._fill():
+                return
+
+    def _close_fd(self) -> None:
+        if self._fd >= 0:
+            self._fs.close(self._fd)
+            self._fd = -1
+
+    def close(self) -> None:
+        self._closed = True
+        self._close_fd()
+        if self._watch is not None:
+            self._watch.close()
+            self._watch = None
+
+    def __enter__(self) -> Reader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

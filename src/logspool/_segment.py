@@ -1,0 +1,189 @@
+"""One segment file: parsing its records, and the recovery rule for a damaged tail.
+
+A segment is ``header | record | record | ... [| seal]`` (docs/FORMAT.md §3-4). This module parses
+records out of bytes already read; it does no I/O of its own, so readers, the writer's catch-up,
+recovery and verify all share one parser.
+
+The parser stops at the first thing that is not a complete, valid record and says why:
+
+    END         the bytes ended exactly at a record boundary
+    INCOMPLETE  a record starts but its bytes are not all there (being written, or torn)
+    ZERO        an all-zero header: a zero-filled tail, which a crash can leave
+    SEAL        a seal record: the segment is closed; ``next_lsn`` names the next segment
+    TORN        a checksum mismatch: torn by a crash or corrupt, the recovery rule decides which
+    BAD         a record whose checksum is right but which breaks an invariant (lsn, flags, size):
+                never a crash state, always corruption
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import NamedTuple
+
+from . import limits
+from ._format import (
+    FLAG_SEAL,
+    FLAGS_KNOWN,
+    RECORD_HEADER,
+    RECORD_HEADER_SIZE,
+    RECORD_OVERHEAD,
+    Record,
+    crc32,
+)
+from .errors import CorruptionError
+
+END = "end"
+INCOMPLETE = "incomplete"
+ZERO = "zero"
+SEAL = "seal"
+TORN = "torn"
+BAD = "bad"
+
+_ZERO_HEADER = bytes(RECORD_HEADER_SIZE)
+_CRC = struct.Struct("<I")
+
+
+class Stop(NamedTuple):
+    """Where and why a parse stopped. ``pos`` is the offset of the record not taken."""
+
+    kind: str
+    pos: int
+    lsn: int  # the lsn the next record should carry
+    reason: str = ""
+    next_lsn: int = -1  # for SEAL: the base lsn of the next segment
+    need: int = 0  # for INCOMPLETE: bytes the record needs in all, when its header was read
+
+
+class RecordInfo(NamedTuple):
+    """What recovery, catch-up and verify need to know of each record."""
+
+    offset: int
+    lsn: int
+    timestamp: int
+    durable_lsn: int
+    size: int  # bytes on disk, overhead included
+
+
+def parse(
+    buf: bytes,
+    pos: int,
+    lsn: int,
+    size_max: int,
+    out: list[Record] | None,
+    infos: list[RecordInfo] | None = None,
+    base: int = 0,
+) -> Stop:
+    """Parse records from ``buf[pos:]``, expecting the first to carry ``lsn``.
+
+    Appends a Record per valid record to ``out`` and, if given, a RecordInfo to ``infos``
+    (offsets there are ``base + position in buf``, so a chunk can stand for a file region).
+    ``size_max`` bounds the payload size believed from a length field. This loop is the hot path of
+    every reader: locals are bound once, and each record costs one unpack, one CRC and one slice.
+    """
+    unpack_header = RECORD_HEADER.unpack_from
+    unpack_crc = _CRC.unpack_from
+    end = len(buf)
+    view = memoryview(buf)
+    while True:  # bounded: each turn consumes a record of at least RECORD_OVERHEAD bytes, or stops
+        if end - pos < RECORD_HEADER_SIZE:
+            if pos == end:
+                return Stop(END, base + pos, lsn)
+            if not any(view[pos:end]):
+                return Stop(ZERO, base + pos, lsn)
+            return Stop(INCOMPLETE, base + pos, lsn)
+        length, flags, rlsn, ts, durable = unpack_header(buf, pos)
+        rec_end = pos + RECORD_OVERHEAD + length
+        if length > size_max:
+            if view[pos : pos + RECORD_HEADER_SIZE] == _ZERO_HEADER:
+                return Stop(ZERO, base + pos, lsn)
+            return Stop(TORN, base + pos, lsn, f"record length {length} exceeds the limit {size_max}")
+        if rec_end > end:
+            if length == 0 and view[pos : pos + RECORD_HEADER_SIZE] == _ZERO_HEADER:
+                return Stop(ZERO, base + pos, lsn)
+            return Stop(INCOMPLETE, base + pos, lsn, need=RECORD_OVERHEAD + length)
+        crc_at = rec_end - 4
+        (found,) = unpack_crc(buf, crc_at)
+        expected = crc32(view[pos:crc_at])
+        if found != expected:
+            if view[pos : pos + RECORD_HEADER_SIZE] == _ZERO_HEADER:
+                return Stop(ZERO, base + pos, lsn)
+            return Stop(
+                TORN,
+                base + pos,
+                lsn,
+                f"checksum mismatch (expected 0x{expected:08x}, found 0x{found:08x})",
+            )
+        if rlsn != lsn:
+            return Stop(BAD, base + pos, lsn, f"record has lsn {rlsn}, expected {lsn}")
+        if flags:
+            if flags & ~FLAGS_KNOWN:
+                return Stop(BAD, base + pos, lsn, f"unknown record flags 0x{flags:08x}")
+            if flags & FLAG_SEAL:
+                if length:
+                    return Stop(BAD, base + pos, lsn, "seal record with a payload")
+                return Stop(SEAL, base + pos, lsn, next_lsn=rlsn)
+        if out is not None:
+            out.append(Record(rlsn, ts, buf[pos + RECORD_HEADER_SIZE : crc_at]))
+        if infos is not None:
+            infos.append(RecordInfo(base + pos, rlsn, ts, durable, rec_end - pos))
+        lsn += 1
+        pos = rec_end
+
+
+def durable_proof_after(buf: bytes, pos: int, lsn: int, size_max: int) -> int:
+    """The highest durable_lsn carried by valid records found after a damaged record at ``pos``.
+
+    The record at ``pos`` (which should carry ``lsn``) is damaged and its length cannot be trusted,
+    so we look for the next records by the lsn they must carry: lsn+1, lsn+2, ... (at most
+    RECOVERY_RESYNC_LSNS), whose 8 bytes stand at offset 8 of a record header. From the first
+    candidate that parses as a valid record we parse on. Returns -1 if nothing valid follows.
+    """
+    best = -1
+    for later in range(lsn + 1, lsn + 1 + limits.RECOVERY_RESYNC_LSNS):
+        needle = later.to_bytes(8, "little")
+        at = buf.find(needle, pos + 1)
+        tries = 0
+        while at >= 0 and tries < 1024:  # bounded: false matches of 8 bytes are rare
+            start = at - 8
+            if start > pos:
+                infos: list[RecordInfo] = []
+                stop = parse(buf, start, later, size_max, None, infos)
+                if infos or stop.kind == SEAL:
+                    best = max([best, *(i.durable_lsn for i in infos)])
+                    return best
+            at = buf.find(needle, at + 1)
+            tries += 1
+    return best
+
+
+def judge_damage(path: str, buf: bytes, stop: Stop, durable_known: int, size_max: int, base: int) -> int:
+    """Decide whether the damage at ``stop`` is a crash state to cut, or corruption to report.
+
+    Returns the offset to truncate the segment at; raises CorruptionError for corruption.
+    ``buf`` holds the segment bytes from file offset ``base``. ``durable_known`` is the highest
+    durable_lsn known from the records before the damage (and from this process's own fsyncs).
+
+    The rule (docs/FORMAT.md §7): every record below a durable_lsn was fsynced before some later
+    record was written, so it was acknowledged and no crash may lose it. Damage to a record below
+    the highest durable_lsn seen before or after it is corruption. Anything else was never
+    acknowledged as durable, and a crash may leave it torn, zero-filled or half-written: cut it,
+    with everything after it.
+    """
+    if stop.kind == BAD:
+        raise CorruptionError(path, stop.pos, stop.reason)
+    if stop.kind in (END, SEAL):
+        raise AssertionError(f"judge_damage called on a clean stop {stop.kind}")
+    if durable_known > stop.lsn:
+        raise CorruptionError(
+            path,
+            stop.pos,
+            f"{stop.reason or stop.kind} in a record fsynced before (lsn {stop.lsn})",
+        )
+    later = durable_proof_after(buf, stop.pos - base, stop.lsn, size_max)
+    if later > stop.lsn:
+        raise CorruptionError(
+            path,
+            stop.pos,
+            f"{stop.reason or stop.kind} at lsn {stop.lsn}, and a later record proves it was fsynced",
+        )
+    return stop.pos

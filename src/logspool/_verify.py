@@ -1,0 +1,170 @@
+"""verify: read a whole log and check everything that can be checked, while writers run.
+
+Checked: segment headers; every record's checksum, lsn continuity within and across segments,
+known flags; seals naming the next segment; timestamps never decreasing; index entries pointing
+at the records they name. The newest segment may end in a record being written (or a torn tail
+the next writer cuts): that is reported as a note, not as damage.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from . import _format as fmt
+from . import _segment as seg
+from ._fs import REAL, FileSystem
+from ._reader import list_segments
+from .errors import CorruptionError, LogspoolError
+
+DAMAGE = "damage"
+NOTE = "note"
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    severity: str  # DAMAGE or NOTE
+    path: str
+    offset: int
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.severity}: {self.path}: offset {self.offset}: {self.message}"
+
+
+@dataclass(slots=True)
+class VerifyReport:
+    path: str
+    segments: int = 0
+    records: int = 0
+    first_lsn: int = 0
+    next_lsn: int = 0
+    bytes: int = 0
+    problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """True if no damage was found (notes are allowed)."""
+        return not any(p.severity == DAMAGE for p in self.problems)
+
+    def _add(self, severity: str, path: str, offset: int, message: str) -> None:
+        self.problems.append(Problem(severity, path, offset, message))
+
+
+def verify(path: str | os.PathLike[str], *, fs: FileSystem | None = None) -> VerifyReport:
+    """Check every byte of the log at ``path``. Takes no lock; safe while writers run.
+
+    Returns a report; ``report.ok`` is False if anything is damaged, and each problem names the
+    file and offset.
+    """
+    fs = fs or REAL
+    root = os.fspath(path)
+    report = VerifyReport(path=root)
+    meta_path = os.path.join(root, fmt.META_NAME)
+    try:
+        meta = fmt.decode_meta(fs.read_file(meta_path, 1 << 20), meta_path)
+    except FileNotFoundError:
+        report._add(DAMAGE, meta_path, 0, "meta file missing: not a log")
+        return report
+    except (LogspoolError, ValueError) as err:
+        report._add(DAMAGE, meta_path, getattr(err, "offset", 0), str(err))
+        return report
+    bases = list_segments(fs, root)
+    report.segments = len(bases)
+    if not bases:
+        report._add(NOTE, root, 0, "no segments yet (no writer has opened the log)")
+        return report
+    report.first_lsn = expected = bases[0]
+    last_ts = 0
+    for n, base in enumerate(bases):
+        newest = n == len(bases) - 1
+        spath = os.path.join(root, fmt.segment_name(base))
+        try:
+            data = fs.read_file(spath, 1 << 40)
+        except FileNotFoundError:
+            report._add(NOTE, spath, 0, "removed while verifying (retention)")
+            continue
+        report.bytes += len(data)
+        try:
+            header = fmt.decode_segment_header(data, spath)
+        except LogspoolError as err:
+            if newest and not any(data):
+                report._add(NOTE, spath, 0, "segment being created (no header yet)")
+                break
+            report._add(DAMAGE, spath, 0, str(err))
+            break
+        if header.base_lsn != base:
+            report._add(DAMAGE, spath, 16, f"header base lsn {header.base_lsn}, name says {base}")
+        if base != expected:
+            report._add(DAMAGE, spath, 0, f"segment starts at lsn {base}, expected {expected}: a gap")
+        infos: list[seg.RecordInfo] = []
+        stop = seg.parse(data, fmt.SEGMENT_HEADER_SIZE, base, meta.record_size_max, None, infos)
+        report.records += len(infos)
+        for info in infos:
+            if info.timestamp < last_ts:
+                report._add(DAMAGE, spath, info.offset, f"timestamp goes back at lsn {info.lsn}")
+            last_ts = info.timestamp
+        expected = stop.lsn
+        if stop.kind == seg.SEAL:
+            if stop.pos + fmt.RECORD_OVERHEAD != len(data):
+                report._add(DAMAGE, spath, stop.pos, "bytes after the seal record")
+            if newest:
+                report._add(NOTE, spath, stop.pos, "sealed, next segment not created yet")
+            elif bases[n + 1] != stop.next_lsn:
+                report._add(
+                    DAMAGE,
+                    spath,
+                    stop.pos,
+                    f"seal names lsn {stop.next_lsn}, next segment is {bases[n + 1]}",
+                )
+        elif stop.kind == seg.END:
+            if not newest:
+                report._add(NOTE, spath, stop.pos, "not sealed, but a later segment exists (a lost seal)")
+        elif newest and stop.kind in (seg.INCOMPLETE, seg.ZERO, seg.TORN):
+            try:
+                seg.judge_damage(spath, data, stop, 0, meta.record_size_max, 0)
+                report._add(
+                    NOTE,
+                    spath,
+                    stop.pos,
+                    f"tail not complete ({stop.reason or stop.kind}): a record being written, or a "
+                    "torn tail that the next writer cuts",
+                )
+            except CorruptionError as err:
+                report._add(DAMAGE, spath, err.offset, err.reason)
+        else:
+            report._add(DAMAGE, spath, stop.pos, stop.reason or f"{stop.kind} record")
+        _verify_index(fs, root, base, infos, report)
+    report.next_lsn = expected
+    return report
+
+
+def _verify_index(
+    fs: FileSystem, root: str, base: int, infos: list[seg.RecordInfo], report: VerifyReport
+) -> None:
+    ipath = os.path.join(root, fmt.index_name(base))
+    try:
+        raw = fs.read_file(ipath, 1 << 36)
+    except FileNotFoundError:
+        report._add(NOTE, ipath, 0, "index missing (lookups scan; repair rebuilds it)")
+        return
+    try:
+        ibase, _interval = fmt.decode_index_header(raw, ipath)
+    except LogspoolError as err:
+        report._add(DAMAGE, ipath, 0, f"index header: {err}")
+        return
+    if ibase != base:
+        report._add(DAMAGE, ipath, 16, f"index base lsn {ibase}, segment is {base}")
+        return
+    by_offset = {i.offset: i for i in infos}
+    entries = fmt.decode_index_entries(raw)
+    for k, entry in enumerate(entries):
+        info = by_offset.get(entry.offset)
+        at = fmt.INDEX_HEADER_SIZE + k * fmt.INDEX_ENTRY_SIZE
+        if info is None or info.lsn != entry.lsn or info.timestamp != entry.timestamp:
+            if info is None and infos and entry.offset > infos[-1].offset:
+                continue  # points past what we read: written after our read of the segment
+            report._add(DAMAGE, ipath, at, f"index entry for lsn {entry.lsn} does not match its record")
+    tail = len(raw) - fmt.INDEX_HEADER_SIZE - len(entries) * fmt.INDEX_ENTRY_SIZE
+    if tail >= fmt.INDEX_ENTRY_SIZE:
+        report._add(NOTE, ipath, len(raw) - tail, "index entries past a damaged one are ignored")

@@ -1,0 +1,95 @@
+"""Waking a reader when a log directory changes: inotify where the kernel has it, polling otherwise.
+
+A waiting reader must wake within milliseconds of an append made by *any* process, with no broker.
+Linux's inotify reports every write to a file in a watched directory; we reach it through ctypes
+(the standard library has no binding) and fall back to polling with a backoff where it is missing.
+
+The race between "look for data" and "wait" is closed by order: the watch exists before the first
+look, events are drained *before* each look, and an event that arrives after the look stays queued,
+so the following wait returns at once.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import select
+import time
+
+from . import limits
+
+_IN_MODIFY = 0x00000002
+_IN_CLOSE_WRITE = 0x00000008
+_IN_MOVED_TO = 0x00000080
+_IN_CREATE = 0x00000100
+_IN_DELETE = 0x00000200
+_IN_NONBLOCK = 0o4000
+_IN_CLOEXEC = 0o2000000
+_MASK = _IN_MODIFY | _IN_CLOSE_WRITE | _IN_MOVED_TO | _IN_CREATE | _IN_DELETE
+
+
+def _load_libc() -> ctypes.CDLL | None:
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        libc.inotify_init1.argtypes = [ctypes.c_int]
+        libc.inotify_add_watch.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
+    except (OSError, AttributeError):
+        return None
+    return libc
+
+
+_LIBC = _load_libc() if os.environ.get("LOGSPOOL_NO_INOTIFY") != "1" else None
+
+
+class DirectoryWatch:
+    """Wait for any change in one directory. One per waiting reader; not shared between threads."""
+
+    def __init__(self, path: str) -> None:
+        self._fd = -1
+        self._poll_delay_s = limits.POLL_INTERVAL_S_MIN
+        if _LIBC is None:
+            return
+        fd = _LIBC.inotify_init1(_IN_NONBLOCK | _IN_CLOEXEC)
+        if fd < 0:
+            return  # out of inotify instances: poll instead
+        if _LIBC.inotify_add_watch(fd, os.fsencode(path), _MASK) < 0:
+            os.close(fd)
+            return
+        self._fd = fd
+        self._poller = select.poll()
+        self._poller.register(fd, select.POLLIN)
+
+    @property
+    def uses_inotify(self) -> bool:
+        return self._fd >= 0
+
+    def drain(self) -> None:
+        """Forget the changes seen so far. Call before looking for new data."""
+        if self._fd < 0:
+            return
+        for _ in range(1024):  # bounded; each read takes up to 64 KiB of queued events
+            try:
+                if not os.read(self._fd, 65536):
+                    return
+            except BlockingIOError:
+                return
+
+    def wait(self, timeout_s: float) -> None:
+        """Return when the directory may have changed, or after ``timeout_s`` seconds."""
+        if timeout_s <= 0:
+            return
+        if self._fd >= 0:
+            self._poller.poll(timeout_s * 1000.0)
+            return
+        time.sleep(min(self._poll_delay_s, timeout_s))
+        self._poll_delay_s = min(self._poll_delay_s * 2, limits.POLL_INTERVAL_S_MAX)
+
+    def reset_backoff(self) -> None:
+        """Data arrived: poll quickly again (only matters without inotify)."""
+        self._poll_delay_s = limits.POLL_INTERVAL_S_MIN
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1

@@ -1,0 +1,170 @@
+"""The one exception tree of logspool.
+
+::
+
+    LogspoolError
+     ├── CorruptionError          bytes on disk fail a check (checksum, lsn, magic); names path and offset
+     ├── NotALogError             a directory that is not a log (and is not empty)
+     ├── UnsupportedVersionError  a format version newer than this code reads
+     ├── LockedError              the writer lock could not be taken within the deadline
+     ├── ClosedError              the handle was closed
+     │    └── FailedError         the handle failed stop after an fsync or write error
+     ├── AppendError              an append failed (disk full, I/O error) and left nothing behind
+     ├── PositionError            also a ValueError: an lsn the log does not hold (any more)
+     ├── ReadOnlyError            a write was asked of a log opened read-only (or on a read-only dir)
+     └── RecordTooLargeError      also a ValueError: a payload over the log's record_size_max
+
+Every error carries its context as attributes as well as in the message, and pickles (errors cross
+processes and Spark executors), which is why each class stores its constructor arguments in ``args``.
+Operating-system errors are never swallowed: they are wrapped with ``raise ... from err``.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AppendError",
+    "ClosedError",
+    "CorruptionError",
+    "FailedError",
+    "LockedError",
+    "LogspoolError",
+    "NotALogError",
+    "PositionError",
+    "ReadOnlyError",
+    "RecordTooLargeError",
+    "UnsupportedVersionError",
+]
+
+
+class LogspoolError(Exception):
+    """Base of every error logspool raises on purpose."""
+
+
+class CorruptionError(LogspoolError):
+    """Bytes on disk failed a check. ``path`` and ``offset`` say where; ``reason`` says which check."""
+
+    def __init__(self, path: str, offset: int, reason: str) -> None:
+        super().__init__(path, offset, reason)
+        self.path = path
+        self.offset = offset
+        self.reason = reason
+
+    def __str__(self) -> str:
+        return f"{self.path}: offset {self.offset}: {self.reason}"
+
+
+class NotALogError(LogspoolError):
+    """``path`` exists and is not a logspool log (no meta file, and not empty)."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(path, reason)
+        self.path = path
+        self.reason = reason
+
+    def __str__(self) -> str:
+        return f"{self.path}: not a logspool log: {self.reason}"
+
+
+class UnsupportedVersionError(LogspoolError):
+    """A file declares a format ``version`` newer than ``supported``."""
+
+    def __init__(self, path: str, version: int, supported: int) -> None:
+        super().__init__(path, version, supported)
+        self.path = path
+        self.version = version
+        self.supported = supported
+
+    def __str__(self) -> str:
+        return (
+            f"{self.path}: format version {self.version} is newer than this logspool reads "
+            f"(up to {self.supported}); upgrade logspool"
+        )
+
+
+class LockedError(LogspoolError):
+    """The writer lock of ``path`` was not taken within ``timeout_s`` seconds."""
+
+    def __init__(self, path: str, timeout_s: float) -> None:
+        super().__init__(path, timeout_s)
+        self.path = path
+        self.timeout_s = timeout_s
+
+    def __str__(self) -> str:
+        return f"{self.path}: writer lock not acquired within {self.timeout_s} s"
+
+
+class ClosedError(LogspoolError):
+    """The handle on ``path`` is closed."""
+
+    def __init__(self, path: str, reason: str = "log is closed") -> None:
+        super().__init__(path, reason)
+        self.path = path
+        self.reason = reason
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.reason}"
+
+
+class FailedError(ClosedError):
+    """The handle stopped after a write or fsync error; nothing it had not acknowledged is promised.
+
+    After an fsync error the kernel may have dropped the dirty pages and cleared the error, so a
+    retry could "succeed" without the data ever reaching the disk (PostgreSQL's fsyncgate). The
+    only safe course is to stop, reopen, and let recovery decide what is on disk.
+    """
+
+
+class ReadOnlyError(LogspoolError):
+    """A write was asked of ``path``, which is open read-only or not writable."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(path, reason)
+        self.path = path
+        self.reason = reason
+
+    def __str__(self) -> str:
+        return f"{self.path}: read-only: {self.reason}"
+
+
+class RecordTooLargeError(LogspoolError, ValueError):
+    """A payload of ``size`` bytes exceeds the log's ``size_max``."""
+
+    def __init__(self, size: int, size_max: int) -> None:
+        super().__init__(size, size_max)
+        self.size = size
+        self.size_max = size_max
+
+    def __str__(self) -> str:
+        return f"record of {self.size} bytes exceeds record_size_max of {self.size_max} bytes"
+
+
+class AppendError(LogspoolError):
+    """An append failed (for instance the disk is full) and left nothing behind in the log.
+
+    The log stays usable: once the cause is gone (space freed), appends work again.
+    """
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(path, reason)
+        self.path = path
+        self.reason = reason
+
+    def __str__(self) -> str:
+        return f"{self.path}: append failed, nothing was written: {self.reason}"
+
+
+class PositionError(LogspoolError, ValueError):
+    """A reader was asked to start at an lsn the log does not hold (any more)."""
+
+    def __init__(self, path: str, lsn: int, first_lsn: int, next_lsn: int) -> None:
+        super().__init__(path, lsn, first_lsn, next_lsn)
+        self.path = path
+        self.lsn = lsn
+        self.first_lsn = first_lsn
+        self.next_lsn = next_lsn
+
+    def __str__(self) -> str:
+        return (
+            f"{self.path}: lsn {self.lsn} is not in the log, which holds lsns "
+            f"{self.first_lsn} to {self.next_lsn - 1}"
+        )

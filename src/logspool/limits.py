@@ -1,0 +1,48 @@
+"""Every limit and default of logspool, with its unit and the reason for its value.
+
+Format limits bound what a reader accepts from disk before it allocates anything; defaults are
+what a new log gets unless the caller says otherwise (and are then recorded in its meta file).
+"""
+
+from __future__ import annotations
+
+KIB = 1024
+MIB = 1024 * KIB
+GIB = 1024 * MIB
+
+# --- format limits: a reader rejects anything beyond these -------------------------------------
+# The largest payload the format allows. The length field is 32 bits, but a reader must never
+# allocate 4 GiB because a corrupt length said so: 256 MiB is far above any sane record.
+PAYLOAD_SIZE_LIMIT = 256 * MIB
+# The meta file is a small JSON document; anything larger is corrupt.
+META_SIZE_MAX = 64 * KIB
+# Segment files: a record offset is stored in 64 bits, but we cap segments so that a scan of the
+# newest segment (what opening costs) stays bounded.
+SEGMENT_SIZE_LIMIT = 4 * GIB
+
+# --- defaults, recorded in the meta file at creation -------------------------------------------
+# 64 MiB segments: recovery scans the newest segment on open (~0.1 s at 1 GB/s scan rate), and
+# retention works in whole segments, so smaller means finer retention, larger means fewer files.
+SEGMENT_SIZE_MAX_DEFAULT = 64 * MIB
+SEGMENT_SIZE_MAX_MIN = 4 * KIB
+# A sparse index entry at the first record in each 4 KiB of segment: a lookup scans at most about
+# one page of records, and the index is 32 B per 4 KiB, under 1% of the data.
+INDEX_INTERVAL_DEFAULT = 4 * KIB
+INDEX_INTERVAL_MIN = 512
+# 16 MiB: larger payloads belong in files, not in a journal record.
+RECORD_SIZE_MAX_DEFAULT = 16 * MIB
+
+# --- runtime bounds -----------------------------------------------------------------------------
+# "interval" durability fsyncs at most this often by default (milliseconds): the loss window on
+# power failure, while the process lives.
+SYNC_INTERVAL_MS_DEFAULT = 100
+# Readers read segments in chunks of this many bytes (one pread per chunk).
+READ_CHUNK_SIZE = 1 * MIB
+# How long a writer waits for the writer lock before LockedError (seconds). A writer holds the lock
+# only for one write (or one exclusive() block), so a minute means something is stuck.
+LOCK_TIMEOUT_S_DEFAULT = 60.0
+# When inotify is not available, a waiting reader polls with a backoff between these (seconds).
+POLL_INTERVAL_S_MIN = 0.001
+POLL_INTERVAL_S_MAX = 0.05
+# Recovery looks this many lsns past a damaged record for later records that prove it was durable.
+RECOVERY_RESYNC_LSNS = 64
