@@ -21,6 +21,7 @@ Invariants of the writer state (all under ``_lock`` and the flock, except where 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import threading
 import time
@@ -191,7 +192,9 @@ class Log:
         """Create the directory, its lock file and its meta file, safely against a racing creator."""
         try:
             self._fs.mkdir(self.path)
-        except PermissionError as err:
+        except OSError as err:
+            if err.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
+                raise
             raise ReadOnlyError(self.path, f"cannot create the log directory: {err}") from err
         meta = fmt.Meta(
             version=fmt.FORMAT_VERSION,
@@ -228,7 +231,9 @@ class Log:
         lock_path = os.path.join(self.path, fmt.LOCK_NAME)
         try:
             self._lock_fd = self._fs.open(lock_path, os.O_RDWR | os.O_CREAT)
-        except PermissionError as err:
+        except OSError as err:
+            if err.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
+                raise
             raise ReadOnlyError(
                 self.path, f"cannot open {lock_path} for writing ({err}); open with readonly=True"
             ) from err
@@ -501,7 +506,9 @@ class Log:
         """Under the writer lock: frame, rotate when full, write. Returns the first lsn."""
         first = self._next_lsn
         encode = fmt.encode_record
-        size_max = self.meta.segment_size_max
+        # Room is kept for the seal record, so a sealed segment is at most segment_size_max bytes
+        # (unless a single record is larger than that: it then has a segment of its own).
+        size_max = self.meta.segment_size_max - fmt.RECORD_OVERHEAD
         interval = self.meta.index_interval
         now = time.time_ns()
         ts = now if now > self._last_ts else self._last_ts  # timestamps never decrease

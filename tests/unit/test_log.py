@@ -1,0 +1,319 @@
+"""The log's API on real files: appends, reads, positions, cutover, reopen, bad input.
+
+Each test opens a log in a fresh temporary directory and checks what a user would see.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import threading
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+import logspool
+from logspool import _format as fmt
+
+
+def payloads(n: int, prefix: bytes = b"r") -> list[bytes]:
+    return [prefix + str(i).encode() for i in range(n)]
+
+
+def test_append_returns_contiguous_lsns_from_zero(log_dir: str) -> None:
+    with logspool.open(log_dir) as log:
+        assert log.append(b"a") == 0
+        assert log.append_many([b"b", b"c"]) == [1, 2]
+        assert log.append(b"") == 3
+        assert [(r.lsn, r.payload) for r in log.read()] == [(0, b"a"), (1, b"b"), (2, b"c"), (3, b"")]
+
+
+def test_records_survive_reopen_and_lsns_continue(log_dir: str) -> None:
+    with logspool.open(log_dir) as log:
+        log.append_many(payloads(100))
+    with logspool.open(log_dir) as log:
+        assert log.append(b"next") == 100
+        got = [r.payload for r in log.read()]
+    assert got == [*payloads(100), b"next"]
+
+
+def test_rotation_by_size_keeps_lsns_contiguous(log_dir: str) -> None:
+    with logspool.open(log_dir, segment_size_max=4096) as log:
+        for p in payloads(300):
+            log.append(p)
+        log.append_many(payloads(300, b"m"))
+        info = log.info()
+        assert len(info.segments) > 5
+        assert [s.base_lsn for s in info.segments] == sorted(s.base_lsn for s in info.segments)
+        assert all(s.size <= 4096 for s in info.segments)
+        assert [r.lsn for r in log.read()] == list(range(600))
+    assert logspool.verify(log_dir).ok
+
+
+def test_cutover_starts_a_segment_named_by_its_first_lsn(log_dir: str) -> None:
+    with logspool.open(log_dir) as log:
+        log.append_many(payloads(10))
+        assert log.cutover() == 10
+        assert log.cutover() == 10  # empty active segment: nothing to cut
+        log.append(b"x")
+        names = sorted(n for n in os.listdir(log_dir) if n.endswith(".seg"))
+        assert names == [fmt.segment_name(0), fmt.segment_name(10)]
+        assert [r.lsn for r in log.read(start=9)] == [9, 10]
+
+
+def test_read_from_any_lsn_uses_the_index(log_dir: str) -> None:
+    with logspool.open(log_dir, segment_size_max=64 * 1024, index_interval=512) as log:
+        log.append_many(payloads(5000))
+        for start in (0, 1, 499, 2500, 4999, 5000):
+            got = [r.lsn for r in log.read(start=start)]
+            assert got == list(range(start, 5000))
+
+
+def test_read_since_a_time(log_dir: str) -> None:
+    with logspool.open(log_dir, segment_size_max=8192) as log:
+        log.append_many(payloads(200, b"old"))
+        time.sleep(0.01)
+        middle = time.time()
+        time.sleep(0.01)
+        log.append_many(payloads(200, b"new"))
+        got = [r.payload for r in log.read(since=middle)]
+        assert got == payloads(200, b"new")
+        as_dt = datetime.fromtimestamp(middle, tz=UTC)
+        assert [r.payload for r in log.read(since=as_dt)] == got
+        assert [r.payload for r in log.read(since=as_dt.replace(tzinfo=None))] == got
+        assert len(list(log.read(since=0))) == 400
+        assert list(log.read(since=time.time() + 10)) == []
+
+
+def test_timestamps_never_decrease(log_dir: str) -> None:
+    with logspool.open(log_dir) as log:
+        log.append_many(payloads(50))
+        for p in payloads(50):
+            log.append(p)
+        stamps = [r.timestamp for r in log.read()]
+    assert stamps == sorted(stamps)
+    assert abs(stamps[-1] - time.time_ns()) < 60 * 10**9
+
+
+def test_reader_latest_waits_for_the_next_append(log_dir: str) -> None:
+    with logspool.open(log_dir) as log:
+        log.append_many(payloads(5))
+        reader = log.reader("latest")
+        assert reader.position == 5
+        assert reader.next(timeout=0.05) is None
+        threading.Timer(0.05, lambda: log.append(b"late")).start()
+        rec = reader.next(timeout=5)
+        assert rec is not None and rec.lsn == 5 and rec.payload == b"late"
+        assert reader.position == 6
+        reader.close()
+
+
+def test_reader_follows_cutover_while_tailing(log_dir: str) -> None:
+    with logspool.open(log_dir) as log:
+        reader = log.reader()
+        log.append(b"a")
+        log.cutover()
+        log.append(b"b")
+        got = [reader.next(timeout=1), reader.next(timeout=1)]
+        assert [r.payload for r in got if r] == [b"a", b"b"]
+
+
+def test_reader_position_resumes_exactly(log_dir: str) -> None:
+    with logspool.open(log_dir, segment_size_max=4096) as log:
+        log.append_many(payloads(500))
+        reader = log.reader()
+        for _ in range(123):
+            reader.next(timeout=0)
+        pos = reader.position
+        reader.close()
+        assert pos == 123
+        assert next(iter(log.read(start=pos))).payload == b"r123"
+
+
+def test_large_records_across_read_chunks(log_dir: str) -> None:
+    big = os.urandom(3 * 1024 * 1024)
+    with logspool.open(log_dir) as log:
+        log.append(b"small")
+        log.append(big)
+        log.append(b"after")
+        assert [r.payload for r in log.read()] == [b"small", big, b"after"]
+
+
+def test_exclusive_appends_see_a_stable_tail(log_dir: str) -> None:
+    with logspool.open(log_dir) as log:
+        log.append(b"x")
+        with log.exclusive() as tail:
+            assert tail.next_lsn == 1
+            assert tail.append(b"y") == 1
+            assert tail.append_many([b"z"]) == [2]
+            assert tail.next_lsn == 3
+            with pytest.raises(RuntimeError, match="exclusive"):
+                log.append(b"deadlock?")
+        assert log.append(b"w") == 3
+
+
+def test_many_threads_append_with_group_commit(log_dir: str) -> None:
+    with logspool.open(log_dir, durability="always") as log:
+
+        def work(t: int) -> None:
+            for i in range(100):
+                log.append(f"{t}:{i}".encode())
+
+        threads = [threading.Thread(target=work, args=(t,)) for t in range(8)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        recs = list(log.read())
+    assert [r.lsn for r in recs] == list(range(800))
+    for t in range(8):
+        mine = [r.payload for r in recs if r.payload.startswith(f"{t}:".encode())]
+        assert mine == [f"{t}:{i}".encode() for i in range(100)]
+
+
+@pytest.mark.parametrize("durability", ["always", "interval", "os"])
+def test_every_durability_round_trips(log_dir: str, durability: str) -> None:
+    with logspool.open(log_dir, durability=durability, sync_interval_ms=5) as log:
+        log.append_many(payloads(20))
+        log.sync()
+    with logspool.open(log_dir, readonly=True) as log:
+        assert [r.payload for r in log.read()] == payloads(20)
+
+
+# --- bad input -----------------------------------------------------------------------------------
+def test_oversized_record_is_refused_and_nothing_written(log_dir: str) -> None:
+    with logspool.open(log_dir, record_size_max=1000) as log:
+        log.append(b"ok")
+        with pytest.raises(logspool.RecordTooLargeError) as info:
+            log.append(b"x" * 1001)
+        assert isinstance(info.value, ValueError)
+        assert info.value.size == 1001 and info.value.size_max == 1000
+        with pytest.raises(logspool.RecordTooLargeError):
+            log.append_many([b"fine", b"y" * 2000])
+        assert [r.payload for r in log.read()] == [b"ok"]
+        assert log.append(b"x" * 1000) == 1
+
+
+def test_wrong_payload_types_are_refused(log_dir: str) -> None:
+    with logspool.open(log_dir) as log:
+        for bad in ("text", 5, None, [b"a"]):
+            with pytest.raises(TypeError, match="payload must be bytes"):
+                log.append(bad)  # type: ignore[arg-type]
+        assert log.append(bytearray(b"ba")) == 0
+        assert log.append(memoryview(b"mv")) == 1
+        assert [r.payload for r in log.read()] == [b"ba", b"mv"]
+
+
+def test_bad_options_are_refused(log_dir: str) -> None:
+    with pytest.raises(ValueError, match="durability"):
+        logspool.open(log_dir, durability="sometimes")
+    with pytest.raises(ValueError, match="segment_size_max"):
+        logspool.open(log_dir, segment_size_max=10)
+    with pytest.raises(ValueError, match="record_size_max"):
+        logspool.open(log_dir, record_size_max=1 << 40)
+    assert not os.path.exists(log_dir)
+    logspool.open(log_dir, segment_size_max=8192).close()
+    with pytest.raises(ValueError, match="created with segment_size_max=8192"):
+        logspool.open(log_dir, segment_size_max=16384)
+
+
+def test_a_directory_that_is_not_a_log_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "stuff.txt").write_text("hello")
+    with pytest.raises(logspool.NotALogError, match="no meta file"):
+        logspool.open(tmp_path)
+    assert (tmp_path / "stuff.txt").read_text() == "hello"
+    with pytest.raises(logspool.NotALogError, match="not a directory"):
+        logspool.open(tmp_path / "stuff.txt")
+    with pytest.raises(logspool.NotALogError, match="does not exist"):
+        logspool.open(tmp_path / "missing", create=False)
+
+
+def test_a_newer_format_version_is_refused(log_dir: str) -> None:
+    with logspool.open(log_dir) as log:
+        log.append(b"keep me")
+    meta_path = os.path.join(log_dir, "meta")
+    meta = fmt.decode_meta(Path(meta_path).read_bytes(), meta_path)
+    newer = fmt.Meta(**{**{f: getattr(meta, f) for f in meta.__slots__}, "version": 99})  # type: ignore[attr-defined]
+    Path(meta_path).write_bytes(fmt.encode_meta(newer))
+    with pytest.raises(logspool.UnsupportedVersionError, match="version 99") as info:
+        logspool.open(log_dir)
+    assert info.value.version == 99
+
+
+def test_readonly_handle_refuses_writes(log_dir: str) -> None:
+    logspool.open(log_dir).close()
+    with logspool.open(log_dir, readonly=True) as log:
+        with pytest.raises(logspool.ReadOnlyError):
+            log.append(b"x")
+        with pytest.raises(logspool.ReadOnlyError):
+            log.cutover()
+
+
+def test_read_only_directory_gives_a_clear_error(tmp_path: Path) -> None:
+    # Root ignores permission bits, so as root the log lives on a tmpfs remounted read-only.
+    import subprocess
+
+    mount = tmp_path / "mnt"
+    mount.mkdir()
+    log_dir = str(mount / "log")
+    as_root = os.geteuid() == 0
+    if as_root:
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mount)], check=False)
+        if done.returncode != 0:
+            pytest.skip("root, but cannot mount a tmpfs here to make a read-only file system")
+    try:
+        with logspool.open(log_dir) as log:
+            log.append(b"x")
+        if as_root:
+            subprocess.run(["mount", "-o", "remount,ro", str(mount)], check=True)
+        else:
+            for name in os.listdir(log_dir):
+                os.chmod(os.path.join(log_dir, name), 0o444)
+            os.chmod(log_dir, 0o555)
+        with pytest.raises(logspool.ReadOnlyError, match="readonly=True"):
+            logspool.open(log_dir)
+        with logspool.open(log_dir, readonly=True) as log:
+            assert [r.payload for r in log.read()] == [b"x"]
+    finally:
+        if as_root:
+            subprocess.run(["umount", str(mount)], check=True)
+        else:
+            os.chmod(log_dir, 0o755)
+
+
+def test_closed_handle_refuses_use(log_dir: str) -> None:
+    log = logspool.open(log_dir)
+    log.close()
+    log.close()
+    with pytest.raises(logspool.ClosedError):
+        log.append(b"x")
+
+
+def test_start_before_the_log_or_bad_start_is_refused(log_dir: str) -> None:
+    with logspool.open(log_dir) as log:
+        log.append(b"x")
+        with pytest.raises(TypeError):
+            log.reader("middle")  # type: ignore[arg-type]
+        with pytest.raises(ValueError):
+            log.reader(-1)
+        with pytest.raises(ValueError, match="start or since"):
+            log.reader(0, since=0)
+
+
+def test_errors_pickle_with_their_attributes() -> None:
+    errors = [
+        logspool.CorruptionError("/p/seg", 40, "checksum mismatch"),
+        logspool.RecordTooLargeError(10, 5),
+        logspool.UnsupportedVersionError("/p/meta", 3, 1),
+        logspool.NotALogError("/p", "why"),
+        logspool.LockedError("/p", 1.5),
+        logspool.FailedError("/p", "fsync failed"),
+        logspool.AppendError("/p", "disk full"),
+        logspool.PositionError("/p", 3, 5, 9),
+    ]
+    for err in errors:
+        back = pickle.loads(pickle.dumps(err))
+        assert type(back) is type(err) and str(back) == str(err)
+    assert logspool.CorruptionError("/p/seg", 40, "x").offset == 40
