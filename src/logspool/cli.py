@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import base64
 import json
-import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -78,10 +77,7 @@ def _cmd_append(args: argparse.Namespace) -> int:
 
 def _cmd_cat(args: argparse.Namespace) -> int:
     with Log(args.dir, readonly=True, create=False) as log:
-        if args.since is not None:
-            reader = log.reader(since=args.since)
-        else:
-            reader = log.reader(args.start)
+        reader = log.reader(since=args.since) if args.since is not None else log.reader(args.start)
         out = sys.stdout.buffer
         try:
             while True:

@@ -1,0 +1,174 @@
+"""Recovery from every torn tail: the newest segment cut at every byte, zero-filled, or damaged.
+
+How: write a log, keep a copy of its bytes, then for each damage rebuild the directory from the
+copy with the damage applied and open it. After recovery the log must hold a prefix of what was
+appended that contains every acknowledged record, verify clean, accept appends, and open again to
+the same state. Damage inside records a later record proves were fsynced must raise
+CorruptionError naming the file and offset, never be cut silently.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+import logspool
+from logspool import _format as fmt
+
+
+def _build(path: str, count: int, durability: str = "os") -> list[bytes]:
+    data = [f"record-{i}-".encode() * (1 + i % 3) for i in range(count)]
+    with logspool.open(path, durability=durability, segment_size_max=4096) as log:
+        for p in data:
+            log.append(p)
+    return data
+
+
+def _newest_segment(path: str) -> str:
+    return os.path.join(path, sorted(n for n in os.listdir(path) if n.endswith(".seg"))[-1])
+
+
+def _records_by_lsn(path: str) -> list[bytes]:
+    with logspool.open(path, readonly=True) as log:
+        recs = list(log.read())
+    assert [r.lsn for r in recs] == list(range(len(recs)))
+    return [r.payload for r in recs]
+
+
+def test_cut_newest_segment_at_every_byte(tmp_path: Path) -> None:
+    original = str(tmp_path / "orig")
+    appended = _build(original, 100)
+    newest = os.path.basename(_newest_segment(original))
+    full = Path(original, newest).read_bytes()
+    base = fmt.parse_segment_name(newest)
+    assert base is not None and base > 0, "the test needs more than one segment"
+    work = str(tmp_path / "work")
+    for cut in range(len(full) + 1):
+        shutil.rmtree(work, ignore_errors=True)
+        shutil.copytree(original, work)
+        Path(work, newest).write_bytes(full[:cut])
+        with logspool.open(work, durability="always") as log:
+            got = _records_by_lsn(work)
+            assert got == appended[: len(got)], f"cut at {cut}: not a prefix"
+            assert len(got) >= base, f"cut at {cut}: lost records of sealed segments"
+            assert log.append(b"after") == len(got)
+        again = _records_by_lsn(work)
+        assert again == [*got, b"after"]
+        report = logspool.verify(work)
+        assert report.ok, (cut, report.problems)
+    # The untouched copy recovers to everything.
+    assert _records_by_lsn(original) == appended
+
+
+def test_zero_filled_tail_is_a_crash_state_and_is_cut(tmp_path: Path, log_dir: str) -> None:
+    appended = _build(log_dir, 10)
+    seg_path = _newest_segment(log_dir)
+    size = os.path.getsize(seg_path)
+    for zeros in (1, 31, 32, 36, 4096):
+        with open(seg_path, "ab") as f:
+            f.write(bytes(zeros))
+        assert logspool.verify(log_dir).ok  # a zero tail is a note, not damage
+        with logspool.open(log_dir) as log:
+            assert [r.payload for r in log.read()] == appended
+        assert os.path.getsize(seg_path) == size, f"{zeros} zero bytes not cut on open"
+
+
+def test_garbage_after_the_last_record_is_cut_when_never_fsynced(log_dir: str) -> None:
+    appended = _build(log_dir, 10, durability="os")
+    seg_path = _newest_segment(log_dir)
+    size = os.path.getsize(seg_path)
+    with open(seg_path, "ab") as f:
+        f.write(b"\xff" * 100)
+    with logspool.open(log_dir, durability="os") as log:
+        assert [r.payload for r in log.read()] == appended
+    assert os.path.getsize(seg_path) == size
+
+
+def _flip(path: str, offset: int) -> None:
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        byte = f.read(1)
+        f.seek(offset)
+        f.write(bytes([byte[0] ^ 0x40]))
+
+
+def test_damage_in_fsynced_records_is_reported_not_cut(log_dir: str) -> None:
+    # With durability="always", later records carry durable_lsn past the damaged one: proof that
+    # it was acknowledged, so recovery must refuse to cut it.
+    _build(log_dir, 40, durability="always")
+    seg_path = _newest_segment(log_dir)
+    size = os.path.getsize(seg_path)
+    target = fmt.SEGMENT_HEADER_SIZE + fmt.RECORD_HEADER_SIZE + 2  # payload of the first record
+    _flip(seg_path, target)
+    with pytest.raises(logspool.CorruptionError) as info:
+        logspool.open(log_dir)
+    assert info.value.path == seg_path
+    assert info.value.offset == fmt.SEGMENT_HEADER_SIZE
+    assert "fsynced" in info.value.reason
+    assert os.path.getsize(seg_path) == size, "recovery cut acknowledged data"
+    report = logspool.verify(log_dir)
+    assert not report.ok
+    assert any(p.path == seg_path and p.offset == fmt.SEGMENT_HEADER_SIZE for p in report.problems)
+    with logspool.open(log_dir, readonly=True) as log, pytest.raises(logspool.CorruptionError):
+        list(log.read())
+
+
+def test_damage_in_a_sealed_segment_is_reported_by_readers_and_verify(log_dir: str) -> None:
+    _build(log_dir, 80, durability="always")
+    first = os.path.join(log_dir, fmt.segment_name(0))
+    _flip(first, fmt.SEGMENT_HEADER_SIZE + 200)
+    with logspool.open(log_dir) as log:  # only the newest segment is checked on open: O(newest)
+        with pytest.raises(logspool.CorruptionError) as info:
+            list(log.read())
+        assert info.value.path == first
+    report = logspool.verify(log_dir)
+    assert not report.ok and report.problems[0].path == first
+
+
+def test_unsynced_hole_followed_by_records_is_cut(log_dir: str) -> None:
+    # durability="os": nothing was fsynced, so a power loss may keep a later page and lose an
+    # earlier one. The records after the hole carry no proof: everything from the hole is cut.
+    appended = _build(log_dir, 30, durability="os")
+    seg_path = _newest_segment(log_dir)
+    data = bytearray(Path(seg_path).read_bytes())
+    hole_at = fmt.SEGMENT_HEADER_SIZE + 100
+    data[hole_at : hole_at + 64] = bytes(64)
+    Path(seg_path).write_bytes(bytes(data))
+    with logspool.open(log_dir, durability="os") as log:
+        got = [r.payload for r in log.read()]
+    assert got == appended[: len(got)]
+    assert logspool.verify(log_dir).ok
+
+
+def test_crash_during_rotation_is_recovered(log_dir: str) -> None:
+    appended = _build(log_dir, 40)
+    newest = _newest_segment(log_dir)
+    base = fmt.parse_segment_name(os.path.basename(newest))
+    assert base is not None
+    # The new segment was created but its header never written.
+    Path(newest).write_bytes(b"")
+    os.unlink(newest.replace(".seg", ".idx"))
+    with logspool.open(log_dir) as log:
+        assert [r.payload for r in log.read()] == appended[:base]
+        assert log.append(b"x") == base
+    # The seal was written but the new segment never created.
+    os.unlink(_newest_segment(log_dir))
+    with logspool.open(log_dir) as log:
+        assert log.append(b"y") == base
+    assert logspool.verify(log_dir).ok
+
+
+def test_record_with_valid_checksum_but_wrong_lsn_is_corruption(log_dir: str) -> None:
+    _build(log_dir, 3, durability="os")
+    seg_path = _newest_segment(log_dir)
+    # A duplicated block: the last record appended again, checksum valid, lsn repeated.
+    with logspool.open(log_dir, readonly=True) as log:
+        last = list(log.read())[-1]
+    dup = fmt.encode_record(last.lsn, last.timestamp, 0, last.payload)
+    with open(seg_path, "ab") as f:
+        f.write(dup)
+    with pytest.raises(logspool.CorruptionError, match="expected"):
+        logspool.open(log_dir)
