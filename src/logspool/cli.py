@@ -77,7 +77,10 @@ def _cmd_append(args: argparse.Namespace) -> int:
 
 def _cmd_cat(args: argparse.Namespace) -> int:
     with Log(args.dir, readonly=True, create=False) as log:
-        reader = log.reader(since=args.since) if args.since is not None else log.reader(args.start)
+        if args.since is not None:
+            reader = log.reader(since=args.since)
+        else:
+            reader = log.reader("earliest" if args.start is None else args.start)
         out = sys.stdout.buffer
         try:
             while True:
@@ -168,7 +171,7 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("cat", help="print records")
     p.add_argument("dir")
     where = p.add_mutually_exclusive_group()
-    where.add_argument("--from", dest="start", type=int, default="earliest", metavar="LSN")
+    where.add_argument("--from", dest="start", type=int, default=None, metavar="LSN")
     where.add_argument("--since", type=_parse_time, metavar="TIME", help="RFC 3339 or epoch seconds")
     p.add_argument("--follow", "-f", action="store_true", help="wait for new records")
     p.add_argument("--json", action="store_true", help="one JSON object a line")

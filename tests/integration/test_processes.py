@@ -38,7 +38,9 @@ def _writer(path: str, writer: int, count: int, batch: int, durability: str) -> 
 def test_writer_processes_each_record_once_in_writer_order(log_dir: str, durability: str, batch: int) -> None:
     writers, count = 4, 600
     logspool.open(log_dir, segment_size_max=16384).close()
-    procs = [_CTX.Process(target=_writer, args=(log_dir, w, count, batch, durability)) for w in range(writers)]
+    procs = [
+        _CTX.Process(target=_writer, args=(log_dir, w, count, batch, durability)) for w in range(writers)
+    ]
     for p in procs:
         p.start()
     for p in procs:
