@@ -318,21 +318,22 @@ class Log:
         self._last_ts = header.created_ns
         self._index_due = 0
         self._open_index()
-        data = self._scan_from(data, fmt.SEGMENT_HEADER_SIZE)
-        self._rewrite_index_if_needed(data)
+        self._scan_from(data[fmt.SEGMENT_HEADER_SIZE :], fmt.SEGMENT_HEADER_SIZE)
+        # The scan may have cut a tail or crossed a seal: index what is now the active segment.
+        self._rewrite_index_if_needed(self._fs.pread(self._seg_fd, self._seg_end, 0))
         if self.durability != "os":
             # Records other handles wrote without fsync ("os") become durable here, so the mark
             # this handle writes into later records (durable_lsn) is true.
             self._sync_segment_for_rotation()
         self._written = (self._seg_fd, self._next_lsn)
 
-    def _scan_from(self, data: bytes, offset: int) -> bytes:
-        """Adopt the records of the active segment in ``data[offset:]`` (file offsets), cutting a
-        torn tail. ``data`` starts at file offset 0. Follows seals into the next segment, and
-        returns the bytes of the segment that is active at the end."""
+    def _scan_from(self, data: bytes, base: int) -> None:
+        """Adopt the records of the active segment in ``data``, which holds its bytes from file
+        offset ``base`` to the end, cutting a torn tail. Follows seals into the next segment."""
+        offset = 0
         for _ in range(1 << 20):  # bounded: one turn per segment crossed
             infos: list[seg.RecordInfo] = []
-            stop = seg.parse(data, offset, self._next_lsn, self.record_size_max, None, infos)
+            stop = seg.parse(data, offset, self._next_lsn, self.record_size_max, None, infos, base)
             for info in infos:
                 self._durable_lsn = max(self._durable_lsn, info.durable_lsn)
                 if info.offset >= self._index_due:
@@ -345,7 +346,7 @@ class Log:
                 self._last_ts = max(self._last_ts, infos[-1].timestamp)
             if stop.kind == seg.END:
                 self._seg_end = stop.pos
-                return data
+                return
             if stop.kind == seg.SEAL:
                 # Sealed by another process (or by a crash mid-rotation): move to the next one.
                 self._seg_end = stop.pos
@@ -358,7 +359,7 @@ class Log:
                 header = fmt.decode_segment_header(data, next_path)
                 if header.base_lsn != next_base:
                     raise CorruptionError(next_path, 16, "header base lsn does not match name")
-                offset = fmt.SEGMENT_HEADER_SIZE
+                offset, base = fmt.SEGMENT_HEADER_SIZE, 0
                 continue
             cut = seg.judge_damage(
                 self._seg_path(self._seg_base),
@@ -366,13 +367,13 @@ class Log:
                 stop,
                 self._durable_lsn,
                 self.record_size_max,
-                0,
+                base,
             )
             # Never acknowledged: a crash left it half-written. Cut it (and anything after it).
             self._fs.truncate(self._seg_fd, cut)  # crash here: the same cut is made on next open
             self._sync_if_durable(self._seg_fd)
             self._seg_end = cut
-            return data[:cut]
+            return
         raise AssertionError("segment chain did not end")
 
     def _catch_up(self) -> None:
@@ -386,7 +387,8 @@ class Log:
             self._close_segment_fds()
             self._recover()
             return
-        data = self._fs.pread(self._seg_fd, size, 0)
+        # Only the bytes written since: catching up costs what the others appended, no more.
+        data = self._fs.pread(self._seg_fd, size - self._seg_end, self._seg_end)
         self._scan_from(data, self._seg_end)
         self._written = (self._seg_fd, self._next_lsn)
 

@@ -9,10 +9,9 @@ import subprocess
 import sys
 import time
 
-from tests.conftest import run_cli
-
 import logspool
 from logspool import _format as fmt
+from tests.conftest import run_cli
 
 
 def test_append_cat_info_verify_cutover(log_dir: str) -> None:

@@ -317,3 +317,29 @@ def test_errors_pickle_with_their_attributes() -> None:
         back = pickle.loads(pickle.dumps(err))
         assert type(back) is type(err) and str(back) == str(err)
     assert logspool.CorruptionError("/p/seg", 40, "x").offset == 40
+
+
+def test_catch_up_reads_only_what_others_appended(log_dir: str) -> None:
+    # Two handles (as two processes would) alternate appends. Each catch-up must read the bytes
+    # the other appended, not the segment from its start: that made interleaving quadratic.
+    from logspool._fs import FileSystem
+
+    class CountingFS(FileSystem):
+        read_size = 0
+
+        def pread(self, fd: int, size: int, offset: int) -> bytes:
+            data = super().pread(fd, size, offset)
+            CountingFS.read_size += len(data)
+            return data
+
+    a = logspool.open(log_dir, durability="os", fs=CountingFS())
+    b = logspool.open(log_dir, durability="os", fs=CountingFS())
+    CountingFS.read_size = 0
+    for i in range(400):
+        (a if i % 2 else b).append(b"x" * 100)
+    read_size = CountingFS.read_size
+    segment_size = os.path.getsize(os.path.join(log_dir, fmt.segment_name(0)))
+    assert read_size <= segment_size, (read_size, segment_size)
+    assert [r.lsn for r in a.read()] == list(range(400))
+    a.close()
+    b.close()

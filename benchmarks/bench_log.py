@@ -1,0 +1,218 @@
+"""Benchmark of the log against baselines measured in the same run.
+
+Run: .venv/bin/python benchmarks/bench_log.py [--quick] [--out benchmarks/RESULTS-log.json]
+
+Baselines: a raw ``os.write`` loop of the same payloads (the pure-Python ceiling for an append),
+and an ``os.write`` + ``os.fsync`` loop (the disk's limit for one durable record at a time).
+Every figure is the median of several runs, with the min and max beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import tracemalloc
+from collections.abc import Callable
+
+import logspool
+
+PAYLOAD = b"x" * 100
+
+
+def measure(fn: Callable[[str], int], runs: int) -> dict[str, float]:
+    """Run ``fn(fresh_dir)`` ``runs`` times; it returns how many records it handled."""
+    rates = []
+    for _ in range(runs):
+        d = tempfile.mkdtemp(prefix="logspool-bench-", dir=os.environ.get("BENCH_DIR"))
+        try:
+            start = time.perf_counter()
+            n = fn(d)
+            rates.append(n / (time.perf_counter() - start))
+        finally:
+            shutil.rmtree(d)
+    return {"median": statistics.median(rates), "min": min(rates), "max": max(rates), "runs": runs}
+
+
+def raw_write(n: int) -> Callable[[str], int]:
+    def run(d: str) -> int:
+        fd = os.open(os.path.join(d, "raw"), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+        for _ in range(n):
+            os.write(fd, PAYLOAD)
+        os.close(fd)
+        return n
+
+    return run
+
+
+def raw_fsync(n: int) -> Callable[[str], int]:
+    def run(d: str) -> int:
+        fd = os.open(os.path.join(d, "raw"), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+        for _ in range(n):
+            os.write(fd, PAYLOAD)
+            os.fsync(fd)
+        os.close(fd)
+        return n
+
+    return run
+
+
+def append_one(n: int, durability: str) -> Callable[[str], int]:
+    def run(d: str) -> int:
+        with logspool.open(d + "/log", durability=durability) as log:
+            append = log.append
+            for _ in range(n):
+                append(PAYLOAD)
+        return n
+
+    return run
+
+
+def append_many(n: int, batch: int) -> Callable[[str], int]:
+    def run(d: str) -> int:
+        items = [PAYLOAD] * batch
+        with logspool.open(d + "/log", durability="os") as log:
+            for _ in range(n // batch):
+                log.append_many(items)
+        return n // batch * batch
+
+    return run
+
+
+def threads_durable(n_each: int, threads: int) -> Callable[[str], int]:
+    def run(d: str) -> int:
+        with logspool.open(d + "/log", durability="always") as log:
+
+            def work() -> None:
+                for _ in range(n_each):
+                    log.append(PAYLOAD)
+
+            ts = [threading.Thread(target=work) for _ in range(threads)]
+            for t in ts:
+                t.start()
+            for t in ts:
+                t.join()
+        return n_each * threads
+
+    return run
+
+
+def _proc_writer(path: str, n: int, durability: str, go: object) -> None:
+    with logspool.open(path, durability=durability) as log:
+        go.wait()  # type: ignore[attr-defined]
+        for _ in range(n):
+            log.append(PAYLOAD)
+
+
+def processes(n_each: int, procs: int, durability: str) -> Callable[[str], int]:
+    ctx = multiprocessing.get_context("fork")
+
+    def run(d: str) -> int:
+        path = d + "/log"
+        logspool.open(path).close()
+        go = ctx.Event()
+        ps = [ctx.Process(target=_proc_writer, args=(path, n_each, durability, go)) for _ in range(procs)]
+        for p in ps:
+            p.start()
+        time.sleep(0.3)  # all opened
+        start = time.perf_counter()
+        go.set()
+        for p in ps:
+            p.join()
+        elapsed = time.perf_counter() - start
+        with logspool.open(path, readonly=True) as log:
+            assert log.info().next_lsn == n_each * procs
+        # report the rate over the timed part only
+        run.elapsed = elapsed  # type: ignore[attr-defined]
+        return n_each * procs
+
+    return run
+
+
+def measure_procs(fn: Callable[[str], int], runs: int) -> dict[str, float]:
+    rates = []
+    for _ in range(runs):
+        d = tempfile.mkdtemp(prefix="logspool-bench-", dir=os.environ.get("BENCH_DIR"))
+        try:
+            n = fn(d)
+            rates.append(n / fn.elapsed)  # type: ignore[attr-defined]
+        finally:
+            shutil.rmtree(d)
+    return {"median": statistics.median(rates), "min": min(rates), "max": max(rates), "runs": runs}
+
+
+def read_rate(n: int, runs: int) -> tuple[dict[str, float], dict[str, int]]:
+    d = tempfile.mkdtemp(prefix="logspool-bench-", dir=os.environ.get("BENCH_DIR"))
+    try:
+        path = d + "/log"
+        peaks: dict[str, int] = {}
+        with logspool.open(path, durability="os") as log:
+            written = 0
+            rates = []
+            for size in (n // 10, n):
+                log.append_many([PAYLOAD] * (size - written))
+                written = size
+                tracemalloc.start()
+                count = sum(1 for _ in log.read())
+                peaks[str(size)] = tracemalloc.get_traced_memory()[1]
+                tracemalloc.stop()
+                assert count == size
+            for _ in range(runs):
+                start = time.perf_counter()
+                count = 0
+                for _rec in log.read():
+                    count += 1
+                rates.append(count / (time.perf_counter() - start))
+        stats = {"median": statistics.median(rates), "min": min(rates), "max": max(rates), "runs": runs}
+        return stats, peaks
+    finally:
+        shutil.rmtree(d)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--out", default="benchmarks/out/log.json")
+    args = parser.parse_args()
+    runs = 3 if args.quick else 5
+    n = 100_000 if args.quick else 300_000
+    n_sync = 500 if args.quick else 2000
+    results: dict[str, object] = {"python": sys.version.split()[0], "cpus": os.cpu_count()}
+    cases: list[tuple[str, Callable[[], dict[str, float]]]] = [
+        ("baseline: os.write loop", lambda: measure(raw_write(n), runs)),
+        ("logspool append, durability=os", lambda: measure(append_one(n, "os"), runs)),
+        ("logspool append_many(1000), os", lambda: measure(append_many(n * 5, 1000), runs)),
+        ("baseline: os.write+os.fsync loop", lambda: measure(raw_fsync(n_sync), runs)),
+        ("logspool append, always, 1 thread", lambda: measure(append_one(n_sync, "always"), runs)),
+        ("logspool append, always, 8 threads", lambda: measure(threads_durable(n_sync, 8), runs)),
+        ("logspool append, os, 4 processes", lambda: measure_procs(processes(n // 4, 4, "os"), runs)),
+        (
+            "logspool append, always, 8 processes",
+            lambda: measure_procs(processes(n_sync, 8, "always"), runs),
+        ),
+    ]
+    for name, fn in cases:
+        results[name] = fn()
+        r = results[name]
+        print(f"{name:<40} {r['median']:>12,.0f}/s  (min {r['min']:,.0f}, max {r['max']:,.0f})", flush=True)  # type: ignore[index]
+    read, peaks = read_rate(1_000_000 if not args.quick else 300_000, runs)
+    results["logspool sequential read"] = read
+    results["reader peak memory (bytes) by log size"] = peaks
+    name = "logspool sequential read"
+    print(f"{name:<40} {read['median']:>12,.0f}/s  (min {read['min']:,.0f}, max {read['max']:,.0f})")
+    print(f"reader peak traced memory by records in log: {peaks}")
+    os.makedirs(os.path.dirname(args.out), exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(results, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
