@@ -41,23 +41,15 @@ def measure(fn: Callable[[str], int], runs: int) -> dict[str, float]:
     return {"median": statistics.median(rates), "min": min(rates), "max": max(rates), "runs": runs}
 
 
-def raw_write(n: int) -> Callable[[str], int]:
+def raw_loop(n: int, *, fsync: bool) -> Callable[[str], int]:
+    """The baselines: os.write of each payload, and optionally os.fsync after each."""
+
     def run(d: str) -> int:
         fd = os.open(os.path.join(d, "raw"), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
         for _ in range(n):
             os.write(fd, PAYLOAD)
-        os.close(fd)
-        return n
-
-    return run
-
-
-def raw_fsync(n: int) -> Callable[[str], int]:
-    def run(d: str) -> int:
-        fd = os.open(os.path.join(d, "raw"), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
-        for _ in range(n):
-            os.write(fd, PAYLOAD)
-            os.fsync(fd)
+            if fsync:
+                os.fsync(fd)
         os.close(fd)
         return n
 
@@ -186,10 +178,10 @@ def main() -> int:
     n_sync = 500 if args.quick else 2000
     results: dict[str, object] = {"python": sys.version.split()[0], "cpus": os.cpu_count()}
     cases: list[tuple[str, Callable[[], dict[str, float]]]] = [
-        ("baseline: os.write loop", lambda: measure(raw_write(n), runs)),
+        ("baseline: os.write loop", lambda: measure(raw_loop(n, fsync=False), runs)),
         ("logspool append, durability=os", lambda: measure(append_one(n, "os"), runs)),
         ("logspool append_many(1000), os", lambda: measure(append_many(n * 5, 1000), runs)),
-        ("baseline: os.write+os.fsync loop", lambda: measure(raw_fsync(n_sync), runs)),
+        ("baseline: os.write+os.fsync loop", lambda: measure(raw_loop(n_sync, fsync=True), runs)),
         ("logspool append, always, 1 thread", lambda: measure(append_one(n_sync, "always"), runs)),
         ("logspool append, always, 8 threads", lambda: measure(threads_durable(n_sync, 8), runs)),
         ("logspool append, os, 4 processes", lambda: measure_procs(processes(n // 4, 4, "os"), runs)),

@@ -74,6 +74,15 @@ class LogInfo:
         return self.next_lsn - self.first_lsn
 
 
+def _checked_payloads(payloads: Iterable[object], size_max: int) -> list[bytes]:
+    """The payloads as bytes, after checking every type and size (before anything is written)."""
+    items = [_as_bytes(p) for p in payloads]
+    for item in items:
+        if len(item) > size_max:
+            raise RecordTooLargeError(len(item), size_max)
+    return items
+
+
 def _as_bytes(payload: object) -> bytes:
     if isinstance(payload, bytes):
         return payload
@@ -491,10 +500,7 @@ class Log:
         span a rotation; then each full segment is written and sealed as it fills.)
         Durability and concurrency as ``append``.
         """
-        items = [_as_bytes(p) for p in payloads]
-        for item in items:
-            if len(item) > self.record_size_max:
-                raise RecordTooLargeError(len(item), self.record_size_max)
+        items = _checked_payloads(payloads, self.record_size_max)
         if not items:
             return []
         with self._writer_locked(None):
@@ -544,20 +550,22 @@ class Log:
                 self._rotate()
         return first
 
-    def _write_chunk(self, data: bytes, end: int, next_lsn: int) -> None:
+    def _write_at_end(self, data: bytes, what: str) -> None:
+        """Write ``data`` at the end of the active segment, or leave the segment as it was."""
         try:
             self._fs.write(self._seg_fd, data)
         except OSError as err:
-            # Part of the chunk may be in the file. Cut it back so that nothing partial is ever
+            # Part of it may be in the file. Cut it back so that nothing partial is ever
             # visible; if even that fails, stop (the next writer's catch-up cuts the torn tail).
             try:
                 self._fs.truncate(self._seg_fd, self._seg_end)
             except OSError as err2:
                 self._fail(err2)
-                raise FailedError(
-                    self.path, f"write failed ({err}) and could not be undone ({err2})"
-                ) from err
-            raise AppendError(self.path, str(err)) from err
+                raise FailedError(self.path, f"{what} failed ({err}), not undone ({err2})") from err
+            raise AppendError(self.path, f"{what}: {err}") from err
+
+    def _write_chunk(self, data: bytes, end: int, next_lsn: int) -> None:
+        self._write_at_end(data, "writing records")
         self._seg_end = end
         self._next_lsn = next_lsn
         self._written = (self._seg_fd, next_lsn)
@@ -583,15 +591,7 @@ class Log:
         now = time.time_ns()
         ts = now if now > self._last_ts else self._last_ts
         seal = fmt.encode_record(self._next_lsn, ts, self._durable_lsn, b"", fmt.FLAG_SEAL)
-        try:
-            self._fs.write(self._seg_fd, seal)
-        except OSError as err:
-            try:
-                self._fs.truncate(self._seg_fd, self._seg_end)
-            except OSError as err2:
-                self._fail(err2)
-                raise FailedError(self.path, f"seal failed ({err}), not undone ({err2})") from err
-            raise AppendError(self.path, f"sealing the segment: {err}") from err
+        self._write_at_end(seal, "sealing the segment")
         self._seg_end += len(seal)
         if self.durability != "os":
             self._sync_segment_for_rotation()
@@ -827,16 +827,12 @@ class Tail:
         return self._log._next_lsn
 
     def append(self, payload: bytes) -> int:
-        data = _as_bytes(payload)
-        if len(data) > self._log.record_size_max:
-            raise RecordTooLargeError(len(data), self._log.record_size_max)
-        return self._log._write_records((data,))
+        """Append one record; durable when the exclusive block ends (as ``Log.append``)."""
+        return self.append_many((payload,))[0]
 
     def append_many(self, payloads: Iterable[bytes]) -> list[int]:
-        items = [_as_bytes(p) for p in payloads]
-        for item in items:
-            if len(item) > self._log.record_size_max:
-                raise RecordTooLargeError(len(item), self._log.record_size_max)
+        """Append records in order; durable when the exclusive block ends."""
+        items = _checked_payloads(payloads, self._log.record_size_max)
         if not items:
             return []
         first = self._log._write_records(items)

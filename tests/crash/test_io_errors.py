@@ -1,0 +1,75 @@
+"""Disk full and I/O errors through the _fs seam: nothing partial is visible, fsync errors stop.
+
+A FileSystem subclass writes half of a segment write and then raises ENOSPC (what a filling disk
+does), or fails an fsync with EIO. The log must report the error, keep every earlier record
+readable, show nothing of the failed append, and accept appends once space is back; after an
+fsync error the handle must refuse everything (fail-stop), and a reopen must recover.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+
+import pytest
+
+import logspool
+from logspool._fs import FileSystem
+
+
+class DiskFills(FileSystem):
+    """Fails segment writes with ENOSPC after writing half, while ``full`` is set."""
+
+    full = False
+
+    def write(self, fd: int, data: bytes) -> None:
+        if self.full and len(data) > 32:
+            os.write(fd, data[: len(data) // 2])
+            raise OSError(errno.ENOSPC, "No space left on device")
+        super().write(fd, data)
+
+
+class FsyncFails(FileSystem):
+    broken = False
+
+    def fsync(self, fd: int) -> None:
+        if self.broken:
+            raise OSError(errno.EIO, "Input/output error")
+        super().fsync(fd)
+
+
+def test_disk_full_leaves_nothing_partial_and_appends_resume(log_dir: str) -> None:
+    fs = DiskFills()
+    with logspool.open(log_dir, fs=fs) as log:
+        log.append_many([b"before-1", b"before-2"])
+        fs.full = True
+        with pytest.raises(logspool.AppendError, match="No space left") as info:
+            log.append(b"x" * 500)
+        assert info.value.path == log_dir
+        with pytest.raises(logspool.AppendError):
+            log.append_many([b"y" * 100] * 10)
+        assert [r.payload for r in log.read()] == [b"before-1", b"before-2"]
+        assert logspool.verify(log_dir).ok
+        fs.full = False
+        assert log.append(b"after") == 2
+    with logspool.open(log_dir) as log:
+        assert [r.payload for r in log.read()] == [b"before-1", b"before-2", b"after"]
+
+
+def test_fsync_error_makes_the_handle_fail_stop(log_dir: str) -> None:
+    fs = FsyncFails()
+    log = logspool.open(log_dir, fs=fs)
+    log.append(b"acknowledged")
+    fs.broken = True
+    with pytest.raises(logspool.FailedError, match="Input/output error"):
+        log.append(b"never acknowledged")
+    fs.broken = False  # a retry would now "succeed": the handle must not allow it
+    with pytest.raises(logspool.FailedError):
+        log.append(b"retry")
+    with pytest.raises(logspool.FailedError):
+        log.sync()
+    log.close()
+    with logspool.open(log_dir) as again:
+        payloads = [r.payload for r in again.read()]
+    assert payloads[0] == b"acknowledged"
+    assert b"retry" not in payloads
