@@ -32,6 +32,9 @@ CRC_CHECK_VALUE = 0xCBF43926  # crc32(b"123456789"), the catalogue check value
 RECORD_HEADER = struct.Struct("<IIQQQ")  # length, flags, lsn, timestamp_ns, durable_lsn
 RECORD_HEADER_SIZE = RECORD_HEADER.size  # 32
 RECORD_TRAILER = struct.Struct("<I")  # crc32 of header and payload
+# The CRC-32 of any bytes followed by their own CRC-32 (little-endian) is this constant, so a
+# reader checks a whole record, trailer included, with one crc32 call (docs/FORMAT.md §4).
+CRC_RESIDUE = 0x2144DF1C
 RECORD_TRAILER_SIZE = RECORD_TRAILER.size  # 4
 RECORD_OVERHEAD = RECORD_HEADER_SIZE + RECORD_TRAILER_SIZE  # 36
 

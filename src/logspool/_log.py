@@ -26,6 +26,7 @@ import os
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
@@ -91,6 +92,19 @@ def _as_bytes(payload: object) -> bytes:
     raise TypeError(f"payload must be bytes, bytearray or memoryview, not {type(payload).__name__}")
 
 
+# Every open handle, so that a forked child marks them unusable (the hot path tests one flag,
+# not os.getpid(); _check_usable then names fork as the reason).
+_HANDLES: weakref.WeakSet[Log] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for handle in list(_HANDLES):
+        handle._usable = False
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 class Log:
     """A handle on one log directory. Thread-safe; one handle per process (not across fork).
 
@@ -125,6 +139,10 @@ class Log:
         self._pid = os.getpid()
         self._closed = False
         self._failure: BaseException | None = None
+        # False once the handle cannot append (closed, failed, read-only, or in a forked child):
+        # the one test on the append hot path; _check_usable then says why.
+        self._usable = not readonly
+        _HANDLES.add(self)
         self._lock = threading.Lock()
         self._exclusive_owner: int | None = None
         self._sync_cond = threading.Condition(threading.Lock())
@@ -150,6 +168,9 @@ class Log:
             record_size_max=record_size_max,
         )
         self.record_size_max = self.meta.record_size_max
+        # A record of payload size n starting at offset o fits without rotation if o + n is at
+        # most this (room is kept for the seal record; see _write_records).
+        self._plain_end_max = self.meta.segment_size_max - 2 * fmt.RECORD_OVERHEAD
         if not readonly:
             self._open_writer()
             if durability == "interval":
@@ -252,8 +273,8 @@ class Log:
     @contextlib.contextmanager
     def _writer_locked(self, timeout_s: float | None) -> Iterator[None]:
         """Hold the thread lock and the process flock; the caller catches up inside."""
-        if self._exclusive_owner == threading.get_ident():
-            raise RuntimeError("append through the Tail given by exclusive(), not the Log, inside it")
+        if self._exclusive_owner is not None:
+            self._refuse_inside_exclusive()
         with self._lock:
             self._check_usable()
             if timeout_s is None:
@@ -264,6 +285,10 @@ class Log:
                 yield
             finally:
                 self._fs.unlock(self._lock_fd)
+
+    def _refuse_inside_exclusive(self) -> None:
+        if self._exclusive_owner == threading.get_ident():
+            raise RuntimeError("append through the Tail given by exclusive(), not the Log, inside it")
 
     def _check_usable(self) -> None:
         if self._failure is not None:
@@ -279,6 +304,7 @@ class Log:
         """Stop this handle for good (fsyncgate: never retry an fsync, never ack past it)."""
         if self._failure is None:
             self._failure = err
+        self._usable = False
 
     def _seg_path(self, base: int) -> str:
         return os.path.join(self.path, fmt.segment_name(base))
@@ -483,12 +509,37 @@ class Log:
         concurrent appenders); ``"interval"`` and ``"os"`` return once it is in the page cache.
         Concurrency: any thread; any number of processes with their own handles.
         """
-        data = _as_bytes(payload)
+        data = payload if type(payload) is bytes else _as_bytes(payload)
         if len(data) > self.record_size_max:
             raise RecordTooLargeError(len(data), self.record_size_max)
-        with self._writer_locked(None):
-            self._catch_up()
-            lsn = self._write_records((data,))
+        if self._exclusive_owner is not None:
+            self._refuse_inside_exclusive()
+        # The hot path, written out: the same steps as _writer_locked + _write_records, without a
+        # generator or a list per call (docs/DESIGN.md, "append cost"). Everything that is not a
+        # plain record in the middle of a segment (a rotation, an index entry) goes the long way.
+        with self._lock:
+            if not self._usable:
+                self._check_usable()
+            fs = self._fs
+            fs.lock_blocking(self._lock_fd)
+            try:
+                if fs.size(self._seg_fd) != self._seg_end:
+                    self._catch_up()
+                offset = self._seg_end
+                if offset + len(data) > self._plain_end_max or offset >= self._index_due:
+                    lsn = self._write_records((data,))
+                else:
+                    lsn = self._next_lsn
+                    now = time.time_ns()
+                    ts = now if now > self._last_ts else self._last_ts
+                    rec = fmt.encode_record(lsn, ts, self._durable_lsn, data)
+                    self._write_at_end(rec, "writing records")
+                    self._seg_end = offset + len(rec)
+                    self._next_lsn = lsn + 1
+                    self._written = (self._seg_fd, lsn + 1)
+                    self._last_ts = ts
+            finally:
+                fs.unlock(self._lock_fd)
         if self.durability == "always":
             self._await_durable(lsn + 1)
         return lsn
@@ -799,6 +850,7 @@ class Log:
                     self._await_durable(self._written[1])
         with self._lock:
             self._closed = True
+            self._usable = False
             if self._seg_fd >= 0 or self._idx_fd >= 0:
                 self._close_segment_fds()
             if self._lock_fd >= 0:

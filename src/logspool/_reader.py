@@ -9,6 +9,7 @@ cutovers without listing the directory. Memory is one read chunk (1 MiB) whateve
 from __future__ import annotations
 
 import bisect
+import operator
 import os
 import time
 from collections.abc import Iterator
@@ -71,8 +72,10 @@ class Reader:
         self._pos = 0
         self._lsn = 0
         self._need = 0
-        self._pending: list[fmt.Record] = []
-        self._i = 0
+        # Records read but not yet returned, as an iterator over a list: ``__iter__`` hands them
+        # out with ``yield from`` (no Python code per record), and its length hint says how many
+        # are left, so ``position`` stays exact when a caller stops half-way.
+        self._pending: Iterator[fmt.Record] = iter(())
         self._skip_below = 0
         self._since_ns: int | None = None
         self._watch: DirectoryWatch | None = None
@@ -88,11 +91,11 @@ class Reader:
     @property
     def position(self) -> int:
         """The lsn of the next record this reader returns (to checkpoint and resume from)."""
-        return self._lsn - (len(self._pending) - self._i)
+        return self._lsn - operator.length_hint(self._pending)
 
     def seek(self, start: Position) -> None:
         """Position at an lsn, or at "earliest" / "latest" (the next record to be appended)."""
-        self._pending, self._i = [], 0
+        self._pending = iter(())
         self._since_ns = None
         bases = list_segments(self._fs, self._path)
         if start == "earliest":
@@ -224,7 +227,7 @@ class Reader:
             if out and (self._skip_below > out[0].lsn or self._since_ns is not None):
                 out = self._filter(out)
             if out:
-                self._pending, self._i = out, 0
+                self._pending = iter(out)
                 return True
             kind = stop.kind
             if kind == seg.SEAL:
@@ -278,16 +281,15 @@ class Reader:
         for _ in range(1 << 20):  # bounded: one turn per chunk
             if not self._fill():
                 return self._lsn
-            self._pending, self._i = [], 0
+            self._pending = iter(())
         raise AssertionError("log without end")
 
     def next(self, timeout: float | None = None) -> fmt.Record | None:
         """The next record, waiting up to ``timeout`` seconds (None: forever) for one to be
         appended; None if none came in time. Wakes within milliseconds of an append made by any
         process (inotify; polling where that is missing)."""
-        if self._i < len(self._pending):
-            rec = self._pending[self._i]
-            self._i += 1
+        rec = next(self._pending, None)
+        if rec is not None:
             return rec
         deadline = None if timeout is None else time.monotonic() + timeout
         for _ in range(1 << 62):  # bounded by the deadline
@@ -296,9 +298,7 @@ class Reader:
             if self._fill():
                 if self._watch is not None:
                     self._watch.reset_backoff()
-                rec = self._pending[self._i]
-                self._i += 1
-                return rec
+                return next(self._pending)
             remaining = 3600.0 if deadline is None else deadline - time.monotonic()
             if remaining <= 0:
                 return None
@@ -311,11 +311,7 @@ class Reader:
     def __iter__(self) -> Iterator[fmt.Record]:
         """The records available now, in lsn order; ends at the current end of the log."""
         while True:
-            pending = self._pending
-            while self._i < len(pending):
-                rec = pending[self._i]
-                self._i += 1
-                yield rec
+            yield from self._pending
             if not self._fill():
                 return
 

@@ -22,6 +22,7 @@ from typing import NamedTuple
 
 from . import limits
 from ._format import (
+    CRC_RESIDUE,
     FLAG_SEAL,
     FLAGS_KNOWN,
     RECORD_HEADER,
@@ -77,57 +78,76 @@ def parse(
 
     Appends a Record per valid record to ``out`` and, if given, a RecordInfo to ``infos``
     (offsets there are ``base + position in buf``, so a chunk can stand for a file region).
-    ``size_max`` bounds the payload size believed from a length field. This loop is the hot path of
-    every reader: locals are bound once, and each record costs one unpack, one CRC and one slice.
+    ``size_max`` bounds the payload size believed from a length field.
+
+    This loop is the hot path of every reader. A plain record passes one test: the checksum
+    residue (see ``_format.CRC_RESIDUE``) and the header fields, checked together; anything else
+    goes to ``_stop_at``, which says what it is. Each record costs one unpack, one CRC over one
+    slice, one payload slice and one tuple.
     """
     unpack_header = RECORD_HEADER.unpack_from
-    unpack_crc = _CRC.unpack_from
+    make = tuple.__new__
     end = len(buf)
-    view = memoryview(buf)
-    while True:  # bounded: each turn consumes a record of at least RECORD_OVERHEAD bytes, or stops
-        if end - pos < RECORD_HEADER_SIZE:
-            if pos == end:
-                return Stop(END, base + pos, lsn)
-            if not any(view[pos:end]):
-                return Stop(ZERO, base + pos, lsn)
-            return Stop(INCOMPLETE, base + pos, lsn)
+    last = end - RECORD_HEADER_SIZE
+    while pos <= last:  # bounded: each turn consumes a record of at least RECORD_OVERHEAD bytes
         length, flags, rlsn, ts, durable = unpack_header(buf, pos)
         rec_end = pos + RECORD_OVERHEAD + length
-        if length > size_max:
-            if view[pos : pos + RECORD_HEADER_SIZE] == _ZERO_HEADER:
-                return Stop(ZERO, base + pos, lsn)
-            return Stop(TORN, base + pos, lsn, f"record length {length} exceeds the limit {size_max}")
-        if rec_end > end:
-            if length == 0 and view[pos : pos + RECORD_HEADER_SIZE] == _ZERO_HEADER:
-                return Stop(ZERO, base + pos, lsn)
-            return Stop(INCOMPLETE, base + pos, lsn, need=RECORD_OVERHEAD + length)
-        crc_at = rec_end - 4
-        (found,) = unpack_crc(buf, crc_at)
-        expected = crc32(view[pos:crc_at])
-        if found != expected:
-            if view[pos : pos + RECORD_HEADER_SIZE] == _ZERO_HEADER:
-                return Stop(ZERO, base + pos, lsn)
-            return Stop(
-                TORN,
-                base + pos,
-                lsn,
-                f"checksum mismatch (expected 0x{expected:08x}, found 0x{found:08x})",
-            )
-        if rlsn != lsn:
-            return Stop(BAD, base + pos, lsn, f"record has lsn {rlsn}, expected {lsn}")
-        if flags:
-            if flags & ~FLAGS_KNOWN:
-                return Stop(BAD, base + pos, lsn, f"unknown record flags 0x{flags:08x}")
-            if flags & FLAG_SEAL:
-                if length:
-                    return Stop(BAD, base + pos, lsn, "seal record with a payload")
-                return Stop(SEAL, base + pos, lsn, next_lsn=rlsn)
-        if out is not None:
-            out.append(Record(rlsn, ts, buf[pos + RECORD_HEADER_SIZE : crc_at]))
-        if infos is not None:
-            infos.append(RecordInfo(base + pos, rlsn, ts, durable, rec_end - pos))
-        lsn += 1
-        pos = rec_end
+        if (
+            length <= size_max
+            and rec_end <= end
+            and rlsn == lsn
+            and not flags
+            and crc32(buf[pos:rec_end]) == CRC_RESIDUE
+        ):
+            if out is not None:
+                out.append(make(Record, (rlsn, ts, buf[pos + RECORD_HEADER_SIZE : rec_end - 4])))
+            if infos is not None:
+                infos.append(RecordInfo(base + pos, rlsn, ts, durable, rec_end - pos))
+            lsn += 1
+            pos = rec_end
+            continue
+        return _stop_at(buf, pos, lsn, size_max, base)
+    if pos == end:
+        return Stop(END, base + pos, lsn)
+    if not any(memoryview(buf)[pos:end]):
+        return Stop(ZERO, base + pos, lsn)
+    return Stop(INCOMPLETE, base + pos, lsn)
+
+
+def _stop_at(buf: bytes, pos: int, lsn: int, size_max: int, base: int) -> Stop:
+    """Why the record at ``pos`` (a whole header is there) is not a plain valid record."""
+    length, flags, rlsn, _ts, _durable = RECORD_HEADER.unpack_from(buf, pos)
+    rec_end = pos + RECORD_OVERHEAD + length
+    zero_header = buf[pos : pos + RECORD_HEADER_SIZE] == _ZERO_HEADER
+    if length > size_max:
+        if zero_header:
+            return Stop(ZERO, base + pos, lsn)
+        return Stop(TORN, base + pos, lsn, f"record length {length} exceeds the limit {size_max}")
+    if rec_end > len(buf):
+        if length == 0 and zero_header:
+            return Stop(ZERO, base + pos, lsn)
+        return Stop(INCOMPLETE, base + pos, lsn, need=RECORD_OVERHEAD + length)
+    crc_at = rec_end - 4
+    (found,) = _CRC.unpack_from(buf, crc_at)
+    expected = crc32(buf[pos:crc_at])
+    if found != expected:
+        if zero_header:
+            return Stop(ZERO, base + pos, lsn)
+        return Stop(
+            TORN,
+            base + pos,
+            lsn,
+            f"checksum mismatch (expected 0x{expected:08x}, found 0x{found:08x})",
+        )
+    if rlsn != lsn:
+        return Stop(BAD, base + pos, lsn, f"record has lsn {rlsn}, expected {lsn}")
+    if flags & ~FLAGS_KNOWN:
+        return Stop(BAD, base + pos, lsn, f"unknown record flags 0x{flags:08x}")
+    if flags & FLAG_SEAL:
+        if length:
+            return Stop(BAD, base + pos, lsn, "seal record with a payload")
+        return Stop(SEAL, base + pos, lsn, next_lsn=rlsn)
+    raise AssertionError(f"record at {base + pos} is valid but was not taken")
 
 
 def durable_proof_after(buf: bytes, pos: int, lsn: int, size_max: int) -> int:

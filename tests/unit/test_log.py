@@ -132,6 +132,21 @@ def test_reader_position_resumes_exactly(log_dir: str) -> None:
         assert next(iter(log.read(start=pos))).payload == b"r123"
 
 
+def test_position_is_exact_after_leaving_a_for_loop_mid_chunk(log_dir: str) -> None:
+    with logspool.open(log_dir) as log:
+        log.append_many(payloads(100))
+        reader = log.reader()
+        for rec in reader:
+            if rec.lsn == 41:
+                break
+        assert reader.position == 42
+        nxt = reader.next(timeout=0)
+        assert nxt is not None and nxt.lsn == 42
+        assert [r.lsn for r in reader] == list(range(43, 100))
+        assert reader.position == 100
+        reader.close()
+
+
 def test_large_records_across_read_chunks(log_dir: str) -> None:
     big = os.urandom(3 * 1024 * 1024)
     with logspool.open(log_dir) as log:
@@ -343,3 +358,22 @@ def test_catch_up_reads_only_what_others_appended(log_dir: str) -> None:
     assert [r.lsn for r in a.read()] == list(range(400))
     a.close()
     b.close()
+
+
+def test_a_handle_cannot_append_in_a_forked_child(log_dir: str) -> None:
+    with logspool.open(log_dir) as log:
+        log.append(b"parent")
+        pid = os.fork()
+        if pid == 0:  # the child: report through the exit code only
+            try:
+                log.append(b"child")
+                code = 1
+            except logspool.ClosedError as err:
+                code = 0 if "fork" in str(err) else 2
+            except BaseException:
+                code = 3
+            os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        log.append(b"parent again")  # the parent's handle is untouched
+        assert [r.payload for r in log.read()] == [b"parent", b"parent again"]
