@@ -15,6 +15,7 @@ Invariants (checked at import, below):
 from __future__ import annotations
 
 import json
+import mmap
 import struct
 import zlib
 from dataclasses import dataclass
@@ -61,6 +62,12 @@ META_HEADER = struct.Struct("<8sHHI")  # magic, version, reserved, body_size
 META_HEADER_SIZE = META_HEADER.size  # 16
 META_NAME = "meta"
 LOCK_NAME = "lock"
+
+# --- the sync mark (shared state of the writers, not durable data) -------------------------------
+SYNC_NAME = "sync"
+SYNC_MAGIC = b"LOGSPSYN"
+SYNC_MARK = struct.Struct("<8sQQ")  # magic, segment base lsn, offset
+SYNC_FILE_SIZE = 64  # the file is at least this long; the mark is its first 24 bytes
 
 LSN_MAX = (1 << 63) - 1  # lsns are stored in 64 bits; we keep them within a signed int64 for Spark
 NAME_DIGITS = 20  # segment names: the base lsn in 20 decimal digits, so names sort as numbers
@@ -262,6 +269,20 @@ def decode_meta(buf: bytes, path: str) -> Meta:
         )
     except (ValueError, KeyError, TypeError) as err:
         raise CorruptionError(path, META_HEADER_SIZE, f"meta body is not valid: {err}") from err
+
+
+# --- sync mark ----------------------------------------------------------------------------------
+def read_sync_mark(buf: mmap.mmap | bytes) -> tuple[int, int]:
+    """The (segment base lsn, offset) the sync file says is durable; (0, 0), "nothing known",
+    if it does not start with the magic (new, or rebuilt by the next fsync)."""
+    magic, base, offset = SYNC_MARK.unpack_from(buf, 0)
+    if magic != SYNC_MAGIC:
+        return (0, 0)
+    return (base, offset)
+
+
+def write_sync_mark(buf: mmap.mmap, base_lsn: int, offset: int) -> None:
+    SYNC_MARK.pack_into(buf, 0, SYNC_MAGIC, base_lsn, offset)
 
 
 # --- checks at import: the format's constants and their relationships ---------------------------

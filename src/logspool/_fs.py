@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import mmap
 import os
 import time
 
@@ -100,6 +101,13 @@ class FileSystem:
 
     def mkdir(self, path: str) -> None:
         os.makedirs(path, exist_ok=True)
+
+    def map_shared(self, fd: int, size: int) -> mmap.mmap:
+        """Map the first ``size`` bytes of ``fd`` read-write and shared between processes (the
+        file must be at least that long). Stores into it are visible to every process at once;
+        they reach the disk only whenever the kernel writes the page back: never rely on them
+        for durability."""
+        return mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
 
     # --- locking -------------------------------------------------------------------------------
     def lock(self, fd: int, timeout_s: float) -> bool:

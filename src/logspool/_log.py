@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import mmap
 import os
 import threading
 import time
@@ -147,6 +148,7 @@ class Log:
         self._exclusive_owner: int | None = None
         self._sync_cond = threading.Condition(threading.Lock())
         self._sync_running = False
+        self._sync_waiters = 0
         self._synced_next = 0
         self._lock_fd = -1
         self._seg_fd = -1
@@ -158,7 +160,10 @@ class Log:
         self._durable_lsn = 0  # highest durable_lsn known: put in every record header we write
         self._index_due = 0
         self._index_ok = True
-        self._written = (-1, 0)  # (segment fd, next lsn after the last write): the syncer's view
+        # The syncer's view of the last write: (segment fd, next lsn, segment base, end offset).
+        self._written = (-1, 0, 0, 0)
+        self._sync_fd = -1
+        self._sync_map: mmap.mmap | None = None
         self._flusher: threading.Thread | None = None
         self._flusher_stop = threading.Event()
         self.meta = self._open_meta(
@@ -267,6 +272,7 @@ class Log:
             raise ReadOnlyError(
                 self.path, f"cannot open {lock_path} for writing ({err}); open with readonly=True"
             ) from err
+        self._open_sync_file()
         with self._writer_locked(self._lock_timeout_s):
             self._recover()
 
@@ -338,9 +344,10 @@ class Log:
                 raise
             # A crash while creating the segment: its header never reached the disk and it holds
             # no record. Write the header again (the name gives the base lsn).
+            self._lower_sync_mark(base, 0)
             self._fs.truncate(fd, 0)  # crash here: an empty segment, handled the same way again
             self._fs.write(fd, fmt.encode_segment_header(base, time.time_ns()))
-            self._sync_if_durable(fd)
+            self._fs.fsync(fd)
             data = self._fs.pread(fd, fmt.SEGMENT_HEADER_SIZE, 0)
             header = fmt.decode_segment_header(data, path)
         if header.base_lsn != base:
@@ -356,11 +363,14 @@ class Log:
         self._scan_from(data[fmt.SEGMENT_HEADER_SIZE :], fmt.SEGMENT_HEADER_SIZE)
         # The scan may have cut a tail or crossed a seal: index what is now the active segment.
         self._rewrite_index_if_needed(self._fs.pread(self._seg_fd, self._seg_end, 0))
+        # The sync mark never claims more than this segment holds (a copied or restored directory
+        # may carry a mark from elsewhere).
+        self._lower_sync_mark(self._seg_base, self._seg_end)
         if self.durability != "os":
             # Records other handles wrote without fsync ("os") become durable here, so the mark
             # this handle writes into later records (durable_lsn) is true.
             self._sync_segment_for_rotation()
-        self._written = (self._seg_fd, self._next_lsn)
+        self._mark_written()
 
     def _scan_from(self, data: bytes, base: int) -> None:
         """Adopt the records of the active segment in ``data``, which holds its bytes from file
@@ -405,6 +415,7 @@ class Log:
                 base,
             )
             # Never acknowledged: a crash left it half-written. Cut it (and anything after it).
+            self._lower_sync_mark(self._seg_base, cut)
             self._fs.truncate(self._seg_fd, cut)  # crash here: the same cut is made on next open
             self._sync_if_durable(self._seg_fd)
             self._seg_end = cut
@@ -425,7 +436,7 @@ class Log:
         # Only the bytes written since: catching up costs what the others appended, no more.
         data = self._fs.pread(self._seg_fd, size - self._seg_end, self._seg_end)
         self._scan_from(data, self._seg_end)
-        self._written = (self._seg_fd, self._next_lsn)
+        self._mark_written()
 
     def _sync_if_durable(self, fd: int) -> None:
         if self.durability != "os":
@@ -440,7 +451,9 @@ class Log:
             return  # left by a crash mid-creation; _recover rewrites a missing header
         try:
             self._fs.write(fd, fmt.encode_segment_header(base, created_ns))
-            self._sync_if_durable(fd)  # crash before: a segment without header, rewritten on open
+            # Always fsynced, whatever the durability: other handles of the log may be "always"
+            # and rely on every segment before theirs being durable (the sync mark).
+            self._fs.fsync(fd)  # crash before: a segment without header, rewritten on open
         finally:
             self._fs.close(fd)
         idx = self._fs.open(self._idx_path(base), os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND)
@@ -448,8 +461,7 @@ class Log:
             self._fs.write(idx, fmt.encode_index_header(base, self.meta.index_interval))
         finally:
             self._fs.close(idx)
-        if self.durability != "os":
-            self._fs.fsync_dir(self.path)  # without this the new segment's name can be lost
+        self._fs.fsync_dir(self.path)  # without this the new segment's name can be lost
 
     def _switch_to(self, base: int) -> None:
         """Make segment ``base`` the active one (its header already written)."""
@@ -463,14 +475,14 @@ class Log:
     def _close_segment_fds(self) -> None:
         """Close the active segment's fds once no fsync of them is under way."""
         with self._sync_cond:
-            for _ in range(1 << 30):  # bounded by the fsync in progress finishing
-                if not self._sync_running:
-                    break
-                self._sync_cond.wait()
+            self._wait_while_syncing()
             for fd in (self._seg_fd, self._idx_fd):
                 if fd >= 0:
                     self._fs.close(fd)
             self._seg_fd = self._idx_fd = -1
+            # Every caller has made the segment durable first (rotation, recovery, close): a
+            # syncer that finds no fd has nothing left to fsync.
+            self._written = (-1, *self._written[1:])
 
     # --- the index --------------------------------------------------------------------------------
     def _open_index(self) -> None:
@@ -536,7 +548,7 @@ class Log:
                     self._write_at_end(rec, "writing records")
                     self._seg_end = offset + len(rec)
                     self._next_lsn = lsn + 1
-                    self._written = (self._seg_fd, lsn + 1)
+                    self._written = (self._seg_fd, lsn + 1, self._seg_base, offset + len(rec))
                     self._last_ts = ts
             finally:
                 fs.unlock(self._lock_fd)
@@ -609,6 +621,8 @@ class Log:
             # Part of it may be in the file. Cut it back so that nothing partial is ever
             # visible; if even that fails, stop (the next writer's catch-up cuts the torn tail).
             try:
+                # A concurrent fsync leader may have counted the partial bytes as synced.
+                self._lower_sync_mark(self._seg_base, self._seg_end)
                 self._fs.truncate(self._seg_fd, self._seg_end)
             except OSError as err2:
                 self._fail(err2)
@@ -619,7 +633,7 @@ class Log:
         self._write_at_end(data, "writing records")
         self._seg_end = end
         self._next_lsn = next_lsn
-        self._written = (self._seg_fd, next_lsn)
+        self._mark_written()
 
     def _write_index_entry_bytes(self, data: bytes) -> None:
         if not self._index_ok:
@@ -644,36 +658,116 @@ class Log:
         seal = fmt.encode_record(self._next_lsn, ts, self._durable_lsn, b"", fmt.FLAG_SEAL)
         self._write_at_end(seal, "sealing the segment")
         self._seg_end += len(seal)
-        if self.durability != "os":
-            self._sync_segment_for_rotation()
+        # fsynced whatever the durability (one fsync a segment): a handle with durability
+        # "always" elsewhere counts on every segment before the sync mark's being durable.
+        self._sync_segment_for_rotation()
         self._create_segment(self._next_lsn, ts)
         self._switch_to(self._next_lsn)
-        self._written = (self._seg_fd, self._next_lsn)
+        self._mark_written()
+
+    def _mark_written(self) -> None:
+        """After a write or catch-up under the writer lock: what the next fsync must cover."""
+        self._written = (self._seg_fd, self._next_lsn, self._seg_base, self._seg_end)
+
+    # --- fsync and the sync mark --------------------------------------------------------------------
+    # One syncer at a time: one thread of this process (``_sync_running``, under ``_sync_cond``)
+    # and one process of all (flock of DIR/sync). The sync file holds the mark (segment base,
+    # offset): every byte of every segment before it is durable. A syncer whose writes the mark
+    # already covers returns without an fsync; that is group commit across processes.
+    def _take_sync_role(self) -> None:
+        with self._sync_cond:
+            self._wait_while_syncing()
+            self._sync_running = True
+
+    def _wait_while_syncing(self) -> None:
+        """Under ``_sync_cond``: wait until this process has no syncer running."""
+        for _ in range(1 << 30):  # bounded by the fsync in progress finishing
+            if not self._sync_running:
+                return
+            self._wait_for_sync()
+
+    def _wait_for_sync(self) -> None:
+        """Under ``_sync_cond``: wait for the running syncer to finish (counted, so the syncer
+        skips the notify when nobody waits: the single-writer path costs less)."""
+        self._sync_waiters += 1
+        try:
+            self._sync_cond.wait()
+        finally:
+            self._sync_waiters -= 1
+
+    def _leave_sync_role(self, synced_next: int) -> None:
+        """Give up the role; ``synced_next``: every lsn below it is now known durable (0: none)."""
+        with self._sync_cond:
+            self._sync_running = False
+            if synced_next > self._synced_next:
+                self._synced_next = synced_next
+            # Later records carry this: it proves to recovery that these were durable.
+            if synced_next > self._durable_lsn:
+                self._durable_lsn = synced_next
+            if self._sync_waiters:
+                self._sync_cond.notify_all()
+
+    def _open_sync_file(self) -> None:
+        fs = self._fs
+        self._sync_fd = fs.open(os.path.join(self.path, fmt.SYNC_NAME), os.O_RDWR | os.O_CREAT)
+        if fs.size(self._sync_fd) < fmt.SYNC_FILE_SIZE:
+            fs.lock_blocking(self._sync_fd)
+            try:
+                if fs.size(self._sync_fd) < fmt.SYNC_FILE_SIZE:  # only ever grown, never cut
+                    fs.truncate(self._sync_fd, fmt.SYNC_FILE_SIZE)
+            finally:
+                fs.unlock(self._sync_fd)
+        self._sync_map = fs.map_shared(self._sync_fd, fmt.SYNC_FILE_SIZE)
+
+    def _sync_through(self, fd: int, base: int, end: int, *fds: int) -> None:
+        """With the sync role: make segment ``base`` (open as ``fd``) durable to offset ``end``,
+        unless another process's fsync already did. ``fds``: more files to fsync with it."""
+        fs = self._fs
+        fs.lock_blocking(self._sync_fd)
+        try:
+            sync_map = self._sync_map
+            assert sync_map is not None  # a writer maps it on open; it is unmapped on close only
+            mark = fmt.read_sync_mark(sync_map)
+            if mark >= (base, end):
+                return
+            size = fs.size(fd)  # everything written by anyone up to now is covered
+            fs.fsync(fd)
+            for other in fds:
+                fs.fsync(other)
+            if mark < (base, size):
+                fmt.write_sync_mark(sync_map, base, size)
+        finally:
+            fs.unlock(self._sync_fd)
+
+    def _lower_sync_mark(self, base: int, offset: int) -> None:
+        """Before cutting segment ``base`` at ``offset`` (under the writer lock): the mark must not
+        claim bytes written there later as durable."""
+        self._take_sync_role()
+        try:
+            self._fs.lock_blocking(self._sync_fd)
+            try:
+                sync_map = self._sync_map
+                assert sync_map is not None  # a writer maps it on open
+                if fmt.read_sync_mark(sync_map) > (base, offset):
+                    fmt.write_sync_mark(sync_map, base, offset)
+            finally:
+                self._fs.unlock(self._sync_fd)
+        finally:
+            self._leave_sync_role(0)
 
     def _sync_segment_for_rotation(self) -> None:
-        """fsync the segment being sealed (and its index), as the sync leader, then mark durable."""
-        with self._sync_cond:
-            for _ in range(1 << 30):  # bounded by the fsync in progress finishing
-                if not self._sync_running:
-                    break
-                self._sync_cond.wait()
-            self._sync_running = True
-        ok = False
+        """fsync the active segment (and its index) whole, as the syncer, then mark it durable."""
+        self._take_sync_role()
+        synced = 0
         try:
-            self._fs.fsync(self._seg_fd)
-            if self._index_ok:
-                self._fs.fsync(self._idx_fd)
-            ok = True
+            fds = (self._idx_fd,) if self._index_ok else ()
+            self._sync_through(self._seg_fd, self._seg_base, self._seg_end, *fds)
+            synced = self._next_lsn
         except OSError as err:
             self._fail(err)
             raise FailedError(self.path, f"fsync failed while sealing a segment: {err}") from err
         finally:
-            with self._sync_cond:
-                self._sync_running = False
-                if ok:
-                    self._synced_next = max(self._synced_next, self._next_lsn)
-                    self._durable_lsn = max(self._durable_lsn, self._next_lsn)
-                self._sync_cond.notify_all()
+            self._leave_sync_role(synced)
 
     # --- group commit -----------------------------------------------------------------------------
     def _await_durable(self, end: int) -> None:
@@ -690,32 +784,25 @@ class Log:
                     return
                 if not self._sync_running:
                     break
-                self._sync_cond.wait()
+                self._wait_for_sync()
             self._sync_running = True
         self._lead_sync()
-        with self._sync_cond:
-            if self._synced_next < end:
-                raise FailedError(self.path, f"log handle failed: {self._failure}")
+        if self._synced_next < end:  # set by this thread in _lead_sync; only ever grows
+            raise FailedError(self.path, f"log handle failed: {self._failure}")
 
     def _lead_sync(self) -> None:
-        """fsync everything written so far. Call with ``_sync_running`` set by the caller."""
-        fd, written = self._written
-        ok = False
+        """Make everything written so far durable. Call with ``_sync_running`` set by the caller."""
+        fd, written, base, end = self._written
+        synced = 0
         try:
             if fd >= 0:
-                self._fs.fsync(fd)
-            ok = True
+                self._sync_through(fd, base, end)
+            synced = written
         except OSError as err:
             self._fail(err)
         finally:
-            with self._sync_cond:
-                self._sync_running = False
-                if ok:
-                    self._synced_next = max(self._synced_next, written)
-                    # Later records carry this mark: it proves to recovery that these were durable.
-                    self._durable_lsn = max(self._durable_lsn, written)
-                self._sync_cond.notify_all()
-        if not ok:
+            self._leave_sync_role(synced)
+        if self._failure is not None:
             raise FailedError(self.path, f"fsync failed: {self._failure}") from self._failure
 
     def sync(self) -> None:
@@ -845,17 +932,21 @@ class Log:
         if self._flusher is not None:
             self._flusher_stop.set()
             self._flusher.join()
-            if self._failure is None and os.getpid() == self._pid:
-                with contextlib.suppress(FailedError):
-                    self._await_durable(self._written[1])
+        if self.durability != "os" and self._failure is None and self._usable:
+            with contextlib.suppress(FailedError):
+                self._await_durable(self._written[1])
         with self._lock:
             self._closed = True
             self._usable = False
             if self._seg_fd >= 0 or self._idx_fd >= 0:
                 self._close_segment_fds()
-            if self._lock_fd >= 0:
-                self._fs.close(self._lock_fd)
-                self._lock_fd = -1
+            if self._sync_map is not None:
+                self._sync_map.close()
+                self._sync_map = None
+            for fd in (self._lock_fd, self._sync_fd):
+                if fd >= 0:
+                    self._fs.close(fd)
+            self._lock_fd = self._sync_fd = -1
 
     def __enter__(self) -> Log:
         return self
