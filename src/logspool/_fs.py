@@ -137,6 +137,11 @@ class FileSystem:
         """Take an exclusive flock, waiting as long as it takes (the common, uncontended path)."""
         fcntl.flock(fd, fcntl.LOCK_EX)
 
+    def lock_shared(self, fd: int) -> None:
+        """Take a shared flock, waiting as long as it takes. Taking the exclusive lock while
+        holding this one converts it (not atomically: others may get in between)."""
+        fcntl.flock(fd, fcntl.LOCK_SH)
+
     def unlock(self, fd: int) -> None:
         fcntl.flock(fd, fcntl.LOCK_UN)
 

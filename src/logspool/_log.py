@@ -721,12 +721,23 @@ class Log:
 
     def _sync_through(self, fd: int, base: int, end: int, *fds: int) -> None:
         """With the sync role: make segment ``base`` (open as ``fd``) durable to offset ``end``,
-        unless another process's fsync already did. ``fds``: more files to fsync with it."""
+        unless another process's fsync already did. ``fds``: more files to fsync with it.
+
+        The mark is read under a shared flock of DIR/sync and changed under the exclusive one,
+        which the fsyncing process holds until its fsync is done. So the processes waiting for
+        that fsync all wake together when it ends and see at once whether it covered them; only
+        those it did not cover go on, one at a time, to the exclusive lock and an fsync of their
+        own. Holding the lock across the fsync also orders it with ``_lower_sync_mark``: a mark
+        is never raised over bytes cut while the fsync ran.
+        """
         fs = self._fs
-        fs.lock_blocking(self._sync_fd)
+        sync_map = self._sync_map
+        assert sync_map is not None  # a writer maps it on open; it is unmapped on close only
+        fs.lock_shared(self._sync_fd)
         try:
-            sync_map = self._sync_map
-            assert sync_map is not None  # a writer maps it on open; it is unmapped on close only
+            if fmt.read_sync_mark(sync_map) >= (base, end):
+                return
+            fs.lock_blocking(self._sync_fd)  # converts; another process may fsync in between
             mark = fmt.read_sync_mark(sync_map)
             if mark >= (base, end):
                 return

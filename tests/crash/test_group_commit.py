@@ -1,0 +1,122 @@
+"""Group commit across handles: an "always" append never returns before an fsync covers it.
+
+The sync mark (DIR/sync) lets a handle skip its fsync when another handle's fsync covered its
+bytes. These tests check that claim against what was really fsynced: a FileSystem subclass
+records, per file, the size it had when an fsync of it began (bytes below that are durable).
+Two Log handles in one process have separate open file descriptions, so their flocks exclude
+each other exactly as two processes' do.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import threading
+
+import logspool
+from logspool import _format as fmt
+from logspool import _segment as seg
+from logspool._fs import FileSystem
+
+
+class SyncTracker(FileSystem):
+    """Remembers, per file path, how many bytes an fsync has made durable."""
+
+    def __init__(self) -> None:
+        self.paths: dict[int, str] = {}
+        self.durable: dict[str, int] = {}
+        self.mutex = threading.Lock()
+
+    def open(self, path: str, flags: int, mode: int = 0o644) -> int:
+        fd = super().open(path, flags, mode)
+        with self.mutex:
+            self.paths[fd] = os.path.realpath(path)
+        return fd
+
+    def fsync(self, fd: int) -> None:
+        size = os.fstat(fd).st_size  # taken before: what the fsync certainly covers
+        super().fsync(fd)
+        with self.mutex:
+            path = self.paths[fd]
+            self.durable[path] = max(self.durable.get(path, 0), size)
+
+    def snapshot(self) -> dict[str, int]:
+        with self.mutex:
+            return dict(self.durable)
+
+
+def _record_ends(path: str) -> dict[int, tuple[str, int]]:
+    """lsn -> (segment path, file offset where the record ends), from the files."""
+    ends: dict[int, tuple[str, int]] = {}
+    for name in sorted(os.listdir(path)):
+        base = fmt.parse_segment_name(name)
+        if base is None:
+            continue
+        seg_path = os.path.realpath(os.path.join(path, name))
+        with open(seg_path, "rb") as f:
+            data = f.read()
+        infos: list[seg.RecordInfo] = []
+        seg.parse(data, fmt.SEGMENT_HEADER_SIZE, base, 1 << 30, None, infos)
+        for info in infos:
+            ends[info.lsn] = (seg_path, info.offset + info.size)
+    return ends
+
+
+def test_every_acknowledged_append_was_covered_by_an_fsync(log_dir: str) -> None:
+    tracker = SyncTracker()
+    logspool.open(log_dir, segment_size_max=16 * 1024, fs=tracker).close()
+    handles = [logspool.open(log_dir, durability="always", fs=tracker) for _ in range(2)]
+    acked: dict[int, dict[str, int]] = {}
+    lock = threading.Lock()
+
+    def writer(h: int, t: int) -> None:
+        for i in range(150):
+            lsn = handles[h].append(f"h{h} t{t} {i}".encode() * 4)
+            seen = tracker.snapshot()  # what was durable when append returned
+            with lock:
+                acked[lsn] = seen
+
+    threads = [threading.Thread(target=writer, args=(h, t)) for h in range(2) for t in range(3)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    for h in handles:
+        h.close()
+    ends = _record_ends(log_dir)
+    assert sorted(acked) == list(range(900))
+    assert len({p for p, _ in ends.values()}) > 3  # rotations happened along the way
+    for lsn, seen in acked.items():
+        path, end = ends[lsn]
+        assert seen.get(path, 0) >= end, f"lsn {lsn} acknowledged before an fsync covered it"
+
+
+def test_a_cut_tail_lowers_the_sync_mark(log_dir: str) -> None:
+    """A mark that counted bytes later cut (a crashed writer's partial record, fsynced by some
+    leader) must not let the record written in their place skip its fsync."""
+    tracker = SyncTracker()
+    with logspool.open(log_dir, durability="always", fs=tracker) as log:
+        log.append(b"first")
+    seg_path = os.path.realpath(os.path.join(log_dir, fmt.segment_name(0)))
+    good_end = os.path.getsize(seg_path)
+    # A writer that crashed mid-record left a header claiming 400 bytes and 300 of them.
+    partial = fmt.encode_record(1, 1, 1, b"p" * 400)[:300]
+    with open(seg_path, "ab") as f:
+        f.write(partial)
+        f.flush()
+        os.fsync(f.fileno())
+    # ...and some leader's fsync counted those bytes: the mark says so (true when written).
+    sync_fd = os.open(os.path.join(log_dir, fmt.SYNC_NAME), os.O_RDWR)
+    with mmap.mmap(sync_fd, fmt.SYNC_FILE_SIZE) as m:
+        fmt.write_sync_mark(m, 0, good_end + len(partial))
+    os.close(sync_fd)
+
+    with logspool.open(log_dir, durability="always", fs=tracker) as log:
+        before = tracker.snapshot().get(seg_path, 0)
+        lsn = log.append(b"second, written where the partial record was")
+        after = tracker.snapshot().get(seg_path, 0)
+    path, end = _record_ends(log_dir)[lsn]
+    assert path == seg_path and end < good_end + len(partial)  # inside the old mark's range
+    assert before < end <= after  # covered by a real fsync, not by the stale mark
+    with open(os.path.join(log_dir, fmt.SYNC_NAME), "rb") as f:
+        assert fmt.read_sync_mark(f.read()) <= (0, os.path.getsize(seg_path))
