@@ -25,9 +25,11 @@ SEGMENT_SIZE_LIMIT = 4 * GIB
 # retention works in whole segments, so smaller means finer retention, larger means fewer files.
 SEGMENT_SIZE_MAX_DEFAULT = 64 * MIB
 SEGMENT_SIZE_MAX_MIN = 4 * KIB
-# A sparse index entry at the first record in each 4 KiB of segment: a lookup scans at most about
-# one page of records, and the index is 32 B per 4 KiB, under 1% of the data.
-INDEX_INTERVAL_DEFAULT = 4 * KIB
+# A sparse index entry at the first record in each 64 KiB of segment: a lookup reads one 1 MiB
+# chunk anyway and parses at most 64 KiB of records before its target (~0.1 ms). 4 KiB was tried:
+# its index writes dirty a second inode every ~33 records, and every durable append's fsync then
+# commits it too: 5% of the "always" rate (benchmarks/RESULTS.md).
+INDEX_INTERVAL_DEFAULT = 64 * KIB
 INDEX_INTERVAL_MIN = 512
 # 16 MiB: larger payloads belong in files, not in a journal record.
 RECORD_SIZE_MAX_DEFAULT = 16 * MIB
