@@ -13,12 +13,15 @@ See docs/FORMAT.md for the on-disk format and docs/DESIGN.md for the decisions b
 
 from ._format import FORMAT_VERSION, Record
 from ._log import Durability, Log, LogInfo, SegmentInfo, Tail, open
-from ._reader import Reader
+from ._reader import Gap, Reader
+from ._retention import Removal, Retention, RetentionReport
+from ._subscribers import Subscriber, SubscriberInfo
 from ._verify import VerifyReport, verify
 from .errors import (
     AppendError,
     ClosedError,
     CorruptionError,
+    DataLossError,
     FailedError,
     LockedError,
     LogspoolError,
@@ -26,6 +29,8 @@ from .errors import (
     PositionError,
     ReadOnlyError,
     RecordTooLargeError,
+    SubscriberExistsError,
+    SubscriberNotFoundError,
     UnsupportedVersionError,
 )
 
@@ -36,8 +41,10 @@ __all__ = [
     "AppendError",
     "ClosedError",
     "CorruptionError",
+    "DataLossError",
     "Durability",
     "FailedError",
+    "Gap",
     "LockedError",
     "Log",
     "LogInfo",
@@ -48,7 +55,14 @@ __all__ = [
     "Reader",
     "Record",
     "RecordTooLargeError",
+    "Removal",
+    "Retention",
+    "RetentionReport",
     "SegmentInfo",
+    "Subscriber",
+    "SubscriberExistsError",
+    "SubscriberInfo",
+    "SubscriberNotFoundError",
     "Tail",
     "UnsupportedVersionError",
     "VerifyReport",

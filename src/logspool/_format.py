@@ -14,6 +14,7 @@ Invariants (checked at import, below):
 
 from __future__ import annotations
 
+import hashlib
 import json
 import mmap
 import struct
@@ -232,32 +233,12 @@ _META_KEYS = ("created_ns", "segment_size_max", "index_interval", "record_size_m
 
 
 def encode_meta(meta: Meta) -> bytes:
-    body = json.dumps(meta.to_json(), sort_keys=True, separators=(",", ":")).encode()
-    head = META_HEADER.pack(META_MAGIC, meta.version, 0, len(body))
-    return head + body + struct.pack("<I", crc32(body, crc32(head)))
+    return encode_json_file(META_MAGIC, meta.version, meta.to_json())
 
 
 def decode_meta(buf: bytes, path: str) -> Meta:
-    if len(buf) < META_HEADER_SIZE + 4:
-        raise CorruptionError(path, 0, f"meta file is {len(buf)} bytes, too short")
-    magic, version, _r, body_size = META_HEADER.unpack_from(buf, 0)
-    if magic != META_MAGIC:
-        raise CorruptionError(path, 0, f"bad meta magic {magic!r}")
-    if body_size > limits.META_SIZE_MAX or META_HEADER_SIZE + body_size + 4 != len(buf):
-        raise CorruptionError(path, 8, f"meta body size {body_size} does not match file size {len(buf)}")
-    end = META_HEADER_SIZE + body_size
-    (found,) = struct.unpack_from("<I", buf, end)
-    expected = crc32(buf[:end])
-    if found != expected:
-        raise CorruptionError(
-            path, end, f"meta checksum mismatch (expected 0x{expected:08x}, found 0x{found:08x})"
-        )
-    if version > FORMAT_VERSION:
-        raise UnsupportedVersionError(path, version, FORMAT_VERSION)
+    version, body = decode_json_file(META_MAGIC, buf, path, "meta")
     try:
-        body = json.loads(buf[META_HEADER_SIZE:end])
-        if not isinstance(body, dict):
-            raise ValueError("meta body is not an object")
         return Meta(
             version=version,
             created_ns=int(body["created_ns"]),
@@ -269,6 +250,113 @@ def decode_meta(buf: bytes, path: str) -> Meta:
         )
     except (ValueError, KeyError, TypeError) as err:
         raise CorruptionError(path, META_HEADER_SIZE, f"meta body is not valid: {err}") from err
+
+
+# --- files of a JSON object: meta, retention --------------------------------------------------------
+def encode_json_file(magic: bytes, version: int, body_obj: dict[str, Any]) -> bytes:
+    """``magic | version u16 | reserved u16 | body size u32 | JSON body | crc32`` (§6)."""
+    body = json.dumps(body_obj, sort_keys=True, separators=(",", ":")).encode()
+    head = META_HEADER.pack(magic, version, 0, len(body))
+    return head + body + struct.pack("<I", crc32(body, crc32(head)))
+
+
+def decode_json_file(magic: bytes, buf: bytes, path: str, what: str) -> tuple[int, dict[str, Any]]:
+    """The version and JSON object of a file framed by ``encode_json_file``, all checked."""
+    if len(buf) < META_HEADER_SIZE + 4:
+        raise CorruptionError(path, 0, f"{what} file is {len(buf)} bytes, too short")
+    found_magic, version, _r, body_size = META_HEADER.unpack_from(buf, 0)
+    if found_magic != magic:
+        raise CorruptionError(path, 0, f"bad {what} magic {found_magic!r}")
+    if body_size > limits.META_SIZE_MAX or META_HEADER_SIZE + body_size + 4 != len(buf):
+        raise CorruptionError(path, 8, f"{what} body size {body_size} does not match file size {len(buf)}")
+    end = META_HEADER_SIZE + body_size
+    (found,) = struct.unpack_from("<I", buf, end)
+    expected = crc32(buf[:end])
+    if found != expected:
+        raise CorruptionError(
+            path, end, f"{what} checksum mismatch (expected 0x{expected:08x}, found 0x{found:08x})"
+        )
+    if version > FORMAT_VERSION:
+        raise UnsupportedVersionError(path, version, FORMAT_VERSION)
+    try:
+        body = json.loads(buf[META_HEADER_SIZE:end])
+    except ValueError as err:
+        raise CorruptionError(path, META_HEADER_SIZE, f"{what} body is not JSON: {err}") from err
+    if not isinstance(body, dict):
+        raise CorruptionError(path, META_HEADER_SIZE, f"{what} body is not a JSON object")
+    return version, body
+
+
+# --- checkpoint (a durable subscriber's position) ------------------------------------------------
+CHECKPOINT_MAGIC = b"LOGSPCKP"
+# magic, version, reserved, name size, lsn, committed_ns, created_ns; then the name, then crc32
+CHECKPOINT_HEADER = struct.Struct("<8sHHIQQQ")
+CHECKPOINT_PREFIX = "cp."
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    name: str
+    lsn: int  # the next lsn the subscriber reads: every lsn below it is consumed
+    committed_ns: int
+    created_ns: int
+
+
+def checkpoint_name(subscriber: str) -> str:
+    """The file name of a subscriber's checkpoint: ``cp.`` and the SHA-256 of its UTF-8 name.
+
+    A hash, so that no name (``../x``, NUL, 10 KB, any case or unicode form) can escape the
+    directory, be too long for the file system, or collide with another name; the name itself
+    is stored inside the file and checked on read."""
+    return CHECKPOINT_PREFIX + hashlib.sha256(subscriber.encode()).hexdigest()
+
+
+def is_checkpoint_name(name: str) -> bool:
+    hexpart = name[len(CHECKPOINT_PREFIX) :]
+    return (
+        name.startswith(CHECKPOINT_PREFIX)
+        and len(hexpart) == 64
+        and all(c in "0123456789abcdef" for c in hexpart)
+    )
+
+
+def encode_checkpoint(cp: Checkpoint) -> bytes:
+    name = cp.name.encode()
+    head = CHECKPOINT_HEADER.pack(
+        CHECKPOINT_MAGIC, FORMAT_VERSION, 0, len(name), cp.lsn, cp.committed_ns, cp.created_ns
+    )
+    return head + name + struct.pack("<I", crc32(name, crc32(head)))
+
+
+def decode_checkpoint(buf: bytes, path: str) -> Checkpoint:
+    size = CHECKPOINT_HEADER.size
+    if len(buf) < size + 4:
+        raise CorruptionError(path, 0, f"checkpoint file is {len(buf)} bytes, too short")
+    magic, version, _r, name_size, lsn, committed, created = CHECKPOINT_HEADER.unpack_from(buf, 0)
+    if magic != CHECKPOINT_MAGIC:
+        raise CorruptionError(path, 0, f"bad checkpoint magic {magic!r}")
+    if size + name_size + 4 != len(buf):
+        raise CorruptionError(path, 12, f"checkpoint name size {name_size} does not match file size")
+    (found,) = struct.unpack_from("<I", buf, size + name_size)
+    expected = crc32(buf[: size + name_size])
+    if found != expected:
+        raise CorruptionError(
+            path,
+            size + name_size,
+            f"checkpoint checksum mismatch (expected 0x{expected:08x}, found 0x{found:08x})",
+        )
+    if version > FORMAT_VERSION:
+        raise UnsupportedVersionError(path, version, FORMAT_VERSION)
+    try:
+        name = buf[size : size + name_size].decode()
+    except UnicodeDecodeError as err:
+        raise CorruptionError(path, size, f"checkpoint name is not UTF-8: {err}") from err
+    return Checkpoint(name, lsn, committed, created)
+
+
+# --- retention policy file -------------------------------------------------------------------------
+RETENTION_MAGIC = b"LOGSPRET"
+RETENTION_NAME = "retention"
 
 
 # --- sync mark ----------------------------------------------------------------------------------

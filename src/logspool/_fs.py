@@ -147,3 +147,21 @@ class FileSystem:
 
 
 REAL = FileSystem()
+
+
+def replace_file(fs: FileSystem, directory: str, name: str, data: bytes) -> None:
+    """Make ``directory/name`` hold exactly ``data``, atomically and durably: after a crash at any
+    point the file holds the old content or the new, never a mix (checkpoints, the retention file).
+    """
+    tmp = os.path.join(directory, f".{name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
+    fd = fs.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+    try:
+        fs.write(fd, data)
+        fs.fsync(fd)  # crash before here: the old file intact; the .tmp is garbage (repair removes it)
+    except BaseException:
+        fs.close(fd)
+        fs.unlink(tmp)
+        raise
+    fs.close(fd)
+    fs.rename(tmp, os.path.join(directory, name))  # crash here: old or new file, never a mix
+    fs.fsync_dir(directory)  # without this the rename itself can be lost on power failure

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import logging
 import mmap
 import os
 import threading
@@ -37,7 +38,17 @@ from . import _format as fmt
 from . import _segment as seg
 from . import limits
 from ._fs import REAL, FileSystem
-from ._reader import Position, Reader, list_segments
+from ._reader import OnDataLoss, Position, Reader, list_segments
+from ._retention import Retention, RetentionReport, read_policy, write_policy
+from ._retention import enforce as enforce_retention
+from ._subscribers import (
+    Checkpoints,
+    Subscriber,
+    SubscriberInfo,
+    check_name,
+    is_transient,
+    subscriber_info,
+)
 from .errors import (
     AppendError,
     ClosedError,
@@ -47,7 +58,11 @@ from .errors import (
     NotALogError,
     ReadOnlyError,
     RecordTooLargeError,
+    SubscriberExistsError,
+    SubscriberNotFoundError,
 )
+
+_logger = logging.getLogger("logspool")
 
 Durability = Literal["always", "interval", "os"]
 _DURABILITIES = ("always", "interval", "os")
@@ -165,6 +180,10 @@ class Log:
         self._sync_fd = -1
         self._sync_map: mmap.mmap | None = None
         self._flusher: threading.Thread | None = None
+        self._retention_due = False
+        # The last error of an automatic retention pass (after a rotation), if it failed: the
+        # append that rotated succeeded, so the error is logged and kept here, not raised.
+        self.retention_error: BaseException | None = None
         self._flusher_stop = threading.Event()
         self.meta = self._open_meta(
             create=create and not readonly,
@@ -554,6 +573,8 @@ class Log:
                 fs.unlock(self._lock_fd)
         if self.durability == "always":
             self._await_durable(lsn + 1)
+        if self._retention_due:
+            self._retain_after_rotation()
         return lsn
 
     def append_many(self, payloads: Iterable[bytes]) -> list[int]:
@@ -571,6 +592,8 @@ class Log:
             first = self._write_records(items)
         if self.durability == "always":
             self._await_durable(first + len(items))
+        if self._retention_due:
+            self._retain_after_rotation()
         return list(range(first, first + len(items)))
 
     def _write_records(self, payloads: tuple[bytes, ...] | list[bytes]) -> int:
@@ -664,6 +687,7 @@ class Log:
         self._create_segment(self._next_lsn, ts)
         self._switch_to(self._next_lsn)
         self._mark_written()
+        self._retention_due = True  # applied once the locks are released
 
     def _mark_written(self) -> None:
         """After a write or catch-up under the writer lock: what the next fsync must cover."""
@@ -852,6 +876,8 @@ class Log:
                 self._exclusive_owner = None
         if self.durability == "always" and self._next_lsn > first:
             self._await_durable(self._written[1])
+        if self._retention_due:
+            self._retain_after_rotation()
 
     # --- cutover ----------------------------------------------------------------------------------
     def cutover(self) -> int:
@@ -865,7 +891,135 @@ class Log:
             self._catch_up()
             if self._seg_end > fmt.SEGMENT_HEADER_SIZE:
                 self._rotate()
-            return self._seg_base
+            base = self._seg_base
+        if self._retention_due:
+            self._retain_after_rotation()
+        return base
+
+    # --- subscribers ------------------------------------------------------------------------------
+    def _checkpoints(self) -> Checkpoints:
+        return Checkpoints(self.path, self._fs, self.record_size_max)
+
+    def subscribe(
+        self,
+        name: str,
+        start: Position = "earliest",
+        *,
+        since: datetime | float | int | None = None,
+        auto_commit: bool = False,
+        on_data_loss: OnDataLoss = "fail",
+    ) -> Subscriber:
+        """A reader whose position is kept under ``name`` (see ``Subscriber``).
+
+        A durable subscriber that exists resumes at its committed position (``start`` and
+        ``since`` only apply to a new one, whose start is committed at once). Names starting with
+        ``~`` are transient: no checkpoint, and they start at ``"latest"`` unless told otherwise.
+        If retention removed records the subscriber had not read: ``DataLossError``, or with
+        ``on_data_loss="skip"`` it goes on from the earliest record and lists the gap in ``gaps``.
+        Any thread or process; one thread at a time per Subscriber object.
+        """
+        self._check_open()
+        name = check_name(name)
+        if is_transient(name) and start == "earliest" and since is None:
+            start = "latest"
+        return Subscriber(
+            self._checkpoints(),
+            name,
+            start=start,
+            since=since,
+            auto_commit=auto_commit,
+            on_data_loss=on_data_loss,
+        )
+
+    def add_subscriber(
+        self, name: str, start: Position = "earliest", *, since: datetime | float | int | None = None
+    ) -> int:
+        """Create the durable subscriber ``name`` at ``start`` (or ``since``) and return its lsn.
+
+        Durability: returns after its checkpoint is fsynced. SubscriberExistsError if it exists.
+        """
+        self._check_open()
+        cps = self._checkpoints()
+        name = self._durable_name(name)
+        if cps.read(name) is not None:
+            raise SubscriberExistsError(self.path, name)
+        return cps.write(name, cps.resolve(start, since)).lsn
+
+    def remove_subscriber(self, name: str) -> None:
+        """Delete the durable subscriber ``name`` (it no longer holds back retention)."""
+        self._check_open()
+        self._checkpoints().remove(self._durable_name(name))
+
+    def rewind_subscriber(
+        self, name: str, start: Position = "earliest", *, since: datetime | float | int | None = None
+    ) -> int:
+        """Move the durable subscriber ``name`` to ``start`` (an lsn, "earliest", "latest") or to
+        the first record at or after ``since``; return its new lsn. Durable on return. A process
+        reading as that subscriber keeps its own position until it reopens (or commits over it)."""
+        self._check_open()
+        cps = self._checkpoints()
+        name = self._durable_name(name)
+        cp = cps.read(name)
+        if cp is None:
+            raise SubscriberNotFoundError(self.path, name)
+        return cps.write(name, cps.resolve(start, since), cp.created_ns).lsn
+
+    def copy_subscriber(self, source: str, target: str) -> int:
+        """Create ``target`` at the position of ``source``; return that lsn. Durable on return."""
+        self._check_open()
+        cps = self._checkpoints()
+        source, target = self._durable_name(source), self._durable_name(target)
+        cp = cps.read(source)
+        if cp is None:
+            raise SubscriberNotFoundError(self.path, source)
+        if cps.read(target) is not None:
+            raise SubscriberExistsError(self.path, target)
+        return cps.write(target, cp.lsn).lsn
+
+    def subscribers(self) -> list[SubscriberInfo]:
+        """Every durable subscriber with its lag (records, bytes, age). Any thread; no lock."""
+        info = self.info()
+        cps = self._checkpoints()
+        return [subscriber_info(cps, cp, info.first_lsn, info.next_lsn) for cp in cps.all()]
+
+    def _durable_name(self, name: str) -> str:
+        name = check_name(name)
+        if is_transient(name):
+            raise ValueError(f"{name!r} is a transient subscriber name ('~'): it has no checkpoint")
+        return name
+
+    # --- retention --------------------------------------------------------------------------------
+    @property
+    def retention(self) -> Retention | None:
+        """The stored retention policy (applied by every writer after each rotation), or None."""
+        return read_policy(self._fs, self.path)
+
+    def set_retention(self, policy: Retention | None) -> None:
+        """Store ``policy`` for this log (None: keep everything). Durable on return. Takes effect
+        at the next rotation of any writer, or at once with ``enforce_retention()``."""
+        self._check_open()
+        if policy is not None and not isinstance(policy, Retention):
+            raise TypeError(f"policy must be a logspool.Retention or None, not {type(policy).__name__}")
+        write_policy(self._fs, self.path, policy)
+
+    def enforce_retention(self, policy: Retention | None = None, *, dry_run: bool = False) -> RetentionReport:
+        """Apply ``policy`` (default: the stored one) now; with ``dry_run``, only report what
+        would go. Durability: removals are fsynced in the directory before return. Any thread or
+        process, concurrently with writers and readers."""
+        self._check_open()
+        if policy is None:
+            policy = self.retention
+        if policy is None:
+            return RetentionReport(dry_run)
+        return enforce_retention(self._fs, self.path, self._checkpoints(), policy, dry_run=dry_run)
+
+    def _retain_after_rotation(self) -> None:
+        self._retention_due = False
+        try:
+            self.enforce_retention()
+        except Exception as err:  # the append succeeded; report the pass's failure, don't raise it
+            self.retention_error = err
+            _logger.error("%s: retention after rotation failed: %s", self.path, err, exc_info=True)
 
     # --- reading ----------------------------------------------------------------------------------
     def reader(

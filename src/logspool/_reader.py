@@ -9,21 +9,32 @@ cutovers without listing the directory. Memory is one read chunk (1 MiB) whateve
 from __future__ import annotations
 
 import bisect
+import logging
 import operator
 import os
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from . import _format as fmt
 from . import _segment as seg
 from . import limits
 from ._fs import FileSystem
 from ._watch import DirectoryWatch
-from .errors import ClosedError, CorruptionError, PositionError
+from .errors import ClosedError, CorruptionError, DataLossError, PositionError
 
 Position = int | Literal["earliest", "latest"]
+OnDataLoss = Literal["fail", "skip"]
+_logger = logging.getLogger("logspool")
+
+
+class Gap(NamedTuple):
+    """lsns a reader skipped: ``first_lsn`` .. ``next_lsn - 1``, and why."""
+
+    first_lsn: int
+    next_lsn: int
+    reason: str
 
 
 def list_segments(fs: FileSystem, path: str) -> list[int]:
@@ -63,8 +74,19 @@ class Reader:
         *,
         start: Position = "earliest",
         since: datetime | float | int | None = None,
+        on_data_loss: OnDataLoss = "fail",
+        name: str | None = None,
     ) -> None:
+        if on_data_loss not in ("fail", "skip"):
+            raise ValueError(f"on_data_loss must be 'fail' or 'skip', not {on_data_loss!r}")
         self._path = path
+        self._on_data_loss = on_data_loss
+        self._name = name
+        # Records skipped because retention removed them first (with on_data_loss="skip").
+        self.gaps: list[Gap] = []
+        # Set by seek("earliest") until a record is read: retention moving the earliest segment
+        # on is then not a loss, the reader just starts at the new earliest.
+        self._follow_earliest = False
         self._fs = fs
         self._size_max = size_max
         self._fd = -1
@@ -91,7 +113,8 @@ class Reader:
     @property
     def position(self) -> int:
         """The lsn of the next record this reader returns (to checkpoint and resume from)."""
-        return self._lsn - operator.length_hint(self._pending)
+        # Records below _skip_below (after a seek) are skipped when read: the position is there.
+        return max(self._lsn - operator.length_hint(self._pending), self._skip_below)
 
     def seek(self, start: Position) -> None:
         """Position at an lsn, or at "earliest" / "latest" (the next record to be appended)."""
@@ -100,6 +123,7 @@ class Reader:
         bases = list_segments(self._fs, self._path)
         if start == "earliest":
             self._goto(bases[0] if bases else 0)
+            self._follow_earliest = True
             return
         if start == "latest":
             self._goto(bases[-1] if bases else 0)
@@ -132,6 +156,7 @@ class Reader:
             self._jump(lambda e: e.timestamp < since_ns)
 
     def _goto(self, base: int) -> None:
+        self._follow_earliest = False
         self._close_fd()
         self._base = base
         self._pos = fmt.SEGMENT_HEADER_SIZE
@@ -194,7 +219,7 @@ class Reader:
         try:
             fd = self._fs.open(path, os.O_RDONLY)
         except FileNotFoundError:
-            return False
+            return self._segment_removed()
         head = self._fs.pread(fd, fmt.SEGMENT_HEADER_SIZE, 0)
         if len(head) < fmt.SEGMENT_HEADER_SIZE or not any(head):
             self._fs.close(fd)
@@ -209,6 +234,52 @@ class Reader:
             raise CorruptionError(path, 16, f"header base lsn {header.base_lsn}, name says {self._base}")
         self._fd = fd
         return True
+
+    def locate(self) -> tuple[int, int] | None:
+        """(segment base lsn, byte offset) of the record at ``position``, before anything is
+        read from there; None if it is not (yet) in the log. Scans from the nearest index entry."""
+        if operator.length_hint(self._pending):
+            raise RuntimeError("locate() is for a reader that has not read from its position yet")
+        if not self._open_segment():
+            return None
+        target = max(self._lsn, self._skip_below)
+        pos, lsn = self._pos, self._lsn
+        for _ in range(1 << 20):  # bounded: each turn parses at least one record or returns
+            if lsn == target:
+                return (self._base, pos)
+            data = self._fs.pread(self._fd, limits.READ_CHUNK_SIZE, pos)
+            infos: list[seg.RecordInfo] = []
+            stop = seg.parse(data, 0, lsn, self._size_max, None, infos, pos)
+            for info in infos:
+                if info.lsn == target:
+                    return (self._base, info.offset)
+            if not infos:
+                return None
+            pos, lsn = stop.pos, stop.lsn
+        return None
+
+    def _segment_removed(self) -> bool:
+        """The segment to read next is missing. If retention removed it (later segments exist),
+        go on from the earliest (reporting the gap) or raise DataLossError; else it is not made
+        yet. True if the reader moved to a segment that is open now."""
+        bases = list_segments(self._fs, self._path)
+        if not bases or bases[0] <= self._base:
+            return False  # not created yet (a rotation in progress), or nothing was removed
+        earliest = bases[0]
+        if self._follow_earliest:
+            self._goto(earliest)
+            self._follow_earliest = True
+        else:
+            lost_from = self.position
+            if self._on_data_loss == "fail":
+                raise DataLossError(self._path, self._name, lost_from, earliest)
+            self.gaps.append(Gap(lost_from, earliest, "removed by retention before it was read"))
+            _logger.warning("%s", DataLossError(self._path, self._name, lost_from, earliest))
+            self._goto(earliest)
+        return self._open_segment()
+
+    def _before_fill(self) -> None:
+        """Called when every record read so far was handed out (subscribers commit here)."""
 
     def _fill(self) -> bool:
         """Read what is available now into ``_pending``. True if there are records to return."""
@@ -228,6 +299,7 @@ class Reader:
                 out = self._filter(out)
             if out:
                 self._pending = iter(out)
+                self._follow_earliest = False
                 return True
             kind = stop.kind
             if kind == seg.SEAL:
@@ -291,6 +363,7 @@ class Reader:
         rec = next(self._pending, None)
         if rec is not None:
             return rec
+        self._before_fill()
         deadline = None if timeout is None else time.monotonic() + timeout
         for _ in range(1 << 62):  # bounded by the deadline
             if self._watch is not None:
@@ -312,6 +385,7 @@ class Reader:
         """The records available now, in lsn order; ends at the current end of the log."""
         while True:
             yield from self._pending
+            self._before_fill()
             if not self._fill():
                 return
 

@@ -11,6 +11,9 @@
      │    └── FailedError         the handle failed stop after an fsync or write error
      ├── AppendError              an append failed (disk full, I/O error) and left nothing behind
      ├── PositionError            also a ValueError: an lsn the log does not hold (any more)
+     │    └── DataLossError       records a reader or subscriber had not read were removed
+     ├── SubscriberNotFoundError  also a KeyError: no durable subscriber of that name
+     ├── SubscriberExistsError    also a ValueError: a durable subscriber of that name exists
      ├── ReadOnlyError            a write was asked of a log opened read-only (or on a read-only dir)
      └── RecordTooLargeError      also a ValueError: a payload over the log's record_size_max
 
@@ -25,6 +28,7 @@ __all__ = [
     "AppendError",
     "ClosedError",
     "CorruptionError",
+    "DataLossError",
     "FailedError",
     "LockedError",
     "LogspoolError",
@@ -32,6 +36,8 @@ __all__ = [
     "PositionError",
     "ReadOnlyError",
     "RecordTooLargeError",
+    "SubscriberExistsError",
+    "SubscriberNotFoundError",
     "UnsupportedVersionError",
 ]
 
@@ -168,3 +174,52 @@ class PositionError(LogspoolError, ValueError):
             f"{self.path}: lsn {self.lsn} is not in the log, which holds lsns "
             f"{self.first_lsn} to {self.next_lsn - 1}"
         )
+
+
+class DataLossError(PositionError):
+    """Records a reader had not read yet were removed (by retention) before it got to them.
+
+    ``lost_from`` .. ``lost_to - 1`` are the lsns gone; ``subscriber`` names the subscriber, if
+    the reader is one. Open the subscriber with ``on_data_loss="skip"`` to go on from the
+    earliest record instead (the gap is then reported in ``reader.gaps``).
+    """
+
+    def __init__(self, path: str, subscriber: str | None, lost_from: int, lost_to: int) -> None:
+        LogspoolError.__init__(self, path, subscriber, lost_from, lost_to)
+        self.path = path
+        self.subscriber = subscriber
+        self.lsn = self.lost_from = lost_from
+        self.first_lsn = self.lost_to = lost_to
+        self.next_lsn = lost_to
+
+    def __str__(self) -> str:
+        who = f"subscriber {self.subscriber!r}" if self.subscriber is not None else "the reader"
+        return (
+            f"{self.path}: {who} was at lsn {self.lost_from}, but lsns {self.lost_from} to "
+            f"{self.lost_to - 1} were removed by retention before it read them; the earliest "
+            f"record now is lsn {self.lost_to}"
+        )
+
+
+class SubscriberNotFoundError(LogspoolError, KeyError):
+    """No durable subscriber of that name exists in the log."""
+
+    def __init__(self, path: str, name: str) -> None:
+        super().__init__(path, name)
+        self.path = path
+        self.name = name
+
+    def __str__(self) -> str:
+        return f"{self.path}: no subscriber named {self.name!r}"
+
+
+class SubscriberExistsError(LogspoolError, ValueError):
+    """A durable subscriber of that name exists already."""
+
+    def __init__(self, path: str, name: str) -> None:
+        super().__init__(path, name)
+        self.path = path
+        self.name = name
+
+    def __str__(self) -> str:
+        return f"{self.path}: a subscriber named {self.name!r} exists already"

@@ -48,3 +48,9 @@ POLL_INTERVAL_S_MIN = 0.001
 POLL_INTERVAL_S_MAX = 0.05
 # Recovery looks this many lsns past a damaged record for later records that prove it was durable.
 RECOVERY_RESYNC_LSNS = 64
+
+# A subscriber name: any text up to 1 KiB of UTF-8. Its checkpoint file is named by a hash of it,
+# so the limit is for people (lists, messages), not for the file system.
+SUBSCRIBER_NAME_SIZE_MAX = 1 * KIB
+# At most this many subscribers a log (bounds every listing and retention pass).
+SUBSCRIBER_COUNT_MAX = 10_000

@@ -1,0 +1,175 @@
+"""Subscribers on real files: durable checkpoints, transient names, rewind, copy, lag, bad names.
+
+Each test opens a real log, reads as a named subscriber, and checks what a second open (as a
+restarted consumer would do) sees: the committed position, nothing more and nothing less.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+import logspool
+from logspool import _format as fmt
+
+
+def payloads(n: int, start: int = 0) -> list[bytes]:
+    return [f"r{i}".encode() for i in range(start, start + n)]
+
+
+def test_a_durable_subscriber_resumes_at_its_commit(log_dir: str) -> None:
+    with logspool.open(log_dir, durability="os") as log:
+        log.append_many(payloads(10))
+        sub = log.subscribe("billing")
+        got = [sub.next(timeout=0) for _ in range(4)]
+        assert [r.lsn for r in got if r] == [0, 1, 2, 3]
+        sub.commit()
+        assert sub.committed_lsn == 4
+        sub.next(timeout=0)  # read but not committed: handed out again after a restart
+        sub.close()
+        again = log.subscribe("billing", start="latest")  # start is ignored: it exists
+        assert again.position == 4
+        assert [r.lsn for r in again] == list(range(4, 10))
+        again.close()
+
+
+def test_a_new_subscriber_is_durable_from_its_start(log_dir: str) -> None:
+    with logspool.open(log_dir, durability="os") as log:
+        log.append_many(payloads(5))
+        log.subscribe("late", start="latest").close()  # never committed by hand
+        log.append_many(payloads(3, 5))
+        sub = log.subscribe("late")
+        assert [r.payload for r in sub] == [b"r5", b"r6", b"r7"]
+        sub.close()
+
+
+def test_auto_commit_commits_each_consumed_batch_and_on_close(log_dir: str) -> None:
+    with logspool.open(log_dir, durability="os") as log:
+        log.append_many(payloads(20))
+        sub = log.subscribe("auto", auto_commit=True)
+        for rec in sub:
+            if rec.lsn == 12:
+                break
+        sub.close()  # 0..12 were handed out: position 13 is committed
+        assert [s.lsn for s in log.subscribers()] == [13]
+        sub = log.subscribe("auto", auto_commit=True)
+        assert [r.lsn for r in sub] == list(range(13, 20))
+        log.append(b"more")
+        assert sub.next(timeout=1) is not None  # asking for more commits what came before
+        assert log.subscribers()[0].lsn == 20
+        sub.close()
+        assert log.subscribers()[0].lsn == 21
+
+
+def test_transient_subscribers_start_at_latest_and_keep_nothing(log_dir: str) -> None:
+    with logspool.open(log_dir, durability="os") as log:
+        log.append_many(payloads(5))
+        sub = log.subscribe("~alerts")
+        assert sub.position == 5 and sub.transient
+        log.append(b"new")
+        rec = sub.next(timeout=1)
+        assert rec is not None and rec.payload == b"new"
+        sub.commit()  # nothing to commit
+        sub.close()
+        assert log.subscribers() == []
+        assert not [n for n in os.listdir(log_dir) if n.startswith("cp.")]
+        with pytest.raises(ValueError, match="transient"):
+            log.add_subscriber("~alerts")
+
+
+def test_subscribe_since_a_time(log_dir: str) -> None:
+    with logspool.open(log_dir, durability="os") as log:
+        log.append_many(payloads(3))
+        time.sleep(0.02)
+        cut = time.time()
+        time.sleep(0.02)
+        log.append_many(payloads(2, 3))
+        sub = log.subscribe("recent", since=cut)
+        assert [r.lsn for r in sub] == [3, 4]
+        sub.close()
+
+
+def test_add_rewind_copy_remove(log_dir: str) -> None:
+    with logspool.open(log_dir, durability="os") as log:
+        log.append_many(payloads(10))
+        assert log.add_subscriber("a", start=7) == 7
+        with pytest.raises(logspool.SubscriberExistsError, match="'a' exists"):
+            log.add_subscriber("a")
+        assert log.rewind_subscriber("a", start="earliest") == 0
+        assert log.rewind_subscriber("a", start="latest") == 10
+        assert log.rewind_subscriber("a", start=3) == 3
+        assert log.copy_subscriber("a", "b") == 3
+        with pytest.raises(logspool.SubscriberExistsError):
+            log.copy_subscriber("a", "b")
+        assert {s.name: s.lsn for s in log.subscribers()} == {"a": 3, "b": 3}
+        log.remove_subscriber("a")
+        with pytest.raises(logspool.SubscriberNotFoundError, match="no subscriber named 'a'"):
+            log.remove_subscriber("a")
+        with pytest.raises(logspool.SubscriberNotFoundError):
+            log.rewind_subscriber("a", start=0)
+        with pytest.raises(logspool.PositionError):
+            log.rewind_subscriber("b", start=99)
+        assert [s.name for s in log.subscribers()] == ["b"]
+
+
+def test_lag_in_records_bytes_and_age(log_dir: str) -> None:
+    with logspool.open(log_dir, durability="os", segment_size_max=4096) as log:
+        log.append_many([b"x" * 100] * 100)  # about 13,600 bytes: several segments
+        log.add_subscriber("behind", start=10)
+        log.add_subscriber("caught-up", start="latest")
+        time.sleep(0.05)
+        info = {s.name: s for s in log.subscribers()}
+        behind, done = info["behind"], info["caught-up"]
+        assert behind.records_behind == 90 and done.records_behind == 0
+        assert 90 * 136 <= behind.bytes_behind <= 90 * 136 + 4096  # records + headers and seals
+        assert done.bytes_behind == 0 and done.position_age_s == 0
+        assert behind.position_age_s >= 0.05
+        assert behind.idle_s >= 0.0 and behind.lost == 0
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["../x", "a/b", "\x00", "x" * 1023, "é", "e\u0301", "CON", ".", "..", "cp.0", "not~at~start"],
+)
+def test_hostile_names_stay_inside_and_apart(log_dir: str, name: str) -> None:
+    with logspool.open(log_dir, durability="os") as log:
+        log.append(b"a")
+        log.add_subscriber(name)
+        log.add_subscriber(name + "2")
+        assert sorted(s.name for s in log.subscribers()) == sorted([name, name + "2"])
+    parent = os.listdir(os.path.dirname(log_dir))
+    assert parent == [os.path.basename(log_dir)]  # nothing escaped the log directory
+    files = [n for n in os.listdir(log_dir) if n.startswith("cp.")]
+    assert len(files) == 2 and all(fmt.is_checkpoint_name(n) for n in files)
+
+
+@pytest.mark.parametrize(
+    ("name", "error", "match"),
+    [
+        ("", ValueError, "must not be empty"),
+        ("x" * 1025, ValueError, "at most 1024 bytes"),
+        ("y" * 10240, ValueError, "this one is 10240"),
+        ("\ud800", ValueError, "UTF-8"),
+        (b"bytes", TypeError, "must be a str"),
+        (None, TypeError, "must be a str"),
+    ],
+)
+def test_bad_names_get_clear_errors(log_dir: str, name: object, error: type, match: str) -> None:
+    with logspool.open(log_dir, durability="os") as log, pytest.raises(error, match=match):
+        log.subscribe(name)  # type: ignore[arg-type]
+
+
+def test_a_damaged_checkpoint_is_reported_not_reset(log_dir: str) -> None:
+    with logspool.open(log_dir, durability="os") as log:
+        log.append_many(payloads(3))
+        log.add_subscriber("s", start=2)
+    path = os.path.join(log_dir, fmt.checkpoint_name("s"))
+    with open(path, "r+b") as f:
+        f.seek(16)
+        f.write(b"\xff")
+    with logspool.open(log_dir, durability="os") as log:
+        with pytest.raises(logspool.CorruptionError, match="checkpoint checksum mismatch") as exc:
+            log.subscribe("s")
+        assert exc.value.path == path
