@@ -273,7 +273,10 @@ class Reader:
             lost_from = self.position
             if self._on_data_loss == "fail":
                 raise DataLossError(self._path, self._name, lost_from, earliest)
-            self.gaps.append(Gap(lost_from, earliest, "removed by retention before it was read"))
+            reason = "removed by retention before it was read"
+            if self.gaps and self.gaps[-1].next_lsn == lost_from:  # removed while we moved on
+                lost_from = self.gaps.pop().first_lsn
+            self.gaps.append(Gap(lost_from, earliest, reason))
             _logger.warning("%s", DataLossError(self._path, self._name, lost_from, earliest))
             self._goto(earliest)
         return self._open_segment()
