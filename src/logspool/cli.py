@@ -7,12 +7,14 @@ import base64
 import json
 import signal
 import sys
+import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 from . import _format as fmt
 from ._log import Log
+from ._retention import Retention
 from ._verify import verify
 from .errors import LogspoolError
 
@@ -98,9 +100,88 @@ def _cmd_cat(args: argparse.Namespace) -> int:
             reader.close()
 
 
+_DURATION_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
+_SIZE_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def _parse_duration(text: str) -> float:
+    """Seconds from "90", "90s", "15m", "2h", "7d" or "1w"."""
+    t = text.strip().lower()
+    unit = t[-1:] if t[-1:] in _DURATION_UNITS else "s"
+    number = t[:-1] if t[-1:] in _DURATION_UNITS else t
+    try:
+        value = float(number) * _DURATION_UNITS[unit]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (like 90s, 15m, 2h, 7d)") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"a duration must be positive: {text!r}")
+    return value
+
+
+def _parse_size(text: str) -> int:
+    """Bytes from "4096", "512K", "64M", "10G" or "1T" (powers of 1024; a trailing B is allowed)."""
+    t = text.strip().lower().removesuffix("ib").removesuffix("b")
+    unit = t[-1:] if t[-1:] in _SIZE_UNITS and t[-1:] else ""
+    number = t[: len(t) - len(unit)]
+    try:
+        value = int(float(number) * _SIZE_UNITS[unit])
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (like 4096, 512K, 64M, 10G)") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"a size must be positive: {text!r}")
+    return value
+
+
+def _parse_start(text: str) -> int | str:
+    if text in ("earliest", "latest"):
+        return text
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an lsn, 'earliest' or 'latest': {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"an lsn is >= 0, not {value}")
+    return value
+
+
+def _human_size(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+def _human_age(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.1f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f}m"
+    if seconds < 172800:
+        return f"{seconds / 3600:.1f}h"
+    return f"{seconds / 86400:.1f}d"
+
+
+def _subscriber_dicts(log: Log) -> list[dict[str, Any]]:
+    return [
+        {
+            "name": s.name,
+            "lsn": s.lsn,
+            "records_behind": s.records_behind,
+            "bytes_behind": s.bytes_behind,
+            "position_age_s": round(s.position_age_s, 3),
+            "idle_s": round(s.idle_s, 3),
+            "committed": _rfc3339(s.committed_ns),
+            "lost": s.lost,
+        }
+        for s in log.subscribers()
+    ]
+
+
 def _info_dict(path: str) -> dict[str, Any]:
     with Log(path, readonly=True, create=False) as log:
         info = log.info()
+        policy = log.retention
         return {
             "path": info.path,
             "format_version": info.meta.version,
@@ -115,6 +196,8 @@ def _info_dict(path: str) -> dict[str, Any]:
                 "record_size_max": info.meta.record_size_max,
             },
             "segments": [{"base_lsn": s.base_lsn, "size_bytes": s.size} for s in info.segments],
+            "subscribers": _subscriber_dicts(log),
+            "retention": policy.to_json() if policy is not None else None,
         }
 
 
@@ -130,7 +213,156 @@ def _cmd_info(args: argparse.Namespace) -> int:
         print(f"{name:<18} {value}")
     for s in info["segments"]:
         print(f"  segment {s['base_lsn']:>12}  {s['size_bytes']:>12} bytes")
+    policy = info["retention"]
+    if policy is None:
+        print("retention  none (everything is kept)")
+    else:
+        print("retention  " + ", ".join(f"{k}={v}" for k, v in policy.items() if v not in (None, False)))
+    print(f"subscribers {len(info['subscribers'])}")
+    _print_subscribers(info["subscribers"])
     return 0
+
+
+def _print_subscribers(subs: list[dict[str, Any]]) -> None:
+    for s in subs:
+        lost = f"  LOST {s['lost']} records" if s["lost"] else ""
+        print(
+            f"  {s['name']!r:<24} @ {s['lsn']:>10}  behind {s['records_behind']:>8} records "
+            f"{_human_size(s['bytes_behind']):>10}  position age {_human_age(s['position_age_s']):>7}"
+            f"  idle {_human_age(s['idle_s']):>7}{lost}"
+        )
+
+
+def _cmd_subscriber(args: argparse.Namespace) -> int:
+    with Log(args.dir, readonly=True, create=False) as log:
+        action = args.action
+        if action == "list":
+            subs = _subscriber_dicts(log)
+            if args.json:
+                print(json.dumps(subs, indent=2, ensure_ascii=False))
+            elif not subs:
+                print("no durable subscribers")
+            else:
+                _print_subscribers(subs)
+            return 0
+        if action == "add":
+            lsn = log.add_subscriber(args.name, args.start, since=args.since)
+            print(f"added {args.name!r} at lsn {lsn}")
+        elif action == "remove":
+            log.remove_subscriber(args.name)
+            print(f"removed {args.name!r}")
+        elif action == "rewind":
+            lsn = log.rewind_subscriber(args.name, args.start, since=args.since)
+            print(f"{args.name!r} is now at lsn {lsn}")
+        elif action == "copy":
+            lsn = log.copy_subscriber(args.name, args.target)
+            print(f"copied {args.name!r} to {args.target!r} at lsn {lsn}")
+    return 0
+
+
+def _policy_from_args(args: argparse.Namespace) -> Retention | None:
+    if not (args.consumed or args.max_age or args.max_size or args.expire_idle):
+        return None
+    return Retention(
+        consumed=args.consumed,
+        age_max_s=args.max_age,
+        size_max=args.max_size,
+        subscriber_idle_max_s=args.expire_idle,
+    )
+
+
+def _cmd_retention(args: argparse.Namespace) -> int:
+    with Log(args.dir, readonly=True, create=False) as log:
+        given = _policy_from_args(args)
+        if args.clear:
+            log.set_retention(None)
+            print("retention policy cleared: everything is kept")
+            return 0
+        if args.set:
+            if given is None:
+                raise SystemExit("logspool retention: --set needs a policy (--consumed, --max-age, ...)")
+            log.set_retention(given)
+            print("retention policy stored; writers apply it after each rotation")
+            if not args.dry_run and not args.now:
+                return 0
+        policy = given or log.retention
+        if policy is None:
+            print("no retention policy stored or given: nothing to do")
+            return 0
+        report = log.enforce_retention(policy, dry_run=args.dry_run)
+        verb = "would remove" if report.dry_run else "removed"
+        for name in report.expired_subscribers:
+            print(f"{verb} idle subscriber {name!r}")
+        for r in report.removed:
+            print(
+                f"{verb} segment {r.base_lsn} (lsns {r.base_lsn} to {r.next_lsn - 1}, "
+                f"{r.size} bytes): {r.reason}"
+            )
+        if report.pinned_by:
+            print("kept by subscribers: " + ", ".join(repr(n) for n in report.pinned_by))
+        print(f"{verb} {len(report.removed)} segments, {report.size_freed} bytes")
+    return 0
+
+
+def _cmd_meta(args: argparse.Namespace) -> int:
+    with Log(args.dir, readonly=True, create=False) as log:
+        meta = log.meta
+        obj = {
+            "format_version": meta.version,
+            "log_id": meta.log_id,
+            "created": _rfc3339(meta.created_ns),
+            "segment_size_max": meta.segment_size_max,
+            "index_interval": meta.index_interval,
+            "record_size_max": meta.record_size_max,
+            **meta.extra,
+        }
+    if args.json:
+        print(json.dumps(obj, indent=2))
+    else:
+        for key, value in obj.items():
+            print(f"{key:<18} {value}")
+    return 0
+
+
+def _cmd_monitor(args: argparse.Namespace) -> int:
+    """A live view that redraws in place; Ctrl-C ends it with exit 0."""
+    with Log(args.dir, readonly=True, create=False) as log:
+        last: tuple[float, int] | None = None
+        frames = 0
+        try:
+            while True:
+                info = log.info()
+                now = time.monotonic()
+                rate = 0.0 if last is None else (info.next_lsn - last[1]) / max(now - last[0], 1e-9)
+                last = (now, info.next_lsn)
+                lines = [
+                    f"logspool monitor  {info.path}  {datetime.now(UTC).strftime('%H:%M:%S')}Z"
+                    f"  (every {args.interval:g}s, Ctrl-C to quit)",
+                    f"head lsn     {info.next_lsn - 1 if info.next_lsn else '-'}"
+                    f"   first lsn {info.first_lsn}",
+                    f"append rate  {rate:,.0f} records/s",
+                    f"segments     {len(info.segments)}   disk {_human_size(info.size)}",
+                    "subscribers",
+                ]
+                subs = _subscriber_dicts(log)
+                for s in subs:
+                    lines.append(
+                        f"  {s['name']!r:<24} lag {s['records_behind']:>8} records "
+                        f"{_human_size(s['bytes_behind']):>10}  age {_human_age(s['position_age_s'])}"
+                    )
+                if not subs:
+                    lines.append("  (none)")
+                if sys.stdout.isatty():
+                    sys.stdout.write("\x1b[H\x1b[2J")  # home and clear: redraw in place
+                sys.stdout.write("\n".join(lines) + "\n")
+                sys.stdout.flush()
+                frames += 1
+                if args.frames and frames >= args.frames:
+                    return 0
+                time.sleep(args.interval)
+        except KeyboardInterrupt:
+            sys.stdout.write("\n")
+            return 0
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
@@ -189,6 +421,52 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("cutover", help="seal the active segment and start the next")
     p.add_argument("dir")
     p.set_defaults(func=_cmd_cutover)
+
+    p = sub.add_parser("subscriber", help="durable subscribers: list, add, remove, rewind, copy")
+    actions = p.add_subparsers(dest="action", required=True)
+    a = actions.add_parser("list", help="each subscriber's position and lag")
+    a.add_argument("dir")
+    a.add_argument("--json", action="store_true")
+    for action, what in (("add", "create a subscriber"), ("rewind", "move a subscriber")):
+        a = actions.add_parser(action, help=what)
+        a.add_argument("dir")
+        a.add_argument("name")
+        at = a.add_mutually_exclusive_group()
+        at.add_argument("--to", "--from", dest="start", type=_parse_start, default="earliest", metavar="LSN")
+        at.add_argument("--since", type=_parse_time, metavar="TIME", help="RFC 3339 or epoch seconds")
+    a = actions.add_parser("remove", help="delete a subscriber")
+    a.add_argument("dir")
+    a.add_argument("name")
+    a = actions.add_parser("copy", help="create TARGET at the position of NAME")
+    a.add_argument("dir")
+    a.add_argument("name")
+    a.add_argument("target")
+    p.set_defaults(func=_cmd_subscriber)
+
+    p = sub.add_parser("retention", help="apply, show or store the retention policy")
+    p.add_argument("dir")
+    p.add_argument("--consumed", action="store_true", help="segments every subscriber has passed")
+    p.add_argument("--max-age", type=_parse_duration, metavar="DURATION", help="e.g. 7d")
+    p.add_argument("--max-size", type=_parse_size, metavar="SIZE", help="e.g. 10G")
+    p.add_argument(
+        "--expire-idle", type=_parse_duration, metavar="DURATION", help="subscribers idle this long"
+    )
+    p.add_argument("--dry-run", action="store_true", help="show what would be removed, remove nothing")
+    p.add_argument("--set", action="store_true", help="store the policy for every writer to apply")
+    p.add_argument("--now", action="store_true", help="with --set: also apply it now")
+    p.add_argument("--clear", action="store_true", help="remove the stored policy")
+    p.set_defaults(func=_cmd_retention)
+
+    p = sub.add_parser("meta", help="the settings the log was created with")
+    p.add_argument("dir")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_cmd_meta)
+
+    p = sub.add_parser("monitor", help="a live view: rate, head, segments, disk, subscriber lag")
+    p.add_argument("dir")
+    p.add_argument("--interval", type=float, default=1.0, metavar="SECONDS")
+    p.add_argument("--frames", type=int, default=0, help="stop after this many frames (0: never)")
+    p.set_defaults(func=_cmd_monitor)
 
     p = sub.add_parser("demo", help="writer processes, a tailing reader, a cutover, info")
     p.add_argument("--dir", default="demo-output/log")
