@@ -85,3 +85,13 @@ def test_golden_v1_log_reads_and_verifies(tmp_path: Path) -> None:
     assert sorted(os.listdir(GOLDEN_V1)) == sorted(
         ["meta", "lock", fmt.segment_name(0), fmt.index_name(0), fmt.segment_name(8), fmt.index_name(8)]
     )
+
+
+def test_checkpoint_vector() -> None:
+    v = vectors()["checkpoint"]
+    cp = fmt.decode_checkpoint(v, "vector")
+    assert cp == fmt.Checkpoint("billing", 42, 1795000000000000000, 1794999999000000000)
+    assert fmt.encode_checkpoint(cp) == v
+    assert int.from_bytes(v[-4:], "little") == 0xD5E14725
+    name = "cp.0c95c7ece1ce1a9750275ef1c6d7ad6b278f70d66592207783ffe7d58474cc01"
+    assert fmt.checkpoint_name("billing") == name and fmt.is_checkpoint_name(name)
