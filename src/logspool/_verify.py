@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from . import _format as fmt
 from . import _segment as seg
 from ._fs import REAL, FileSystem
-from ._reader import list_segments
+from ._reader import Reader, list_segments
 from .errors import CorruptionError, LogspoolError
 
 DAMAGE = "damage"
@@ -40,6 +40,7 @@ class VerifyReport:
     first_lsn: int = 0
     next_lsn: int = 0
     bytes: int = 0
+    subscribers: int = 0
     problems: list[Problem] = field(default_factory=list)
 
     @property
@@ -136,7 +137,54 @@ def verify(path: str | os.PathLike[str], *, fs: FileSystem | None = None) -> Ver
             report._add(DAMAGE, spath, stop.pos, stop.reason or f"{stop.kind} record")
         _verify_index(fs, root, base, infos, report)
     report.next_lsn = expected
+    _verify_checkpoints(fs, root, meta.record_size_max, report)
+    _verify_strays(fs, root, bases, report)
     return report
+
+
+def _verify_checkpoints(fs: FileSystem, root: str, size_max: int, report: VerifyReport) -> None:
+    """Every checkpoint decodes, is stored under its name's hash, and points into the log."""
+    for name in sorted(n for n in fs.listdir(root) if fmt.is_checkpoint_name(n)):
+        cpath = os.path.join(root, name)
+        try:
+            cp = fmt.decode_checkpoint(fs.read_file(cpath, 1 << 16), cpath)
+        except FileNotFoundError:
+            continue  # removed while verifying
+        except (LogspoolError, ValueError) as err:
+            report._add(DAMAGE, cpath, getattr(err, "offset", 0), str(err))
+            continue
+        report.subscribers += 1
+        if fmt.checkpoint_name(cp.name) != name:
+            report._add(DAMAGE, cpath, 40, f"checkpoint of {cp.name!r} is stored under the wrong name")
+        elif cp.lsn < report.first_lsn:
+            lost = report.first_lsn - cp.lsn
+            report._add(
+                NOTE,
+                cpath,
+                16,
+                f"subscriber {cp.name!r} is at lsn {cp.lsn}, before the earliest record "
+                f"{report.first_lsn}: {lost} records it had not read were removed",
+            )
+        elif cp.lsn > report.next_lsn:
+            head = Reader(root, fs, size_max, start="latest")  # writers may have gone on since
+            head.close()
+            if cp.lsn > head.position:
+                report._add(
+                    DAMAGE,
+                    cpath,
+                    16,
+                    f"subscriber {cp.name!r} is at lsn {cp.lsn}, past the head {head.position}",
+                )
+
+
+def _verify_strays(fs: FileSystem, root: str, bases: list[int], report: VerifyReport) -> None:
+    """Index files whose segment retention removed (a crash between the two unlinks)."""
+    have = set(bases)
+    for name in sorted(fs.listdir(root)):
+        stem, _dot, suffix = name.partition(".")
+        orphan = "." + suffix == fmt.INDEX_SUFFIX and stem.isdigit() and int(stem) not in have
+        if orphan and bases and int(stem) < bases[0]:
+            report._add(NOTE, os.path.join(root, name), 0, "index of a removed segment (harmless)")
 
 
 def _verify_index(

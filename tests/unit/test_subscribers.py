@@ -173,3 +173,23 @@ def test_a_damaged_checkpoint_is_reported_not_reset(log_dir: str) -> None:
         with pytest.raises(logspool.CorruptionError, match="checkpoint checksum mismatch") as exc:
             log.subscribe("s")
         assert exc.value.path == path
+
+
+def test_verify_checks_checkpoints(log_dir: str) -> None:
+    with logspool.open(log_dir, durability="os", segment_size_max=4096) as log:
+        log.append_many([b"x" * 100] * 100)
+        log.add_subscriber("ok", start=99)
+        log.add_subscriber("behind", start=0)
+        log.add_subscriber("broken", start=5)
+        log.enforce_retention(logspool.Retention(size_max=1))
+        first = log.info().first_lsn
+    report = logspool.verify(log_dir)
+    assert report.ok and report.subscribers == 3
+    assert any(f"'behind' is at lsn 0, before the earliest record {first}" in str(p) for p in report.problems)
+    path = os.path.join(log_dir, fmt.checkpoint_name("broken"))
+    with open(path, "r+b") as f:
+        f.seek(20)
+        f.write(b"\x01")
+    report = logspool.verify(log_dir)
+    assert not report.ok
+    assert [p.path for p in report.problems if p.severity == "damage"] == [path]
