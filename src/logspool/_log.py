@@ -63,6 +63,7 @@ from .errors import (
 )
 
 _logger = logging.getLogger("logspool")
+_NEVER_NS = 1 << 63
 
 Durability = Literal["always", "interval", "os"]
 _DURABILITIES = ("always", "interval", "os")
@@ -140,6 +141,7 @@ class Log:
         index_interval: int | None = None,
         record_size_max: int | None = None,
         lock_timeout_s: float = limits.LOCK_TIMEOUT_S_DEFAULT,
+        segment_age_max_s: float | None = None,
         fs: FileSystem | None = None,
     ) -> None:
         self.path = os.fspath(path)
@@ -148,6 +150,18 @@ class Log:
         if not isinstance(sync_interval_ms, int) or sync_interval_ms < 1:
             raise ValueError(f"sync_interval_ms must be a positive integer, not {sync_interval_ms!r}")
         self.durability: Durability = durability
+        if segment_age_max_s is not None and (
+            isinstance(segment_age_max_s, bool)
+            or not isinstance(segment_age_max_s, int | float)
+            or not 0 < segment_age_max_s < 1e9
+        ):
+            raise ValueError(
+                f"segment_age_max_s must be a positive number of seconds, not {segment_age_max_s!r}"
+            )
+        # Rotation by age (optional, per handle): a segment holding records is sealed by the first
+        # append from this handle after it is this old (BinLog's daily cut, without a cron job).
+        self._segment_age_max_ns = None if segment_age_max_s is None else int(segment_age_max_s * 1e9)
+        self._seg_deadline_ns = _NEVER_NS
         self.readonly = readonly
         self._fs = fs or REAL
         self._sync_interval_s = sync_interval_ms / 1000.0
@@ -377,6 +391,7 @@ class Log:
         self._seg_end = fmt.SEGMENT_HEADER_SIZE
         self._next_lsn = base
         self._last_ts = header.created_ns
+        self._set_segment_deadline(header.created_ns)
         self._index_due = 0
         self._open_index()
         self._scan_from(data[fmt.SEGMENT_HEADER_SIZE :], fmt.SEGMENT_HEADER_SIZE)
@@ -423,6 +438,7 @@ class Log:
                 header = fmt.decode_segment_header(data, next_path)
                 if header.base_lsn != next_base:
                     raise CorruptionError(next_path, 16, "header base lsn does not match name")
+                self._set_segment_deadline(header.created_ns)
                 offset, base = fmt.SEGMENT_HEADER_SIZE, 0
                 continue
             cut = seg.judge_damage(
@@ -481,6 +497,10 @@ class Log:
         finally:
             self._fs.close(idx)
         self._fs.fsync_dir(self.path)  # without this the new segment's name can be lost
+
+    def _set_segment_deadline(self, created_ns: int) -> None:
+        age = self._segment_age_max_ns
+        self._seg_deadline_ns = _NEVER_NS if age is None else created_ns + age
 
     def _switch_to(self, base: int) -> None:
         """Make segment ``base`` the active one (its header already written)."""
@@ -557,11 +577,15 @@ class Log:
                 if fs.size(self._seg_fd) != self._seg_end:
                     self._catch_up()
                 offset = self._seg_end
-                if offset + len(data) > self._plain_end_max or offset >= self._index_due:
+                now = time.time_ns()
+                if (
+                    offset + len(data) > self._plain_end_max
+                    or offset >= self._index_due
+                    or now >= self._seg_deadline_ns
+                ):
                     lsn = self._write_records((data,))
                 else:
                     lsn = self._next_lsn
-                    now = time.time_ns()
                     ts = now if now > self._last_ts else self._last_ts
                     rec = fmt.encode_record(lsn, ts, self._durable_lsn, data)
                     self._write_at_end(rec, "writing records")
@@ -605,6 +629,11 @@ class Log:
         size_max = self.meta.segment_size_max - fmt.RECORD_OVERHEAD
         interval = self.meta.index_interval
         now = time.time_ns()
+        if now >= self._seg_deadline_ns:
+            if self._seg_end > fmt.SEGMENT_HEADER_SIZE:
+                self._rotate()  # rotation by age
+            else:
+                self._set_segment_deadline(now)  # an empty segment's age starts with its first record
         ts = now if now > self._last_ts else self._last_ts  # timestamps never decrease
         durable = self._durable_lsn
         i = 0
@@ -686,6 +715,7 @@ class Log:
         self._sync_segment_for_rotation()
         self._create_segment(self._next_lsn, ts)
         self._switch_to(self._next_lsn)
+        self._set_segment_deadline(ts)  # (if the segment existed, its own time is close enough)
         self._mark_written()
         self._retention_due = True  # applied once the locks are released
 

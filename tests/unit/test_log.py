@@ -377,3 +377,18 @@ def test_a_handle_cannot_append_in_a_forked_child(log_dir: str) -> None:
         assert os.waitstatus_to_exitcode(status) == 0
         log.append(b"parent again")  # the parent's handle is untouched
         assert [r.payload for r in log.read()] == [b"parent", b"parent again"]
+
+
+def test_rotation_by_age(log_dir: str) -> None:
+    with logspool.open(log_dir, durability="os", segment_age_max_s=0.2) as log:
+        time.sleep(0.3)  # the first segment is old but empty: no rotation for that
+        log.append_many(payloads(3))
+        assert len(log.info().segments) == 1
+        time.sleep(0.3)
+        log.append(b"after")  # the segment with records is too old now: sealed first
+        log.append(b"same segment")
+        info = log.info()
+        assert [s.base_lsn for s in info.segments] == [0, 3]
+        assert [r.payload for r in log.read()][-2:] == [b"after", b"same segment"]
+    with pytest.raises(ValueError, match="segment_age_max_s must be a positive number"):
+        logspool.open(log_dir, segment_age_max_s=0)
