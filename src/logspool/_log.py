@@ -933,7 +933,7 @@ class Log:
     def subscribe(
         self,
         name: str,
-        start: Position = "earliest",
+        start: Position | None = None,
         *,
         since: datetime | float | int | None = None,
         auto_commit: bool = False,
@@ -942,16 +942,17 @@ class Log:
         """A reader whose position is kept under ``name`` (see ``Subscriber``).
 
         A durable subscriber that exists resumes at its committed position (``start`` and
-        ``since`` only apply to a new one, whose start is committed at once). Names starting with
-        ``~`` are transient: no checkpoint, and they start at ``"latest"`` unless told otherwise.
+        ``since`` only apply to a new one, whose start is committed at once; the default start is
+        ``"earliest"``). Names starting with ``~`` are transient: no checkpoint, and by default
+        they start at ``"latest"``.
         If retention removed records the subscriber had not read: ``DataLossError``, or with
         ``on_data_loss="skip"`` it goes on from the earliest record and lists the gap in ``gaps``.
         Any thread or process; one thread at a time per Subscriber object.
         """
         self._check_open()
         name = check_name(name)
-        if is_transient(name) and start == "earliest" and since is None:
-            start = "latest"
+        if start is None:  # the default: a durable subscriber reads everything, a transient one what comes
+            start = "latest" if is_transient(name) and since is None else "earliest"
         return Subscriber(
             self._checkpoints(),
             name,

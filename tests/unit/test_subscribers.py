@@ -193,3 +193,11 @@ def test_verify_checks_checkpoints(log_dir: str) -> None:
     report = logspool.verify(log_dir)
     assert not report.ok
     assert [p.path for p in report.problems if p.severity == "damage"] == [path]
+
+
+def test_a_transient_subscriber_may_ask_for_earliest(log_dir: str) -> None:
+    with logspool.open(log_dir, durability="os") as log:
+        log.append_many(payloads(3))
+        sub = log.subscribe("~replay", start="earliest")
+        assert [r.lsn for r in sub] == [0, 1, 2]
+        sub.close()
