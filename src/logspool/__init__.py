@@ -11,15 +11,16 @@
 See docs/FORMAT.md for the on-disk format and docs/DESIGN.md for the decisions behind it.
 """
 
-from ._format import FORMAT_VERSION, Record
+from ._format import FORMAT_VERSION, Gap, Record
 from ._log import Durability, Log, LogInfo, SegmentInfo, Tail, open
-from ._reader import Gap, Reader
+from ._reader import Reader
 from ._retention import Removal, Retention, RetentionReport
 from ._subscribers import Subscriber, SubscriberInfo
 from ._verify import VerifyReport, verify
 from .errors import (
     AppendError,
     ClosedError,
+    CodecMissingError,
     CorruptionError,
     DataLossError,
     FailedError,
@@ -40,6 +41,7 @@ __all__ = [
     "FORMAT_VERSION",
     "AppendError",
     "ClosedError",
+    "CodecMissingError",
     "CorruptionError",
     "DataLossError",
     "Durability",

@@ -25,7 +25,15 @@ from typing import Any, NamedTuple
 from . import limits
 from .errors import CorruptionError, UnsupportedVersionError
 
-FORMAT_VERSION = 1
+# The format version this code implements: it reads every file of this version or older.
+# Version 2 added record compression (FLAG_ZSTD; the meta keys "compression" and
+# "compression_level") and gap records left by repair (FLAG_GAP). Each file carries the lowest
+# version that can hold what it holds, so a log that uses nothing new stays readable by version-1
+# code (docs/FORMAT.md §11): segments and meta of a compressed log are version 2, a segment repair
+# wrote a gap into becomes version 2, and everything else stays version 1.
+FORMAT_VERSION = 2
+VERSION_1 = 1
+VERSION_2 = 2
 
 crc32 = zlib.crc32  # CRC-32/ISO-HDLC (poly 0x04C11DB7 reflected, init/xorout 0xFFFFFFFF)
 CRC_CHECK_VALUE = 0xCBF43926  # crc32(b"123456789"), the catalogue check value
@@ -41,7 +49,11 @@ RECORD_TRAILER_SIZE = RECORD_TRAILER.size  # 4
 RECORD_OVERHEAD = RECORD_HEADER_SIZE + RECORD_TRAILER_SIZE  # 36
 
 FLAG_SEAL = 0x1  # the segment ends here; lsn is the base lsn of the next segment; no payload
-FLAGS_KNOWN = FLAG_SEAL
+FLAG_GAP = 0x2  # (v2) records lsn .. next_lsn-1 were quarantined by repair; payload: GAP_PAYLOAD
+FLAG_ZSTD = 0x4  # (v2) the payload is one zstd frame holding the appended bytes
+FLAGS_KNOWN = FLAG_SEAL | FLAG_GAP | FLAG_ZSTD
+GAP_PAYLOAD = struct.Struct("<Q")  # next_lsn; then the quarantine file's name (UTF-8), then zeros
+GAP_RECORD_SIZE_MIN = RECORD_HEADER_SIZE + 4  # a gap payload under 8 bytes means next_lsn = lsn + 1
 
 # --- segment header -----------------------------------------------------------------------------
 SEGMENT_MAGIC = b"LOGSPSEG"
@@ -88,6 +100,14 @@ class Record(NamedTuple):
     payload: bytes
 
 
+class Gap(NamedTuple):
+    """lsns a reader skipped: ``first_lsn`` .. ``next_lsn - 1``, and why."""
+
+    first_lsn: int
+    next_lsn: int
+    reason: str
+
+
 @dataclass(frozen=True, slots=True)
 class SegmentHeader:
     version: int
@@ -125,14 +145,39 @@ def encode_record(lsn: int, timestamp: int, durable_lsn: int, payload: bytes, fl
     return head + payload + RECORD_TRAILER.pack(crc32(payload, crc32(head)))
 
 
+def encode_gap(lsn: int, next_lsn: int, timestamp: int, note: str, size: int) -> bytes:
+    """A gap record of exactly ``size`` bytes (at least GAP_RECORD_SIZE_MIN), saying records
+    ``lsn .. next_lsn-1`` were quarantined (to the file ``note`` names, if it fits)."""
+    payload_size = size - RECORD_OVERHEAD
+    if payload_size < 0:
+        raise ValueError(f"a gap record needs at least {RECORD_OVERHEAD} bytes, not {size}")
+    if payload_size < GAP_PAYLOAD.size:
+        if next_lsn != lsn + 1:
+            raise ValueError("a gap record under 44 bytes stands for exactly one lsn")
+        payload = bytes(payload_size)
+    else:
+        text = note.encode()[: payload_size - GAP_PAYLOAD.size]
+        payload = GAP_PAYLOAD.pack(next_lsn) + text + bytes(payload_size - GAP_PAYLOAD.size - len(text))
+    return encode_record(lsn, timestamp, 0, payload, FLAG_GAP)
+
+
+def decode_gap(lsn: int, payload: bytes) -> tuple[int, str]:
+    """(next_lsn, note) of a gap record's payload."""
+    if len(payload) < GAP_PAYLOAD.size:
+        return lsn + 1, ""
+    (next_lsn,) = GAP_PAYLOAD.unpack_from(payload, 0)
+    note = payload[GAP_PAYLOAD.size :].rstrip(b"\0").decode(errors="replace")
+    return int(next_lsn), note
+
+
 def record_crc(buf: bytes | memoryview, offset: int, payload_size: int) -> int:
     """The checksum a record at ``offset`` of ``buf`` should carry."""
     return crc32(buf[offset : offset + RECORD_HEADER_SIZE + payload_size])
 
 
 # --- segment header -----------------------------------------------------------------------------
-def encode_segment_header(base_lsn: int, created_ns: int) -> bytes:
-    body = SEGMENT_HEADER.pack(SEGMENT_MAGIC, FORMAT_VERSION, SEGMENT_HEADER_SIZE, 0, base_lsn, created_ns, 0)
+def encode_segment_header(base_lsn: int, created_ns: int, version: int = VERSION_1) -> bytes:
+    body = SEGMENT_HEADER.pack(SEGMENT_MAGIC, version, SEGMENT_HEADER_SIZE, 0, base_lsn, created_ns, 0)
     return body + struct.pack("<I", crc32(body))
 
 
@@ -160,7 +205,7 @@ def decode_segment_header(buf: bytes, path: str) -> SegmentHeader:
 
 # --- index --------------------------------------------------------------------------------------
 def encode_index_header(base_lsn: int, interval: int) -> bytes:
-    body = INDEX_HEADER.pack(INDEX_MAGIC, FORMAT_VERSION, INDEX_HEADER_SIZE, interval, base_lsn, 0)
+    body = INDEX_HEADER.pack(INDEX_MAGIC, VERSION_1, INDEX_HEADER_SIZE, interval, base_lsn, 0)
     return body + struct.pack("<I", crc32(body))
 
 
@@ -216,6 +261,8 @@ class Meta:
     record_size_max: int
     log_id: str
     extra: dict[str, Any]
+    compression: str | None = None  # (v2) "zstd", or None
+    compression_level: int | None = None  # (v2) the zstd level, with compression
 
     def to_json(self) -> dict[str, Any]:
         body: dict[str, Any] = dict(self.extra)
@@ -226,10 +273,20 @@ class Meta:
             record_size_max=self.record_size_max,
             log_id=self.log_id,
         )
+        if self.compression is not None:
+            body.update(compression=self.compression, compression_level=self.compression_level)
         return body
 
 
-_META_KEYS = ("created_ns", "segment_size_max", "index_interval", "record_size_max", "log_id")
+_META_KEYS = (
+    "created_ns",
+    "segment_size_max",
+    "index_interval",
+    "record_size_max",
+    "log_id",
+    "compression",
+    "compression_level",
+)
 
 
 def encode_meta(meta: Meta) -> bytes:
@@ -247,9 +304,18 @@ def decode_meta(buf: bytes, path: str) -> Meta:
             record_size_max=int(body["record_size_max"]),
             log_id=str(body["log_id"]),
             extra={k: v for k, v in body.items() if k not in _META_KEYS},
+            compression=_meta_compression(body),
+            compression_level=None if body.get("compression") is None else int(body["compression_level"]),
         )
     except (ValueError, KeyError, TypeError) as err:
         raise CorruptionError(path, META_HEADER_SIZE, f"meta body is not valid: {err}") from err
+
+
+def _meta_compression(body: dict[str, Any]) -> str | None:
+    codec = body.get("compression")
+    if codec is not None and codec != "zstd":
+        raise ValueError(f"unknown compression {codec!r}")
+    return codec
 
 
 # --- files of a JSON object: meta, retention --------------------------------------------------------
@@ -323,7 +389,7 @@ def is_checkpoint_name(name: str) -> bool:
 def encode_checkpoint(cp: Checkpoint) -> bytes:
     name = cp.name.encode()
     head = CHECKPOINT_HEADER.pack(
-        CHECKPOINT_MAGIC, FORMAT_VERSION, 0, len(name), cp.lsn, cp.committed_ns, cp.created_ns
+        CHECKPOINT_MAGIC, VERSION_1, 0, len(name), cp.lsn, cp.committed_ns, cp.created_ns
     )
     return head + name + struct.pack("<I", crc32(name, crc32(head)))
 

@@ -34,9 +34,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
+from . import _codec, limits
 from . import _format as fmt
 from . import _segment as seg
-from . import limits
 from ._fs import REAL, FileSystem
 from ._reader import OnDataLoss, Position, Reader, list_segments
 from ._retention import Retention, RetentionReport, read_policy, write_policy
@@ -142,9 +142,12 @@ class Log:
         record_size_max: int | None = None,
         lock_timeout_s: float = limits.LOCK_TIMEOUT_S_DEFAULT,
         segment_age_max_s: float | None = None,
+        compression: str | None = None,
+        compression_level: int | None = None,
         fs: FileSystem | None = None,
     ) -> None:
         self.path = os.fspath(path)
+        _codec.check(compression, compression_level)
         if durability not in _DURABILITIES:
             raise ValueError(f"durability must be one of {_DURABILITIES}, not {durability!r}")
         if not isinstance(sync_interval_ms, int) or sync_interval_ms < 1:
@@ -204,8 +207,17 @@ class Log:
             segment_size_max=segment_size_max,
             index_interval=index_interval,
             record_size_max=record_size_max,
+            compression=compression,
+            compression_level=compression_level,
         )
         self.record_size_max = self.meta.record_size_max
+        # New segments carry the lowest format version that holds what is written in them.
+        self._segment_version = fmt.VERSION_1 if self.meta.compression is None else fmt.VERSION_2
+        # Set when the log was created with compression: payloads are compressed before the lock
+        # is taken, and stored compressed when that makes them smaller (docs/FORMAT.md §4.4).
+        self._compressor: _codec.Compressor | None = None
+        if self.meta.compression is not None and not readonly:
+            self._compressor = _codec.Compressor(self.meta.compression_level or limits.ZSTD_LEVEL_DEFAULT)
         # A record of payload size n starting at offset o fits without rotation if o + n is at
         # most this (room is kept for the seal record; see _write_records).
         self._plain_end_max = self.meta.segment_size_max - 2 * fmt.RECORD_OVERHEAD
@@ -225,6 +237,8 @@ class Log:
         segment_size_max: int | None,
         index_interval: int | None,
         record_size_max: int | None,
+        compression: str | None,
+        compression_level: int | None,
     ) -> fmt.Meta:
         meta_path = os.path.join(self.path, fmt.META_NAME)
         asked = {
@@ -242,7 +256,7 @@ class Log:
                     raise NotALogError(self.path, f"no meta file, and it holds {sorted(strays)[:3]}")
             if not create:
                 raise NotALogError(self.path, "no meta file (the log does not exist)")
-            self._create(asked)
+            self._create(asked, compression, compression_level)
         try:
             raw = self._fs.read_file(meta_path, limits.META_SIZE_MAX + 64)
         except ValueError as err:
@@ -254,9 +268,18 @@ class Log:
                     f"{self.path}: the log was created with {name}={getattr(meta, name)}, "
                     f"not {value}; settings are fixed at creation"
                 )
+        if compression is not None and (
+            meta.compression != compression or compression_level not in (None, meta.compression_level)
+        ):
+            raise ValueError(
+                f"{self.path}: the log was created with compression={meta.compression!r} "
+                f"(level {meta.compression_level}), not {compression!r}; settings are fixed at creation"
+            )
         return meta
 
-    def _create(self, asked: dict[str, int | None]) -> None:
+    def _create(
+        self, asked: dict[str, int | None], compression: str | None, compression_level: int | None
+    ) -> None:
         """Create the directory, its lock file and its meta file, safely against a racing creator."""
         try:
             self._fs.mkdir(self.path)
@@ -265,13 +288,17 @@ class Log:
                 raise
             raise ReadOnlyError(self.path, f"cannot create the log directory: {err}") from err
         meta = fmt.Meta(
-            version=fmt.FORMAT_VERSION,
+            version=fmt.VERSION_1 if compression is None else fmt.VERSION_2,
             created_ns=time.time_ns(),
             segment_size_max=asked["segment_size_max"] or limits.SEGMENT_SIZE_MAX_DEFAULT,
             index_interval=asked["index_interval"] or limits.INDEX_INTERVAL_DEFAULT,
             record_size_max=asked["record_size_max"] or limits.RECORD_SIZE_MAX_DEFAULT,
             log_id=uuid.uuid4().hex,
             extra={},
+            compression=compression,
+            compression_level=None
+            if compression is None
+            else (limits.ZSTD_LEVEL_DEFAULT if compression_level is None else compression_level),
         )
         tmp = os.path.join(self.path, f".meta.{os.getpid()}.{uuid.uuid4().hex[:8]}")
         fd = self._fs.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
@@ -379,7 +406,7 @@ class Log:
             # no record. Write the header again (the name gives the base lsn).
             self._lower_sync_mark(base, 0)
             self._fs.truncate(fd, 0)  # crash here: an empty segment, handled the same way again
-            self._fs.write(fd, fmt.encode_segment_header(base, time.time_ns()))
+            self._fs.write(fd, fmt.encode_segment_header(base, time.time_ns(), self._segment_version))
             self._fs.fsync(fd)
             data = self._fs.pread(fd, fmt.SEGMENT_HEADER_SIZE, 0)
             header = fmt.decode_segment_header(data, path)
@@ -420,8 +447,8 @@ class Log:
                     self._index_due = (info.offset // self.meta.index_interval + 1) * (
                         self.meta.index_interval
                     )
+            self._next_lsn = stop.lsn  # past a gap record too
             if infos:
-                self._next_lsn = infos[-1].lsn + 1
                 self._last_ts = max(self._last_ts, infos[-1].timestamp)
             if stop.kind == seg.END:
                 self._seg_end = stop.pos
@@ -485,7 +512,7 @@ class Log:
         except FileExistsError:
             return  # left by a crash mid-creation; _recover rewrites a missing header
         try:
-            self._fs.write(fd, fmt.encode_segment_header(base, created_ns))
+            self._fs.write(fd, fmt.encode_segment_header(base, created_ns, self._segment_version))
             # Always fsynced, whatever the durability: other handles of the log may be "always"
             # and rely on every segment before theirs being durable (the sync mark).
             self._fs.fsync(fd)  # crash before: a segment without header, rewritten on open
@@ -563,6 +590,11 @@ class Log:
         data = payload if type(payload) is bytes else _as_bytes(payload)
         if len(data) > self.record_size_max:
             raise RecordTooLargeError(len(data), self.record_size_max)
+        flags = 0
+        if self._compressor is not None:
+            packed = self._compressor.compress(data)
+            if packed is not None:
+                data, flags = packed, fmt.FLAG_ZSTD
         if self._exclusive_owner is not None:
             self._refuse_inside_exclusive()
         # The hot path, written out: the same steps as _writer_locked + _write_records, without a
@@ -583,11 +615,11 @@ class Log:
                     or offset >= self._index_due
                     or now >= self._seg_deadline_ns
                 ):
-                    lsn = self._write_records((data,))
+                    lsn = self._write_records((data,), (flags,))
                 else:
                     lsn = self._next_lsn
                     ts = now if now > self._last_ts else self._last_ts
-                    rec = fmt.encode_record(lsn, ts, self._durable_lsn, data)
+                    rec = fmt.encode_record(lsn, ts, self._durable_lsn, data, flags)
                     self._write_at_end(rec, "writing records")
                     self._seg_end = offset + len(rec)
                     self._next_lsn = lsn + 1
@@ -611,18 +643,37 @@ class Log:
         items = _checked_payloads(payloads, self.record_size_max)
         if not items:
             return []
+        flags = self._compress(items)
         with self._writer_locked(None):
             self._catch_up()
-            first = self._write_records(items)
+            first = self._write_records(items, flags)
         if self.durability == "always":
             self._await_durable(first + len(items))
         if self._retention_due:
             self._retain_after_rotation()
         return list(range(first, first + len(items)))
 
-    def _write_records(self, payloads: tuple[bytes, ...] | list[bytes]) -> int:
-        """Under the writer lock: frame, rotate when full, write. Returns the first lsn."""
+    def _compress(self, items: list[bytes]) -> list[int] | None:
+        """Compress ``items`` in place where that makes them smaller; their record flags, or None
+        if the log is not compressed (all flags 0)."""
+        compressor = self._compressor
+        if compressor is None:
+            return None
+        flags = [0] * len(items)
+        for i, item in enumerate(items):
+            packed = compressor.compress(item)
+            if packed is not None:
+                items[i], flags[i] = packed, fmt.FLAG_ZSTD
+        return flags
+
+    def _write_records(
+        self, payloads: tuple[bytes, ...] | list[bytes], flags: tuple[int, ...] | list[int] | None = None
+    ) -> int:
+        """Under the writer lock: frame, rotate when full, write. Returns the first lsn.
+        ``flags`` are the records' flags (FLAG_ZSTD for a compressed payload), or None for 0."""
         first = self._next_lsn
+        if flags is None:
+            flags = [0] * len(payloads)
         encode = fmt.encode_record
         # Room is kept for the seal record, so a sealed segment is at most segment_size_max bytes
         # (unless a single record is larger than that: it then has a segment of its own).
@@ -645,7 +696,7 @@ class Log:
             index: list[bytes] = []
             due = self._index_due
             while i < count:
-                rec = encode(lsn, ts, durable, payloads[i])
+                rec = encode(lsn, ts, durable, payloads[i], flags[i])
                 if offset + len(rec) > size_max and offset > fmt.SEGMENT_HEADER_SIZE:
                     break
                 if offset >= due:
@@ -1174,7 +1225,8 @@ class Tail:
         items = _checked_payloads(payloads, self._log.record_size_max)
         if not items:
             return []
-        first = self._log._write_records(items)
+        flags = self._log._compress(items)
+        first = self._log._write_records(items, flags)
         return list(range(first, first + len(items)))
 
 

@@ -15,11 +15,12 @@ import os
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from typing import Literal, NamedTuple
+from typing import Literal
 
 from . import _format as fmt
 from . import _segment as seg
 from . import limits
+from ._format import Gap
 from ._fs import FileSystem
 from ._watch import DirectoryWatch
 from .errors import ClosedError, CorruptionError, DataLossError, PositionError
@@ -27,14 +28,6 @@ from .errors import ClosedError, CorruptionError, DataLossError, PositionError
 Position = int | Literal["earliest", "latest"]
 OnDataLoss = Literal["fail", "skip"]
 _logger = logging.getLogger("logspool")
-
-
-class Gap(NamedTuple):
-    """lsns a reader skipped: ``first_lsn`` .. ``next_lsn - 1``, and why."""
-
-    first_lsn: int
-    next_lsn: int
-    reason: str
 
 
 def list_segments(fs: FileSystem, path: str) -> list[int]:
@@ -295,7 +288,10 @@ class Reader:
             request = max(limits.READ_CHUNK_SIZE, self._need)
             data = self._fs.pread(self._fd, request, start_pos)
             out: list[fmt.Record] = []
-            stop = seg.parse(data, 0, self._lsn, self._size_max, out, None, start_pos)
+            gaps: list[Gap] = []
+            stop = seg.parse(data, 0, self._lsn, self._size_max, out, None, start_pos, gaps)
+            if gaps:
+                self._add_gaps(gaps)
             self._need = 0
             self._pos, self._lsn = stop.pos, stop.lsn
             if out and (self._skip_below > out[0].lsn or self._since_ns is not None):
@@ -327,6 +323,15 @@ class Reader:
             path = os.path.join(self._path, fmt.segment_name(self._base))
             raise CorruptionError(path, stop.pos, stop.reason or kind)
         raise AssertionError("reader did not settle")
+
+    def _add_gaps(self, gaps: list[Gap]) -> None:
+        """Report records repair quarantined that this reader passes (not those it seeks past)."""
+        for gap in gaps:
+            if gap.next_lsn <= self._skip_below:
+                continue
+            first = max(gap.first_lsn, self._skip_below)
+            _logger.warning("%s: lsns %d..%d skipped: %s", self._path, first, gap.next_lsn - 1, gap.reason)
+            self.gaps.append(Gap(first, gap.next_lsn, gap.reason))
 
     def _next_segment_exists(self) -> bool:
         """At the end of an unsealed segment: has a later one been started? (After a crash that lost

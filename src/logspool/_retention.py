@@ -138,7 +138,7 @@ def write_policy(fs: FileSystem, path: str, policy: Retention | None) -> None:
             return
         fs.fsync_dir(path)  # without this the removal can be undone by a power failure
         return
-    data = fmt.encode_json_file(fmt.RETENTION_MAGIC, fmt.FORMAT_VERSION, policy.to_json())
+    data = fmt.encode_json_file(fmt.RETENTION_MAGIC, fmt.VERSION_1, policy.to_json())
     replace_file(fs, path, fmt.RETENTION_NAME, data)
 
 

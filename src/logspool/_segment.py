@@ -13,6 +13,11 @@ The parser stops at the first thing that is not a complete, valid record and say
     TORN        a checksum mismatch: torn by a crash or corrupt, the recovery rule decides which
     BAD         a record whose checksum is right but which breaks an invariant (lsn, flags, size):
                 never a crash state, always corruption
+
+Two kinds of valid record are not plain (format version 2), and the parser goes on past them:
+a compressed record (FLAG_ZSTD) is decompressed when its payload is wanted, and a gap record
+(FLAG_GAP, written by repair in place of quarantined records) moves the expected lsn on and is
+reported in ``gaps``.
 """
 
 from __future__ import annotations
@@ -20,16 +25,20 @@ from __future__ import annotations
 import struct
 from typing import NamedTuple
 
-from . import limits
+from . import _codec, limits
 from ._format import (
     CRC_RESIDUE,
+    FLAG_GAP,
     FLAG_SEAL,
+    FLAG_ZSTD,
     FLAGS_KNOWN,
     RECORD_HEADER,
     RECORD_HEADER_SIZE,
     RECORD_OVERHEAD,
+    Gap,
     Record,
     crc32,
+    decode_gap,
 )
 from .errors import CorruptionError
 
@@ -39,6 +48,8 @@ ZERO = "zero"
 SEAL = "seal"
 TORN = "torn"
 BAD = "bad"
+_GAP = "gap"  # internal to parse: a valid gap record
+_ZSTD = "zstd"  # internal to parse: a valid compressed record
 
 _ZERO_HEADER = bytes(RECORD_HEADER_SIZE)
 _CRC = struct.Struct("<I")
@@ -73,12 +84,14 @@ def parse(
     out: list[Record] | None,
     infos: list[RecordInfo] | None = None,
     base: int = 0,
+    gaps: list[Gap] | None = None,
 ) -> Stop:
     """Parse records from ``buf[pos:]``, expecting the first to carry ``lsn``.
 
     Appends a Record per valid record to ``out`` and, if given, a RecordInfo to ``infos``
-    (offsets there are ``base + position in buf``, so a chunk can stand for a file region).
-    ``size_max`` bounds the payload size believed from a length field.
+    (offsets there are ``base + position in buf``, so a chunk can stand for a file region), and
+    a Gap per gap record to ``gaps``. ``size_max`` bounds the payload size believed from a length
+    field, and the size of a decompressed payload.
 
     This loop is the hot path of every reader. A plain record passes one test: the checksum
     residue (see ``_format.CRC_RESIDUE``) and the header fields, checked together; anything else
@@ -106,7 +119,26 @@ def parse(
             lsn += 1
             pos = rec_end
             continue
-        return _stop_at(buf, pos, lsn, size_max, base)
+        stop = _stop_at(buf, pos, lsn, size_max, base)
+        if stop.kind == _ZSTD:
+            if out is not None:
+                try:
+                    payload = _codec.decompress(buf[pos + RECORD_HEADER_SIZE : rec_end - 4], size_max)
+                except ValueError as err:
+                    return Stop(BAD, base + pos, lsn, f"compressed record at lsn {lsn}: {err}")
+                out.append(make(Record, (rlsn, ts, payload)))
+            if infos is not None:
+                infos.append(RecordInfo(base + pos, rlsn, ts, durable, rec_end - pos))
+            lsn += 1
+            pos = rec_end
+            continue
+        if stop.kind == _GAP:
+            if gaps is not None:
+                gaps.append(Gap(lsn, stop.next_lsn, stop.reason))
+            lsn = stop.next_lsn
+            pos = rec_end
+            continue
+        return stop
     if pos == end:
         return Stop(END, base + pos, lsn)
     if not any(memoryview(buf)[pos:end]):
@@ -143,10 +175,19 @@ def _stop_at(buf: bytes, pos: int, lsn: int, size_max: int, base: int) -> Stop:
         return Stop(BAD, base + pos, lsn, f"record has lsn {rlsn}, expected {lsn}")
     if flags & ~FLAGS_KNOWN:
         return Stop(BAD, base + pos, lsn, f"unknown record flags 0x{flags:08x}")
-    if flags & FLAG_SEAL:
+    if flags == FLAG_SEAL:
         if length:
             return Stop(BAD, base + pos, lsn, "seal record with a payload")
         return Stop(SEAL, base + pos, lsn, next_lsn=rlsn)
+    if flags == FLAG_ZSTD:
+        return Stop(_ZSTD, base + pos, lsn)
+    if flags == FLAG_GAP:
+        next_lsn, note = decode_gap(rlsn, buf[pos + RECORD_HEADER_SIZE : crc_at])
+        if next_lsn <= rlsn:
+            return Stop(BAD, base + pos, lsn, f"gap record from lsn {rlsn} to {next_lsn} goes back")
+        why = f"quarantined by repair ({note})" if note else "quarantined by repair"
+        return Stop(_GAP, base + pos, lsn, why, next_lsn=next_lsn)
+    return Stop(BAD, base + pos, lsn, f"record flags 0x{flags:08x} combine exclusive flags")
     raise AssertionError(f"record at {base + pos} is valid but was not taken")
 
 

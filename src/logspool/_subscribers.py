@@ -21,8 +21,9 @@ from datetime import datetime
 
 from . import _format as fmt
 from . import limits
+from ._format import Gap
 from ._fs import FileSystem, replace_file
-from ._reader import Gap, OnDataLoss, Position, Reader, list_segments
+from ._reader import OnDataLoss, Position, Reader, list_segments
 from .errors import CorruptionError, DataLossError, PositionError, SubscriberNotFoundError
 
 TRANSIENT_PREFIX = "~"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import base64
 import json
+import os
 import signal
 import sys
 import time
@@ -314,6 +315,8 @@ def _cmd_meta(args: argparse.Namespace) -> int:
             "segment_size_max": meta.segment_size_max,
             "index_interval": meta.index_interval,
             "record_size_max": meta.record_size_max,
+            "compression": meta.compression or "none",
+            **({} if meta.compression is None else {"compression_level": meta.compression_level}),
             **meta.extra,
         }
     if args.json:
@@ -377,6 +380,21 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
+def _cmd_create(args: argparse.Namespace) -> int:
+    if os.path.exists(os.path.join(args.dir, fmt.META_NAME)):
+        raise ValueError(f"{args.dir} is a log already (its settings are fixed at creation)")
+    with Log(
+        args.dir,
+        segment_size_max=args.segment_size,
+        index_interval=args.index_interval,
+        record_size_max=args.record_size_max,
+        compression=args.compression,
+        compression_level=args.level,
+    ) as log:
+        print(f"created {log.path} ({log.meta.compression or 'no'} compression)")
+    return 0
+
+
 def _cmd_cutover(args: argparse.Namespace) -> int:
     with Log(args.dir, create=False) as log:
         print(log.cutover())
@@ -399,6 +417,15 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--raw", action="store_true", help="all of stdin as one record")
     p.add_argument("--durability", choices=["always", "interval", "os"], default="always")
     p.set_defaults(func=_cmd_append)
+
+    p = sub.add_parser("create", help="create a log with chosen settings (append creates one with defaults)")
+    p.add_argument("dir")
+    p.add_argument("--segment-size", type=_parse_size, metavar="SIZE", help="e.g. 64M")
+    p.add_argument("--index-interval", type=_parse_size, metavar="SIZE", help="e.g. 64K")
+    p.add_argument("--record-size-max", type=_parse_size, metavar="SIZE", help="e.g. 16M")
+    p.add_argument("--compression", choices=["zstd"], help="compress each record (needs logspool[zstd])")
+    p.add_argument("--level", type=int, metavar="N", help="the zstd level (default 3)")
+    p.set_defaults(func=_cmd_create)
 
     p = sub.add_parser("cat", help="print records")
     p.add_argument("dir")

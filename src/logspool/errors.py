@@ -15,7 +15,8 @@
      ├── SubscriberNotFoundError  also a KeyError: no durable subscriber of that name
      ├── SubscriberExistsError    also a ValueError: a durable subscriber of that name exists
      ├── ReadOnlyError            a write was asked of a log opened read-only (or on a read-only dir)
-     └── RecordTooLargeError      also a ValueError: a payload over the log's record_size_max
+     ├── RecordTooLargeError      also a ValueError: a payload over the log's record_size_max
+     └── CodecMissingError        the log is compressed and the codec's library is not installed
 
 Every error carries its context as attributes as well as in the message, and pickles (errors cross
 processes and Spark executors), which is why each class stores its constructor arguments in ``args``.
@@ -27,6 +28,7 @@ from __future__ import annotations
 __all__ = [
     "AppendError",
     "ClosedError",
+    "CodecMissingError",
     "CorruptionError",
     "DataLossError",
     "FailedError",
@@ -223,3 +225,17 @@ class SubscriberExistsError(LogspoolError, ValueError):
 
     def __str__(self) -> str:
         return f"{self.path}: a subscriber named {self.name!r} exists already"
+
+
+class CodecMissingError(LogspoolError):
+    """The log uses a compression codec whose library is not installed."""
+
+    def __init__(self, codec: str) -> None:
+        super().__init__(codec)
+        self.codec = codec
+
+    def __str__(self) -> str:
+        return (
+            f"this log uses {self.codec} compression, and the 'zstandard' package is not installed; "
+            "install it with: pip install 'logspool[zstd]'"
+        )

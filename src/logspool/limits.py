@@ -34,6 +34,12 @@ INDEX_INTERVAL_MIN = 512
 # 16 MiB: larger payloads belong in files, not in a journal record.
 RECORD_SIZE_MAX_DEFAULT = 16 * MIB
 
+# zstd compression levels a log may be created with (zstd's own range, negative = faster modes);
+# 3 is zstd's default: most of the ratio of higher levels at several times their speed.
+ZSTD_LEVEL_MIN = -7
+ZSTD_LEVEL_MAX = 22
+ZSTD_LEVEL_DEFAULT = 3
+
 # --- runtime bounds -----------------------------------------------------------------------------
 # "interval" durability fsyncs at most this often by default (milliseconds): the loss window on
 # power failure, while the process lives.
@@ -48,6 +54,9 @@ POLL_INTERVAL_S_MIN = 0.001
 POLL_INTERVAL_S_MAX = 0.05
 # Recovery looks this many lsns past a damaged record for later records that prove it was durable.
 RECOVERY_RESYNC_LSNS = 64
+# Repair looks this many lsns past a damaged record for the first good record after it; damage
+# that hides more records than this is treated as reaching the end of its segment.
+REPAIR_RESYNC_LSNS = 1 << 16
 
 # A subscriber name: any text up to 1 KiB of UTF-8. Its checkpoint file is named by a hash of it,
 # so the limit is for people (lists, messages), not for the file system.

@@ -88,3 +88,18 @@ def test_verify_exits_1_and_names_the_damage(log_dir: str) -> None:
     done = run_cli("verify", log_dir)
     assert done.returncode == 1
     assert first.encode() in done.stderr and b"DAMAGED" in done.stdout
+
+
+def test_create_with_compression_then_meta_shows_it(log_dir: str) -> None:
+    done = run_cli("create", log_dir, "--compression", "zstd", "--level", "7", "--segment-size", "1M")
+    assert done.returncode == 0, done.stderr
+    meta = json.loads(run_cli("meta", log_dir, "--json").stdout)
+    assert (meta["compression"], meta["compression_level"], meta["segment_size_max"]) == ("zstd", 7, 1 << 20)
+    assert meta["format_version"] == 2
+    assert run_cli("append", log_dir, "x" * 500).returncode == 0
+    assert run_cli("cat", log_dir).stdout == b"x" * 500 + b"\n"
+    again = run_cli("create", log_dir, "--compression", "zstd")
+    assert again.returncode == 1 and b"is a log already" in again.stderr
+    bad = run_cli("create", log_dir + "2", "--level", "3")
+    assert bad.returncode == 1 and b"compression_level was given without compression" in bad.stderr
+    assert not os.path.exists(log_dir + "2")
