@@ -14,6 +14,7 @@ See docs/FORMAT.md for the on-disk format and docs/DESIGN.md for the decisions b
 from ._format import FORMAT_VERSION, Gap, Record
 from ._log import Durability, Log, LogInfo, SegmentInfo, Tail, open
 from ._reader import Reader
+from ._repair import RepairAction, RepairReport, repair
 from ._retention import Removal, Retention, RetentionReport
 from ._subscribers import Subscriber, SubscriberInfo
 from ._verify import VerifyReport, verify
@@ -58,6 +59,8 @@ __all__ = [
     "Record",
     "RecordTooLargeError",
     "Removal",
+    "RepairAction",
+    "RepairReport",
     "Retention",
     "RetentionReport",
     "SegmentInfo",
@@ -70,5 +73,6 @@ __all__ = [
     "VerifyReport",
     "__version__",
     "open",
+    "repair",
     "verify",
 ]

@@ -156,7 +156,9 @@ def encode_gap(lsn: int, next_lsn: int, timestamp: int, note: str, size: int) ->
             raise ValueError("a gap record under 44 bytes stands for exactly one lsn")
         payload = bytes(payload_size)
     else:
-        text = note.encode()[: payload_size - GAP_PAYLOAD.size]
+        text = note.encode()
+        if len(text) > payload_size - GAP_PAYLOAD.size:
+            text = b""  # a name cut short would mislead: the repair report names the file
         payload = GAP_PAYLOAD.pack(next_lsn) + text + bytes(payload_size - GAP_PAYLOAD.size - len(text))
     return encode_record(lsn, timestamp, 0, payload, FLAG_GAP)
 

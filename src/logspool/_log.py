@@ -558,26 +558,14 @@ class Log:
 
     def _rewrite_index_if_needed(self, data: bytes) -> None:
         """Make the active segment's index exactly what its records imply (after recovery)."""
-        expected = bytearray(fmt.encode_index_header(self._seg_base, self.meta.index_interval))
-        infos: list[seg.RecordInfo] = []
-        seg.parse(
-            data[: self._seg_end],
-            fmt.SEGMENT_HEADER_SIZE,
-            self._seg_base,
-            self.record_size_max,
-            None,
-            infos,
+        expected = seg.index_bytes(
+            data, self._seg_end, self._seg_base, self.record_size_max, self.meta.index_interval
         )
-        due = 0
-        for info in infos:
-            if info.offset >= due:
-                expected += fmt.encode_index_entry(info.lsn, info.timestamp, info.offset)
-                due = (info.offset // self.meta.index_interval + 1) * self.meta.index_interval
         current = self._fs.pread(self._idx_fd, len(expected) + 1, 0)
         if current != expected:
             # The index is derived: no fsync needed, a crash here is repaired the same way.
             self._fs.truncate(self._idx_fd, 0)
-            self._fs.write(self._idx_fd, bytes(expected))
+            self._fs.write(self._idx_fd, expected)
 
     # --- appending --------------------------------------------------------------------------------
     def append(self, payload: bytes) -> int:

@@ -35,10 +35,13 @@ from ._format import (
     RECORD_HEADER,
     RECORD_HEADER_SIZE,
     RECORD_OVERHEAD,
+    SEGMENT_HEADER_SIZE,
     Gap,
     Record,
     crc32,
     decode_gap,
+    encode_index_entry,
+    encode_index_header,
 )
 from .errors import CorruptionError
 
@@ -189,6 +192,43 @@ def _stop_at(buf: bytes, pos: int, lsn: int, size_max: int, base: int) -> Stop:
         return Stop(_GAP, base + pos, lsn, why, next_lsn=next_lsn)
     return Stop(BAD, base + pos, lsn, f"record flags 0x{flags:08x} combine exclusive flags")
     raise AssertionError(f"record at {base + pos} is valid but was not taken")
+
+
+def index_bytes(data: bytes, end: int, base: int, size_max: int, interval: int) -> bytes:
+    """The index file a segment's records imply (docs/FORMAT.md §5.2), byte for byte: ``data`` holds
+    the segment from offset 0, and its records up to ``end`` are indexed."""
+    out = bytearray(encode_index_header(base, interval))
+    infos: list[RecordInfo] = []
+    parse(data[:end], SEGMENT_HEADER_SIZE, base, size_max, None, infos)
+    due = 0
+    for info in infos:
+        if info.offset >= due:
+            out += encode_index_entry(info.lsn, info.timestamp, info.offset)
+            due = (info.offset // interval + 1) * interval
+    return bytes(out)
+
+
+def find_resume(data: bytes, pos: int, lsn: int, size_max: int, lsns_max: int) -> tuple[int, int] | None:
+    """The first valid record (or seal, or gap) after damage at ``pos`` where lsn ``lsn`` was
+    expected: (its offset, its lsn), looking for lsns lsn+1 .. lsn+lsns_max by the 8 bytes each
+    must carry at offset 8 of its header. None if there is none.
+
+    Lsns grow along a segment, so the first lsn found is also the earliest record; a record is
+    taken only if it parses whole and valid, so a payload that happens to hold the bytes of an
+    lsn does not fool it.
+    """
+    for later in range(lsn + 1, lsn + 1 + lsns_max):
+        needle = later.to_bytes(8, "little")
+        at = data.find(needle, pos + RECORD_OVERHEAD + 8)
+        while at >= 0:  # bounded: each turn moves past one occurrence
+            start = at - 8
+            infos: list[RecordInfo] = []
+            gaps: list[Gap] = []
+            stop = parse(data, start, later, size_max, None, infos, 0, gaps)
+            if infos or gaps or stop.kind == SEAL:
+                return start, later
+            at = data.find(needle, at + 1)
+    return None
 
 
 def durable_proof_after(buf: bytes, pos: int, lsn: int, size_max: int) -> int:

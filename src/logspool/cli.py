@@ -15,6 +15,7 @@ from typing import Any
 
 from . import _format as fmt
 from ._log import Log
+from ._repair import repair
 from ._retention import Retention
 from ._verify import verify
 from .errors import LogspoolError
@@ -395,6 +396,27 @@ def _cmd_create(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_repair(args: argparse.Namespace) -> int:
+    report = repair(args.dir, dry_run=args.dry_run, lock_timeout_s=args.lock_timeout)
+    if args.json:
+        obj = {
+            "dry_run": report.dry_run,
+            "ok": report.ok,
+            "actions": [{"kind": a.kind, "path": a.path, "detail": a.detail} for a in report.actions],
+            "unrepaired": report.unrepaired,
+        }
+        print(json.dumps(obj, indent=2))
+    else:
+        for action in report.actions:
+            print(("would " if report.dry_run else "") + str(action))
+        for left in report.unrepaired:
+            print(f"not repaired: {left}", file=sys.stderr)
+        verb = "would take" if report.dry_run else "took"
+        state = "" if report.ok else f", {len(report.unrepaired)} problems left"
+        print(f"repair {verb} {len(report.actions)} actions{state}")
+    return 0 if report.ok else 1
+
+
 def _cmd_cutover(args: argparse.Namespace) -> int:
     with Log(args.dir, create=False) as log:
         print(log.cutover())
@@ -444,6 +466,13 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("verify", help="check every record, index and seal; exit 1 on damage")
     p.add_argument("dir")
     p.set_defaults(func=_cmd_verify)
+
+    p = sub.add_parser("repair", help="fix a damaged log (torn tail, corrupt records, indexes, checkpoints)")
+    p.add_argument("dir")
+    p.add_argument("--dry-run", action="store_true", help="report what would be done, change nothing")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--lock-timeout", type=float, default=60.0, metavar="SECONDS")
+    p.set_defaults(func=_cmd_repair)
 
     p = sub.add_parser("cutover", help="seal the active segment and start the next")
     p.add_argument("dir")

@@ -56,7 +56,7 @@ POLL_INTERVAL_S_MAX = 0.05
 RECOVERY_RESYNC_LSNS = 64
 # Repair looks this many lsns past a damaged record for the first good record after it; damage
 # that hides more records than this is treated as reaching the end of its segment.
-REPAIR_RESYNC_LSNS = 1 << 16
+REPAIR_RESYNC_LSNS = 4096
 
 # A subscriber name: any text up to 1 KiB of UTF-8. Its checkpoint file is named by a hash of it,
 # so the limit is for people (lists, messages), not for the file system.
