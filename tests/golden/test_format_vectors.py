@@ -16,6 +16,7 @@ from logspool import _segment as seg
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN_V1 = Path(__file__).parent / "v1"
+GOLDEN_V2 = Path(__file__).parent / "v2"
 
 
 def vectors() -> dict[str, bytes]:
@@ -95,3 +96,48 @@ def test_checkpoint_vector() -> None:
     assert int.from_bytes(v[-4:], "little") == 0xD5E14725
     name = "cp.0c95c7ece1ce1a9750275ef1c6d7ad6b278f70d66592207783ffe7d58474cc01"
     assert fmt.checkpoint_name("billing") == name and fmt.is_checkpoint_name(name)
+
+
+def test_gap_vector() -> None:
+    v = vectors()["gap"]
+    gaps: list[fmt.Gap] = []
+    infos: list[seg.RecordInfo] = []
+    stop = seg.parse(v, 0, 9, 1 << 20, [], infos, 0, gaps)
+    assert stop.kind == seg.END and stop.lsn == 12 and infos == []
+    assert gaps == [fmt.Gap(9, 12, "quarantined by repair (quarantine/x.bad)")]
+    assert fmt.encode_gap(9, 12, 1795000000000000002, "quarantine/x.bad", 60) == v
+    assert int.from_bytes(v[-4:], "little") == 0x96785998
+    # The short form: under 8 payload bytes, the gap stands for one lsn.
+    short: list[fmt.Gap] = []
+    assert seg.parse(fmt.encode_gap(4, 5, 1, "", 36), 0, 4, 1 << 20, [], None, 0, short).lsn == 5
+    assert short == [fmt.Gap(4, 5, "quarantined by repair")]
+
+
+def test_compressed_record_vector() -> None:
+    v = vectors()["compressed-record"]
+    out: list[fmt.Record] = []
+    infos: list[seg.RecordInfo] = []
+    stop = seg.parse(v, 0, 7, 1 << 20, out, infos)
+    assert stop.kind == seg.END
+    assert out == [fmt.Record(7, 1795000000000000003, b"hello " * 8)]
+    assert infos[0].size == len(v) == 36 + 21
+
+
+def test_golden_v2_log_reads_and_verifies(tmp_path: Path) -> None:
+    expected = {i: (b"golden-v2-%d " % i) * 20 for i in range(20) if i != 12}
+    report = logspool.verify(GOLDEN_V2)
+    assert report.ok and report.subscribers == 1
+    with logspool.open(GOLDEN_V2, readonly=True) as log:
+        assert (log.meta.version, log.meta.compression, log.meta.compression_level) == (2, "zstd", 3)
+        reader = log.reader()
+        got = {r.lsn: r.payload for r in reader}
+        assert reader.gaps == [fmt.Gap(3, 4, "quarantined by repair")]
+        assert [s.name for s in log.subscribers()] == ["billing"]
+    assert sorted(got) == [i for i in range(20) if i != 3]
+    assert len(got[12]) == 200  # stored uncompressed (incompressible)
+    assert all(got[i] == expected[i] for i in got if i != 12)
+    work = tmp_path / "v2"
+    shutil.copytree(GOLDEN_V2, work)
+    with logspool.open(work) as log:
+        assert log.append(b"new " * 10) == 20
+    assert logspool.repair(work).actions == []
