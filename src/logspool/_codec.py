@@ -11,6 +11,7 @@ otherwise it is stored as is, so incompressible data costs one compression attem
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from types import ModuleType
 
 from . import limits
@@ -58,30 +59,41 @@ class Compressor:
 
     def compress(self, payload: bytes) -> bytes | None:
         """The compressed frame if it is smaller than ``payload``, else None (store it as is)."""
+        out: bytes = self.function()(payload)
+        return out if len(out) < len(payload) else None
+
+    def function(self) -> Callable[[bytes], bytes]:
+        """The calling thread's compress function (frames declare their content size)."""
         c = getattr(self._local, "c", None)
         if c is None:
             c = self._local.c = self._zstd.ZstdCompressor(level=self.level, write_checksum=False)
-        out: bytes = c.compress(payload)
-        return out if len(out) < len(payload) else None
+        fn: Callable[[bytes], bytes] = c.compress
+        return fn
 
 
-def decompress(frame: bytes, size_max: int) -> bytes:
-    """The payload of a compressed record. ValueError if the frame is not a valid zstd frame of at
-    most ``size_max`` bytes of content (the check comes before any allocation: no bombs)."""
+def decompressor(size_max: int) -> Callable[[bytes], bytes]:
+    """A function giving the payload of a compressed record's frame, for the calling thread.
+    It raises ValueError if the frame is not a valid zstd frame declaring at most ``size_max``
+    bytes of content (checked before anything is allocated: no decompression bombs), or if it does
+    not decompress to exactly that many bytes."""
     zstd = _zstd()
     d = getattr(_local, "d", None)
     if d is None:
         d = _local.d = zstd.ZstdDecompressor()
-    try:
-        size = zstd.frame_content_size(frame)
-    except zstd.ZstdError as err:
-        raise ValueError(f"not a zstd frame: {err}") from err
-    if size < 0 or size > size_max:
-        raise ValueError(f"zstd frame content size {size} is unknown or above the limit {size_max}")
-    try:
-        out: bytes = d.decompress(frame, max_output_size=size_max)
-    except zstd.ZstdError as err:
-        raise ValueError(f"zstd frame does not decompress: {err}") from err
-    if len(out) != size:
-        raise ValueError(f"zstd frame gave {len(out)} bytes, its header says {size}")
-    return out
+    content_size = zstd.frame_content_size
+    unpack = d.decompress
+    error = zstd.ZstdError
+
+    def decompress(frame: bytes) -> bytes:
+        try:
+            size = content_size(frame)
+            if not 0 <= size <= size_max:
+                raise ValueError(f"zstd frame content size {size} is unknown or above the limit {size_max}")
+            out: bytes = unpack(frame)
+        except error as err:
+            raise ValueError(f"not a valid zstd frame: {err}") from err
+        if len(out) != size:
+            raise ValueError(f"zstd frame gave {len(out)} bytes, its header says {size}")
+        return out
+
+    return decompress

@@ -647,10 +647,11 @@ class Log:
         compressor = self._compressor
         if compressor is None:
             return None
+        compress = compressor.function()
         flags = [0] * len(items)
         for i, item in enumerate(items):
-            packed = compressor.compress(item)
-            if packed is not None:
+            packed = compress(item)
+            if len(packed) < len(item):
                 items[i], flags[i] = packed, fmt.FLAG_ZSTD
         return flags
 

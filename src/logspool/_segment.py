@@ -52,7 +52,6 @@ SEAL = "seal"
 TORN = "torn"
 BAD = "bad"
 _GAP = "gap"  # internal to parse: a valid gap record
-_ZSTD = "zstd"  # internal to parse: a valid compressed record
 
 _ZERO_HEADER = bytes(RECORD_HEADER_SIZE)
 _CRC = struct.Struct("<I")
@@ -103,6 +102,7 @@ def parse(
     """
     unpack_header = RECORD_HEADER.unpack_from
     make = tuple.__new__
+    unzstd = None
     end = len(buf)
     last = end - RECORD_HEADER_SIZE
     while pos <= last:  # bounded: each turn consumes a record of at least RECORD_OVERHEAD bytes
@@ -112,29 +112,25 @@ def parse(
             length <= size_max
             and rec_end <= end
             and rlsn == lsn
-            and not flags
             and crc32(buf[pos:rec_end]) == CRC_RESIDUE
+            and (not flags or flags == FLAG_ZSTD)
         ):
             if out is not None:
-                out.append(make(Record, (rlsn, ts, buf[pos + RECORD_HEADER_SIZE : rec_end - 4])))
-            if infos is not None:
-                infos.append(RecordInfo(base + pos, rlsn, ts, durable, rec_end - pos))
-            lsn += 1
-            pos = rec_end
-            continue
-        stop = _stop_at(buf, pos, lsn, size_max, base)
-        if stop.kind == _ZSTD:
-            if out is not None:
-                try:
-                    payload = _codec.decompress(buf[pos + RECORD_HEADER_SIZE : rec_end - 4], size_max)
-                except ValueError as err:
-                    return Stop(BAD, base + pos, lsn, f"compressed record at lsn {lsn}: {err}")
+                payload = buf[pos + RECORD_HEADER_SIZE : rec_end - 4]
+                if flags:  # a compressed record (format version 2)
+                    if unzstd is None:
+                        unzstd = _codec.decompressor(size_max)
+                    try:
+                        payload = unzstd(payload)
+                    except ValueError as err:
+                        return Stop(BAD, base + pos, lsn, f"compressed record at lsn {lsn}: {err}")
                 out.append(make(Record, (rlsn, ts, payload)))
             if infos is not None:
                 infos.append(RecordInfo(base + pos, rlsn, ts, durable, rec_end - pos))
             lsn += 1
             pos = rec_end
             continue
+        stop = _stop_at(buf, pos, lsn, size_max, base)
         if stop.kind == _GAP:
             if gaps is not None:
                 gaps.append(Gap(lsn, stop.next_lsn, stop.reason))
@@ -176,14 +172,12 @@ def _stop_at(buf: bytes, pos: int, lsn: int, size_max: int, base: int) -> Stop:
         )
     if rlsn != lsn:
         return Stop(BAD, base + pos, lsn, f"record has lsn {rlsn}, expected {lsn}")
-    if flags & ~FLAGS_KNOWN:
+    if flags & ~FLAGS_KNOWN:  # (a valid compressed record never gets here: parse takes it)
         return Stop(BAD, base + pos, lsn, f"unknown record flags 0x{flags:08x}")
     if flags == FLAG_SEAL:
         if length:
             return Stop(BAD, base + pos, lsn, "seal record with a payload")
         return Stop(SEAL, base + pos, lsn, next_lsn=rlsn)
-    if flags == FLAG_ZSTD:
-        return Stop(_ZSTD, base + pos, lsn)
     if flags == FLAG_GAP:
         next_lsn, note = decode_gap(rlsn, buf[pos + RECORD_HEADER_SIZE : crc_at])
         if next_lsn <= rlsn:
