@@ -251,7 +251,13 @@ class Log:
             if os.path.exists(self.path) and not os.path.isdir(self.path):
                 raise NotALogError(self.path, "it is a file, not a directory")
             if os.path.isdir(self.path):
-                strays = [n for n in self._fs.listdir(self.path) if not n.startswith(".meta.")]
+                # A creation that failed part-way (an I/O error before the meta was linked) may
+                # leave its temporary meta and the lock file: ours, and safe to create over.
+                strays = [
+                    n
+                    for n in self._fs.listdir(self.path)
+                    if not n.startswith(".meta.") and n != fmt.LOCK_NAME
+                ]
                 if strays:
                     raise NotALogError(self.path, f"no meta file, and it holds {sorted(strays)[:3]}")
             if not create:
@@ -459,6 +465,10 @@ class Log:
                 next_base = stop.next_lsn
                 next_path = self._seg_path(next_base)
                 if not self._fs.exists(next_path):
+                    # A crash between the seal and the next segment: the sealed segment's index
+                    # may not have been fsynced with it. Make it whole and durable first.
+                    if self._rewrite_index_if_needed(self._fs.pread(self._seg_fd, self._seg_end, 0)):
+                        self._fs.fsync(self._idx_fd)
                     self._create_segment(next_base, max(self._last_ts, time.time_ns()))
                 self._switch_to(next_base)
                 data = self._fs.pread(self._seg_fd, self._fs.size(self._seg_fd), 0)
@@ -556,8 +566,9 @@ class Log:
         self._idx_fd = self._fs.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND)
         self._index_ok = True
 
-    def _rewrite_index_if_needed(self, data: bytes) -> None:
-        """Make the active segment's index exactly what its records imply (after recovery)."""
+    def _rewrite_index_if_needed(self, data: bytes) -> bool:
+        """Make the active segment's index exactly what its records imply (after recovery).
+        True if it had to be rewritten."""
         expected = seg.index_bytes(
             data, self._seg_end, self._seg_base, self.record_size_max, self.meta.index_interval
         )
@@ -566,6 +577,8 @@ class Log:
             # The index is derived: no fsync needed, a crash here is repaired the same way.
             self._fs.truncate(self._idx_fd, 0)
             self._fs.write(self._idx_fd, expected)
+            return True
+        return False
 
     # --- appending --------------------------------------------------------------------------------
     def append(self, payload: bytes) -> int:

@@ -202,6 +202,10 @@ def _verify_index(
     except FileNotFoundError:
         report._add(NOTE, ipath, 0, "index missing (lookups scan; repair rebuilds it)")
         return
+    if len(raw) < fmt.INDEX_HEADER_SIZE and not any(raw):
+        # Created, never fsynced, then a power failure: derived data, as good as missing.
+        report._add(NOTE, ipath, 0, "index empty (lookups scan; repair rebuilds it)")
+        return
     try:
         ibase, _interval = fmt.decode_index_header(raw, ipath)
     except LogspoolError as err:

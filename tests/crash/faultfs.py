@@ -1,0 +1,275 @@
+"""The crash harness's file system: fault injection and power-loss simulation behind the _fs seam.
+
+``FaultFS`` wraps the real file system (the workload runs on real files) and counts every
+operation. It can:
+
+- fail operation number N with an OSError (EIO, ENOSPC...), once or from then on (``fail_at``);
+- cut the power at operation N (``crash_at``): that operation and every later one raise
+  ``PowerLoss``, which unwinds the workload; ``crash_states()`` then gives what the disk may
+  hold after such a power failure.
+
+The power-loss model is the weakest a POSIX file system promises (the assumptions of
+docs/DURABILITY.md):
+
+- a file's bytes are durable as of its last successful ``fsync``; everything written since may be
+  lost, or kept in part: the bytes appended since may survive as any prefix (a torn write), or
+  the file may have been extended with zeros that never got their data;
+- a name's creation, rename or removal is durable only after the ``fsync`` of its directory;
+  until then the directory holds the names (and inodes) it held at its last fsync;
+- files removed since are back with their durable content if their name was durable.
+
+State is tracked by inode: ``durable[ino]`` is the content at the last fsync (files present when
+the harness started count as durable), ``names[dir]`` the name -> inode map at the last fsync of
+that directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import mmap
+import os
+import random
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from logspool._fs import FileSystem
+
+
+class PowerLoss(BaseException):
+    """The power went out: raised by every operation from the crash point on. A BaseException,
+    so that no ``except Exception`` or ``except OSError`` in the code under test swallows it."""
+
+
+@dataclass
+class Fault:
+    at: int  # the operation number (from 1) that fails
+    errno: int = errno.EIO
+    sticky: bool = False  # fail every operation of the same kind from then on
+    ops: tuple[str, ...] = ()  # only count these operations (empty: all mutating ones)
+
+
+MUTATING = (
+    "write",
+    "pwrite",
+    "fsync",
+    "fsync_dir",
+    "truncate",
+    "rename",
+    "link",
+    "unlink",
+    "mkdir",
+    "open_create",
+)
+
+
+class FaultFS(FileSystem):
+    """The real file system, with a counter, faults, and a record of what is durable."""
+
+    def __init__(self, root: str, *, crash_at: int = 0, fault: Fault | None = None) -> None:
+        self.root = os.path.abspath(root)
+        self.count = 0  # mutating operations so far
+        self.crash_at = crash_at
+        self.crashed = False
+        self.fault = fault
+        self.faults_raised = 0
+        self.durable: dict[int, bytes] = {}  # inode -> content at its last fsync
+        self.names: dict[str, dict[str, int]] = {}  # directory -> {name: inode} at its last fsync
+        self.fds: set[int] = set()  # open through us: closed by release() after a crash
+        # Files unlinked or renamed over stay open here, so that their inode numbers are not
+        # reused by new files while the model still refers to them.
+        self._pinned: list[int] = []
+        self.snapshot_all()
+
+    def release(self) -> None:
+        """Close every fd the workload left open (it was unwound by PowerLoss) and the pins."""
+        for fd in [*self.fds, *self._pinned]:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self.fds.clear()
+        self._pinned.clear()
+
+    def _pin(self, path: str) -> None:
+        with contextlib.suppress(OSError):
+            self._pinned.append(os.open(path, os.O_RDONLY | os.O_CLOEXEC))
+
+    # --- the durable model -----------------------------------------------------------------------
+    def snapshot_all(self) -> None:
+        """Take everything under root as durable now (the state before the workload)."""
+        if not os.path.isdir(self.root):
+            parent = os.path.dirname(self.root)
+            self.names[parent] = {n: os.stat(os.path.join(parent, n)).st_ino for n in os.listdir(parent)}
+            return
+        for dirpath, _dirs, files in os.walk(self.root):
+            self._snap_dir(dirpath)
+            for name in files:
+                p = os.path.join(dirpath, name)
+                with open(p, "rb") as f:
+                    self.durable[os.fstat(f.fileno()).st_ino] = f.read()
+        self._snap_dir(os.path.dirname(self.root))
+
+    def _snap_dir(self, path: str) -> None:
+        path = os.path.abspath(path)
+        self.names[path] = {n: os.stat(os.path.join(path, n)).st_ino for n in os.listdir(path)}
+
+    def crash_states(self, rng: random.Random, count: int) -> Iterator[dict[str, bytes | None]]:
+        """``count`` possible disk states after the power failure, as {path relative to root:
+        content, or None for a directory}. The first is the strict one: only what was fsynced."""
+        for k in range(count):
+            yield self._state(rng if k else None)
+
+    def _state(self, rng: random.Random | None) -> dict[str, bytes | None]:
+        out: dict[str, bytes | None] = {}
+        parent = os.path.dirname(self.root)
+        top = self.names.get(parent, {})
+        if os.path.basename(self.root) not in top:
+            return out  # the log directory's own name was never made durable
+        self._collect(self.root, "", out, rng)
+        return out
+
+    def _collect(self, path: str, rel: str, out: dict[str, bytes | None], rng: random.Random | None) -> None:
+        if rel:
+            out[rel] = None
+        for name, ino in sorted(self.names.get(path, {}).items()):
+            child = os.path.join(path, name)
+            child_rel = f"{rel}/{name}" if rel else name
+            if ino in self.durable or not os.path.isdir(child):
+                out[child_rel] = self._content(ino, child, rng)
+            else:
+                self._collect(child, child_rel, out, rng)
+
+    def _content(self, ino: int, path: str, rng: random.Random | None) -> bytes:
+        durable = self.durable.get(ino, b"")
+        if rng is None:
+            return durable
+        try:
+            with open(path, "rb") as f:
+                if os.fstat(f.fileno()).st_ino != ino:
+                    return durable
+                current = f.read()
+        except (FileNotFoundError, IsADirectoryError):
+            return durable
+        if current == durable:
+            return durable
+        choice = rng.random()
+        if current.startswith(durable) and choice < 0.5:  # a torn append: a prefix of the new bytes
+            return current[: rng.randrange(len(durable), len(current) + 1)]
+        if choice < 0.7:  # the size grew, the data never came: zeros
+            return durable + bytes(rng.randrange(0, max(1, len(current) - len(durable)) + 1))
+        return durable
+
+    # --- counting, faults and the crash ----------------------------------------------------------
+    def _op(self, kind: str) -> None:
+        if self.crashed:
+            raise PowerLoss(kind)
+        self.count += 1
+        if self.crash_at and self.count >= self.crash_at:
+            self.crashed = True
+            raise PowerLoss(kind)
+        f = self.fault
+        hit = f is not None and (self.count == f.at or (f.sticky and self.count > f.at))
+        if hit and f is not None and (not f.ops or kind in f.ops):
+            self.faults_raised += 1
+            raise OSError(f.errno, os.strerror(f.errno))
+
+    def open(self, path: str, flags: int, mode: int = 0o644) -> int:
+        if flags & os.O_CREAT and not os.path.exists(path):
+            self._op("open_create")
+        elif self.crashed:
+            raise PowerLoss("open")
+        fd = super().open(path, flags, mode)
+        self.fds.add(fd)
+        return fd
+
+    def close(self, fd: int) -> None:
+        self.fds.discard(fd)
+        super().close(fd)  # closing is not an I/O the disk sees; always allowed, even after the crash
+
+    def pread(self, fd: int, size: int, offset: int) -> bytes:
+        if self.crashed:
+            raise PowerLoss("pread")
+        return super().pread(fd, size, offset)
+
+    def write(self, fd: int, data: bytes) -> None:
+        try:
+            self._op("write")
+        except OSError:
+            if self.faults_raised == 1 and len(data) > 1:
+                os.write(
+                    fd, data[: len(data) // 2]
+                )  # the first failure lands half-way, as a disk filling up does
+            raise
+        super().write(fd, data)
+
+    def pwrite(self, fd: int, data: bytes, offset: int) -> None:
+        self._op("pwrite")
+        super().pwrite(fd, data, offset)
+
+    def fsync(self, fd: int) -> None:
+        self._op("fsync")
+        super().fsync(fd)
+        # The fd may be write-only: read the same file through a second, read-only open.
+        rfd = os.open(f"/proc/self/fd/{fd}", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            st = os.fstat(rfd)
+            self.durable[st.st_ino] = os.pread(rfd, st.st_size, 0)
+        finally:
+            os.close(rfd)
+
+    def fsync_dir(self, path: str) -> None:
+        self._op("fsync_dir")
+        super().fsync_dir(path)
+        self._snap_dir(path)
+
+    def truncate(self, fd: int, size: int) -> None:
+        self._op("truncate")
+        super().truncate(fd, size)
+
+    def rename(self, src: str, dst: str) -> None:
+        self._op("rename")
+        self._pin(dst)
+        super().rename(src, dst)
+
+    def link(self, src: str, dst: str) -> None:
+        self._op("link")
+        super().link(src, dst)
+
+    def unlink(self, path: str) -> None:
+        self._op("unlink")
+        self._pin(path)
+        super().unlink(path)
+
+    def mkdir(self, path: str) -> None:
+        self._op("mkdir")
+        super().mkdir(path)
+
+    def map_shared(self, fd: int, size: int) -> mmap.mmap:
+        if self.crashed:
+            raise PowerLoss("mmap")
+        return super().map_shared(fd, size)
+
+    def lock_blocking(self, fd: int) -> None:
+        if self.crashed:
+            raise PowerLoss("lock")
+        super().lock_blocking(fd)
+
+    def lock(self, fd: int, timeout_s: float) -> bool:
+        if self.crashed:
+            raise PowerLoss("lock")
+        return super().lock(fd, timeout_s)
+
+
+def materialize(state: dict[str, bytes | None], target: str) -> None:
+    """Write a crash state as a real directory at ``target`` (replacing whatever is there)."""
+    if os.path.exists(target):
+        shutil.rmtree(target)
+    os.makedirs(target)
+    for rel, content in sorted(state.items()):
+        p = os.path.join(target, rel)
+        if content is None:
+            os.makedirs(p, exist_ok=True)
+        else:
+            os.makedirs(os.path.dirname(p), exist_ok=True)
+            with open(p, "wb") as f:
+                f.write(content)
