@@ -21,6 +21,7 @@ import contextlib
 import errno
 import os
 import random
+import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -203,3 +204,109 @@ def test_an_io_error_at_every_operation_loses_nothing_acknowledged(
         except AssertionError as e:
             raise AssertionError(f"{os.strerror(err)} at operation {n} of {total}: {e}") from e
     assert total > 60 and faults == total
+
+
+# --- subscribers, retention and repair under power loss -------------------------------------------
+def test_power_loss_during_checkpoints_and_retention(fast_dir: Path) -> None:
+    """Appends, a subscriber committing, and retention of consumed segments, cut at every
+    operation. After the crash the checkpoint is the last one acknowledged or the one being
+    written, and every record at or after it is still in the log: retention never removed what
+    the durable checkpoint had not passed."""
+    commits: dict[str, int] = {}
+
+    def run(path: str, fs: FaultFS, attempted: list[bytes], acked: list[bytes]) -> None:
+        log = logspool.open(path, fs=fs, segment_size_max=4096, index_interval=512)
+        commits["acked"] = commits["inflight"] = 0
+        sub = log.subscribe("billing", start="earliest")
+        for i in range(40):
+            attempted.append(payload(i))
+            log.append(payload(i))
+            acked[:] = attempted
+            if i % 5 == 4:
+                commits["inflight"] = i - 2
+                sub.commit(i - 2)
+                commits["acked"] = i - 2
+            if i % 10 == 9:
+                log.enforce_retention(logspool.Retention(consumed=True))
+        log.close()
+
+    def check(path: str, attempted: list[bytes], acked: list[bytes]) -> None:
+        with logspool.open(path) as log:
+            got = [(r.lsn, r.payload) for r in log.read()]
+            subs = {s.name: s.lsn for s in log.subscribers()}
+        if not acked:
+            return  # the crash came before anything was acknowledged
+        cp = subs["billing"]
+        assert cp in (commits["acked"], commits["inflight"]), (cp, commits)
+        first = got[0][0] if got else len(attempted)
+        assert first <= cp, f"retention removed lsns {first}..{cp} the subscriber had not committed"
+        assert [lsn for lsn, _p in got] == list(range(first, first + len(got)))
+        assert all(p == attempted[lsn] for lsn, p in got), "a record is not what was appended there"
+        assert first + len(got) >= len(acked), "acknowledged records lost"
+        assert logspool.verify(path).ok
+
+    clean = FaultFS(str(fast_dir / "clean"))
+    run(str(fast_dir / "clean" / "log"), clean, [], [])
+    rng = random.Random(3)
+    for n in range(1, clean.count + 1):
+        work = fast_dir / f"cut{n}"
+        work.mkdir()
+        fs = FaultFS(str(work), crash_at=n)
+        attempted: list[bytes] = []
+        acked: list[bytes] = []
+        with contextlib.suppress(PowerLoss):
+            run(str(work / "log"), fs, attempted, acked)
+        fs.release()
+        for k, state in enumerate(fs.crash_states(rng, STATES_PER_CUT)):
+            target = fast_dir / f"after{n}.{k}"
+            materialize(state, str(target))
+            try:
+                check(str(target / "log"), attempted, acked)
+            except AssertionError as err:
+                raise AssertionError(
+                    f"power cut at operation {n} of {clean.count}, state {k}: {err}"
+                ) from err
+    assert clean.count > 150
+
+
+def test_power_loss_during_repair_then_repair_again_gives_the_same_log(fast_dir: Path) -> None:
+    template = fast_dir / "template"
+    with logspool.open(template, segment_size_max=4096, index_interval=512) as log:
+        for i in range(0, 120, 4):
+            log.append_many([payload(j) for j in range(i, i + 4)])
+    bases = sorted(int(n[:20]) for n in os.listdir(template) if n.endswith(".seg"))
+    for base in bases[1:-1:2]:  # damage a record in every other old segment
+        seg_file = template / f"{base:020d}.seg"
+        data = bytearray(seg_file.read_bytes())
+        data[200] ^= 0xFF
+        seg_file.write_bytes(bytes(data))
+    (template / f"{bases[2]:020d}.idx").unlink()
+    expected_dir = fast_dir / "expected"
+    shutil.copytree(template, expected_dir)
+    assert logspool.repair(expected_dir).ok
+    with logspool.open(expected_dir, readonly=True) as log:
+        reader = log.reader()
+        want = ([(r.lsn, r.payload) for r in reader], reader.gaps)
+    counter = FaultFS(str(fast_dir / "count"))
+    shutil.copytree(template, fast_dir / "count" / "log")
+    counter.snapshot_all()
+    logspool.repair(fast_dir / "count" / "log", fs=counter)
+    rng = random.Random(5)
+    for n in range(1, counter.count + 1):
+        work = fast_dir / f"cut{n}"
+        shutil.copytree(template, work / "log")
+        fs = FaultFS(str(work), crash_at=n)
+        with contextlib.suppress(PowerLoss):
+            logspool.repair(work / "log", fs=fs)
+        fs.release()
+        for k, state in enumerate(fs.crash_states(rng, STATES_PER_CUT)):
+            target = fast_dir / f"after{n}.{k}"
+            materialize(state, str(target))
+            report = logspool.repair(target / "log")
+            assert report.ok, (n, k, report.unrepaired)
+            with logspool.open(target / "log", readonly=True) as log:
+                reader = log.reader()
+                got = ([(r.lsn, r.payload) for r in reader], reader.gaps)
+            assert got == want, f"power cut at operation {n} of {counter.count}, state {k}"
+            assert logspool.verify(target / "log").ok
+    assert counter.count > 20
