@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
+import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -73,3 +76,38 @@ def test_fsync_error_makes_the_handle_fail_stop(log_dir: str) -> None:
         payloads = [r.payload for r in again.read()]
     assert payloads[0] == b"acknowledged"
     assert b"retry" not in payloads
+
+
+def test_a_real_full_file_system_fails_appends_cleanly_and_recovers(tmp_path: Path) -> None:
+    """The same as the injected ENOSPC, on a kernel file system that is really full: a 1 MiB tmpfs
+    (needs root and mount; skipped with the reason otherwise)."""
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("needs root and mount(8) to make a small tmpfs")
+    mount = tmp_path / "small"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], check=False)
+    if done.returncode != 0:
+        pytest.skip("root, but cannot mount a tmpfs here")
+    try:
+        log_dir = str(mount / "log")
+        acked = []
+        with logspool.open(log_dir, segment_size_max=256 * 1024) as log:
+            with pytest.raises(logspool.AppendError, match="No space left"):
+                for i in range(100_000):  # bounded: 1 MiB fills long before
+                    log.append(b"%06d" % i + b"." * 1000)
+                    acked.append(i)
+            assert len(acked) > 100
+            assert [int(r.payload[:6]) for r in log.read()] == acked  # nothing partial
+            report = logspool.verify(log_dir)
+            assert report.ok, [str(p) for p in report.problems]
+            # Free space (retention would; here the first segment goes), and appends work again.
+            first = os.path.join(log_dir, sorted(n for n in os.listdir(log_dir) if n.endswith(".seg"))[0])
+            log.enforce_retention(logspool.Retention(size_max=300 * 1024))
+            assert not os.path.exists(first)
+            assert log.append(b"after") == acked[-1] + 1
+        with logspool.open(log_dir) as log:
+            got = [(r.lsn, r.payload[:6]) for r in log.read()]
+        kept = [(i, b"%06d" % i) for i in acked if i >= got[0][0]]
+        assert got == [*kept, (acked[-1] + 1, b"after")] and len(kept) < len(acked)
+    finally:
+        subprocess.run(["umount", str(mount)], check=True)
