@@ -1,0 +1,73 @@
+"""Kill torture for writers (the CKPTFile article's pummel, for the log): writer processes appending
+across frequent rotations are killed with SIGKILL at random moments, over and over, some of them
+while still opening (recovering) the log. After every kill the log must hold every record a writer
+reported acknowledged, each at its lsn with its payload, and nothing else but records appended by
+writers in order. (SIGKILL keeps the page cache: this tests the process-crash states; power loss is
+tests/crash/test_power_loss.py.) ``LOGSPOOL_TORTURE=N`` runs N times as many rounds.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import logspool
+
+ROUNDS = 40 * int(os.environ.get("LOGSPOOL_TORTURE", "1"))
+
+WRITER = textwrap.dedent(
+    """
+    import sys, logspool
+    log = logspool.open(sys.argv[1], segment_size_max=4096, index_interval=512, durability=sys.argv[2])
+    print("open", flush=True)
+    tag = sys.argv[3].encode()
+    while True:
+        lsn = log.append(b"%s:%d:" % (tag, log.next_lsn) + b"." * 150)
+        if sys.argv[2] != "always":
+            log.sync()
+        sys.stdout.write(f"{lsn}\\n"); sys.stdout.flush()
+    """
+)
+
+
+def test_writers_killed_at_random_moments_lose_nothing_acknowledged(tmp_path: Path) -> None:
+    path = str(tmp_path / "log")
+    rng = random.Random(11)
+    acked: dict[int, bytes] = {}  # lsn -> the tag of the writer that was told it is durable
+    killed_in_open = 0
+    for rnd in range(ROUNDS):
+        durability = rng.choice(["always", "os"])
+        tag = f"w{rnd}"
+        child = subprocess.Popen(
+            [sys.executable, "-c", WRITER, path, durability, tag], stdout=subprocess.PIPE, text=True
+        )
+        time.sleep(rng.choice([0.0, 0.01, 0.05, 0.1, 0.2]))
+        child.send_signal(signal.SIGKILL)
+        out = child.communicate()[0].split()
+        if not out or out[0] != "open":
+            killed_in_open += 1
+        for line in out[1:]:
+            acked[int(line)] = tag.encode()
+        with logspool.open(path, readonly=True) as log:
+            got = {r.lsn: r.payload for r in log.read()}
+        assert sorted(got) == list(range(len(got))), f"round {rnd}: lsns not contiguous from 0"
+        for lsn, payload in got.items():
+            wtag, wlsn, _rest = payload.split(b":", 2)
+            assert int(wlsn) == lsn and wtag.startswith(b"w"), (
+                f"round {rnd}: lsn {lsn} holds {payload[:20]!r}"
+            )
+        for lsn, wtag in acked.items():
+            assert lsn in got and got[lsn].startswith(wtag + b":"), (
+                f"round {rnd}: acknowledged lsn {lsn} lost"
+            )
+    assert len(acked) > ROUNDS, "the writers hardly ever appended before the kill"
+    assert killed_in_open >= 1, "no kill landed while a writer was still opening (recovering)"
+    report = logspool.verify(path)
+    assert report.ok, [str(p) for p in report.problems]
+    assert len(os.listdir(path)) > 6  # many rotations happened
