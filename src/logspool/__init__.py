@@ -11,6 +11,7 @@
 See docs/FORMAT.md for the on-disk format and docs/DESIGN.md for the decisions behind it.
 """
 
+from ._checkpoint_file import CheckpointFile, RollbackReport
 from ._format import FORMAT_VERSION, Gap, Record
 from ._log import Durability, Log, LogInfo, SegmentInfo, Tail, open
 from ._reader import Reader
@@ -41,6 +42,7 @@ __version__ = "0.1.0"
 __all__ = [
     "FORMAT_VERSION",
     "AppendError",
+    "CheckpointFile",
     "ClosedError",
     "CodecMissingError",
     "CorruptionError",
@@ -63,6 +65,7 @@ __all__ = [
     "RepairReport",
     "Retention",
     "RetentionReport",
+    "RollbackReport",
     "SegmentInfo",
     "Subscriber",
     "SubscriberExistsError",

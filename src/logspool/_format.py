@@ -441,6 +441,76 @@ def write_sync_mark(buf: mmap.mmap, base_lsn: int, offset: int) -> None:
     SYNC_MARK.pack_into(buf, 0, SYNC_MAGIC, base_lsn, offset)
 
 
+# --- the checkpointed file's undo log (docs/FORMAT.md §10) ---------------------------------------
+# ``FILE.undo`` holds the bytes that blocks of FILE had at the last checkpoint, written before the
+# first change to each block. A header, then entries; each entry is checked by its own CRC.
+UNDO_MAGIC = b"LOGSPUND"
+UNDO_VERSION = 1
+# magic, version, header_size, block_size, data_size, sequence, created_ns, reserved
+UNDO_HEADER = struct.Struct("<8sHHIQQQI")
+UNDO_HEADER_SIZE = UNDO_HEADER.size + 4  # + crc32 = 48
+UNDO_ENTRY = struct.Struct("<IIQ")  # size, reserved (0), offset in the data file
+UNDO_ENTRY_OVERHEAD = UNDO_ENTRY.size + 4  # + crc32 of the entry header and the bytes = 20
+UNDO_SUFFIX = ".undo"
+
+
+@dataclass(frozen=True, slots=True)
+class UndoHeader:
+    block_size: int
+    data_size: int
+    sequence: int  # the transaction's number (archived undo logs are named by it)
+    created_ns: int
+
+
+def encode_undo_header(h: UndoHeader) -> bytes:
+    head = UNDO_HEADER.pack(
+        UNDO_MAGIC, UNDO_VERSION, UNDO_HEADER_SIZE, h.block_size, h.data_size, h.sequence, h.created_ns, 0
+    )
+    return head + RECORD_TRAILER.pack(crc32(head))
+
+
+def decode_undo_header(buf: bytes, path: str) -> UndoHeader:
+    """Raises CorruptionError (offset 0) unless ``buf`` starts with a whole, valid undo header."""
+    if len(buf) < UNDO_HEADER_SIZE:
+        raise CorruptionError(path, 0, f"undo log header truncated ({len(buf)} of {UNDO_HEADER_SIZE} bytes)")
+    magic, version, header_size, block_size, data_size, sequence, created, _ = UNDO_HEADER.unpack_from(buf)
+    if magic != UNDO_MAGIC:
+        raise CorruptionError(path, 0, f"not an undo log (magic {magic!r})")
+    (crc,) = RECORD_TRAILER.unpack_from(buf, UNDO_HEADER.size)
+    if crc != crc32(buf[: UNDO_HEADER.size]):
+        raise CorruptionError(path, 0, "undo log header checksum mismatch")
+    if version > UNDO_VERSION:
+        raise UnsupportedVersionError(path, version, UNDO_VERSION)
+    if (
+        header_size != UNDO_HEADER_SIZE
+        or not limits.CKPT_BLOCK_SIZE_MIN <= block_size <= limits.CKPT_BLOCK_SIZE_MAX
+    ):
+        raise CorruptionError(path, 0, f"undo log header: header size {header_size}, block size {block_size}")
+    return UndoHeader(block_size, data_size, sequence, created)
+
+
+def encode_undo_entry(offset: int, old: bytes | memoryview) -> bytes:
+    head = UNDO_ENTRY.pack(len(old), 0, offset)
+    return head + bytes(old) + RECORD_TRAILER.pack(crc32(old, crc32(head)))
+
+
+def undo_entry_size(buf: bytes) -> int:
+    """The byte count of the old contents an entry header declares (not yet checked)."""
+    return int(UNDO_ENTRY.unpack_from(buf)[0])
+
+
+def decode_undo_entry(buf: bytes) -> tuple[int, bytes] | None:
+    """(offset in the data file, old bytes) if ``buf`` is exactly one valid entry, else None."""
+    if len(buf) < UNDO_ENTRY_OVERHEAD:
+        return None
+    size, reserved, offset = UNDO_ENTRY.unpack_from(buf)
+    if size == 0 or reserved != 0 or len(buf) != UNDO_ENTRY_OVERHEAD + size:
+        return None
+    if crc32(buf) != CRC_RESIDUE:
+        return None
+    return offset, buf[UNDO_ENTRY.size : UNDO_ENTRY.size + size]
+
+
 # --- checks at import: the format's constants and their relationships ---------------------------
 def _check_format() -> None:
     if crc32(b"123456789") != CRC_CHECK_VALUE:
@@ -454,6 +524,8 @@ def _check_format() -> None:
         raise AssertionError("an all-zero record would be valid")
     if limits.PAYLOAD_SIZE_LIMIT + RECORD_OVERHEAD >= 1 << 32:
         raise AssertionError("payload limit does not fit the 32-bit length field")
+    if UNDO_HEADER_SIZE != 48 or UNDO_ENTRY_OVERHEAD != 20:
+        raise AssertionError("undo log layout changed")
     if limits.RECORD_SIZE_MAX_DEFAULT > limits.PAYLOAD_SIZE_LIMIT:
         raise AssertionError("default record size above the format limit")
 

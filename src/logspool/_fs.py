@@ -109,6 +109,11 @@ class FileSystem:
         for durability."""
         return mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
 
+    def msync(self, mm: mmap.mmap) -> None:
+        """Write a shared mapping's dirty pages to the file and wait for them (msync MS_SYNC).
+        The file's fsync after it makes them durable on every file system."""
+        mm.flush()
+
     # --- locking -------------------------------------------------------------------------------
     def lock(self, fd: int, timeout_s: float) -> bool:
         """Take an exclusive flock on ``fd`` within ``timeout_s``; False if it was not free in time.

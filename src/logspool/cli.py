@@ -13,7 +13,9 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from . import _ckpt_tools
 from . import _format as fmt
+from ._checkpoint_file import CheckpointFile
 from ._log import Log
 from ._repair import repair
 from ._retention import Retention
@@ -417,6 +419,51 @@ def _cmd_repair(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
+def _cmd_ckpt(args: argparse.Namespace) -> int:
+    if args.action == "pound":
+        done = _ckpt_tools.pound(
+            args.file,
+            size=args.size,
+            rounds=args.rounds,
+            safely=not args.unsafely,
+            block_size=args.block_size,
+            seed=args.seed,
+            ready=args.ready,
+        )
+        print(f"pound: {done} rounds, the file was one checkpoint after each")
+        return 0
+    if args.action == "pummel":
+        report = _ckpt_tools.pummel(
+            args.file,
+            rounds=args.rounds,
+            size=args.size,
+            safely=not args.unsafely,
+            delay_max_s=args.delay_max_ms / 1000,
+            seed=args.seed,
+        )
+        for failure in report.failures:
+            print(failure, file=sys.stderr)
+        print(report.summary())
+        return 1 if report.failures else 0
+    if args.action == "corrupt":
+        offsets = _ckpt_tools.corrupt(args.file, args.count, seed=args.seed)
+        shown = ", ".join(str(o) for o in sorted(offsets)[:10]) + (", ..." if len(offsets) > 10 else "")
+        print(f"changed {len(offsets)} bytes of {args.file}" + (f" at offsets {shown}" if offsets else ""))
+        return 0
+    rolled = CheckpointFile.repair(args.file)
+    if rolled is None:
+        print(f"{args.file}: no unfinished transaction; nothing to do")
+    elif rolled.discarded:
+        print(f"{args.file}: removed an undo log that was never written (the file was not changed)")
+    else:
+        torn = " (ignored a torn last entry)" if rolled.torn_tail else ""
+        print(
+            f"{args.file}: rolled back {rolled.entries} blocks ({rolled.size} bytes)"
+            f" to the last checkpoint{torn}"
+        )
+    return 0
+
+
 def _cmd_cutover(args: argparse.Namespace) -> int:
     with Log(args.dir, create=False) as log:
         print(log.cutover())
@@ -523,6 +570,31 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--interval", type=float, default=1.0, metavar="SECONDS")
     p.add_argument("--frames", type=int, default=0, help="stop after this many frames (0: never)")
     p.set_defaults(func=_cmd_monitor)
+
+    p = sub.add_parser("ckpt", help="the checkpointed file: pound, pummel, corrupt, repair")
+    actions = p.add_subparsers(dest="action", required=True)
+    a = actions.add_parser("pound", help="fill with one timestamp, checkpoint, check; again (until killed)")
+    a.add_argument("file")
+    a.add_argument("--size", type=_parse_size, help="create the file this size (default 256K)")
+    a.add_argument("--rounds", type=int, default=0, help="stop after this many (0: never)")
+    a.add_argument("--unsafely", action="store_true", help="do not fsync each undo entry")
+    a.add_argument("--block-size", type=int, default=4096)
+    a.add_argument("--seed", type=int)
+    a.add_argument("--ready", action="store_true", help=argparse.SUPPRESS)
+    a = actions.add_parser("pummel", help="kill a pounding child at random moments; check after each")
+    a.add_argument("file")
+    a.add_argument("--rounds", type=int, default=100)
+    a.add_argument("--size", type=_parse_size, help="create the file this size (default 256K)")
+    a.add_argument("--unsafely", action="store_true", help="pound without fsyncing undo entries")
+    a.add_argument("--delay-max-ms", type=float, default=200.0, help="kill within this long of ready")
+    a.add_argument("--seed", type=int)
+    a = actions.add_parser("corrupt", help="change COUNT random bytes of FILE (damage, for testing)")
+    a.add_argument("file")
+    a.add_argument("count", type=int)
+    a.add_argument("--seed", type=int)
+    a = actions.add_parser("repair", help="roll FILE back to its last checkpoint if a change was cut short")
+    a.add_argument("file")
+    p.set_defaults(func=_cmd_ckpt)
 
     p = sub.add_parser("demo", help="writer processes, a tailing reader, a cutover, info")
     p.add_argument("--dir", default="demo-output/log")

@@ -63,3 +63,16 @@ REPAIR_RESYNC_LSNS = 4096
 SUBSCRIBER_NAME_SIZE_MAX = 1 * KIB
 # At most this many subscribers a log (bounds every listing and retention pass).
 SUBSCRIBER_COUNT_MAX = 10_000
+
+# --- the checkpointed file (CheckpointFile) -----------------------------------------------------
+# The undo log saves whole blocks: the first change to a block after a checkpoint copies the
+# block. 4 KiB is the page size, the unit the kernel writes a mapped file back in. Powers of two
+# from 512 (a sector) to 1 MiB (an undo entry is read whole: this bounds that read).
+CKPT_BLOCK_SIZE_DEFAULT = 4 * KIB
+CKPT_BLOCK_SIZE_MIN = 512
+CKPT_BLOCK_SIZE_MAX = 1 * MIB
+# The largest file: it is mapped whole, which 64-bit address spaces allow far beyond this; the
+# cap keeps a corrupt undo header's data size from being believed.
+CKPT_FILE_SIZE_MAX = 1024 * GIB
+# Undo entries are written in groups of at most this many bytes (one write, then one fsync).
+CKPT_UNDO_WRITE_SIZE_MAX = 4 * MIB

@@ -13,7 +13,9 @@ docs/DURABILITY.md):
 
 - a file's bytes are durable as of its last successful ``fsync``; everything written since may be
   lost, or kept in part: the bytes appended since may survive as any prefix (a torn write), or
-  the file may have been extended with zeros that never got their data;
+  the file may have been extended with zeros that never got their data; bytes changed in place
+  (pwrite, or stores into a shared mapping, which the kernel writes back a page at a time
+  whenever it likes) may survive sector by sector: any mix of 512-byte sectors, old and new;
 - a name's creation, rename or removal is durable only after the ``fsync`` of its directory;
   until then the directory holds the names (and inodes) it held at its last fsync;
 - files removed since are back with their durable content if their name was durable.
@@ -61,7 +63,9 @@ MUTATING = (
     "unlink",
     "mkdir",
     "open_create",
+    "msync",
 )
+SECTOR_SIZE = 512  # the unit a power failure keeps or loses of an in-place change (DURABILITY.md)
 
 
 class FaultFS(FileSystem):
@@ -153,6 +157,8 @@ class FaultFS(FileSystem):
         if current == durable:
             return durable
         choice = rng.random()
+        if len(current) == len(durable):  # changed in place: any mix of old and new sectors
+            return _mix_sectors(durable, current, rng)
         if current.startswith(durable) and choice < 0.5:  # a torn append: a prefix of the new bytes
             return current[: rng.randrange(len(durable), len(current) + 1)]
         if choice < 0.7:  # the size grew, the data never came: zeros
@@ -244,6 +250,10 @@ class FaultFS(FileSystem):
         self._op("mkdir")
         super().mkdir(path)
 
+    def msync(self, mm: mmap.mmap) -> None:
+        self._op("msync")  # durability is recorded by the fsync of the file that follows
+        super().msync(mm)
+
     def map_shared(self, fd: int, size: int) -> mmap.mmap:
         if self.crashed:
             raise PowerLoss("mmap")
@@ -258,6 +268,21 @@ class FaultFS(FileSystem):
         if self.crashed:
             raise PowerLoss("lock")
         return super().lock(fd, timeout_s)
+
+
+def _mix_sectors(old: bytes, new: bytes, rng: random.Random) -> bytes:
+    """Each changed sector old or new, independently (half the time all new but one old)."""
+    changed = [
+        i for i in range(0, len(new), SECTOR_SIZE) if new[i : i + SECTOR_SIZE] != old[i : i + SECTOR_SIZE]
+    ]
+    if rng.random() < 0.5:
+        keep_old = {rng.choice(changed)} if changed else set()
+    else:
+        keep_old = {i for i in changed if rng.random() < 0.5}
+    out = bytearray(new)
+    for i in keep_old:
+        out[i : i + SECTOR_SIZE] = old[i : i + SECTOR_SIZE]
+    return bytes(out)
 
 
 def materialize(state: dict[str, bytes | None], target: str) -> None:
