@@ -264,11 +264,16 @@ class CheckpointFile:
                     self.rollback()
             finally:
                 self._closed = True
-                if self._undo_fd is not None:
-                    self._fs.close(self._undo_fd)
-                    self._undo_fd = None
-                self._mm.close()
-                self._fs.close(self._fd)
+                self._release()
+
+    def _release(self) -> None:
+        """Close the undo log, unmap, and close the file (which releases the lock)."""
+        if self._undo_fd is not None:
+            self._fs.close(self._undo_fd)
+            self._undo_fd = None
+        if not self._mm.closed:
+            self._mm.close()  # the mapping holds a duplicate of the fd: the lock goes with both
+            self._fs.close(self._fd)
 
     def __enter__(self) -> CheckpointFile:
         return self
@@ -333,7 +338,9 @@ class CheckpointFile:
         return fd
 
     def _fail(self, what: str, err: OSError) -> FailedError:
+        """Stop for good, and let go of the file at once so that a reopen can roll it back."""
         self._failed = err
+        self._release()
         return FailedError(self.path, f"{what} failed ({err}); reopen to roll back to the last checkpoint")
 
     def _check_usable(self) -> None:
