@@ -84,6 +84,7 @@ class Reader:
         self._size_max = size_max
         self._fd = -1
         self._base = -1
+        self._unsealed_checked = -1
         self._pos = 0
         self._lsn = 0
         self._need = 0
@@ -149,6 +150,7 @@ class Reader:
             self._jump(lambda e: e.timestamp < since_ns)
 
     def _goto(self, base: int) -> None:
+        self._unsealed_checked = -1  # the segment whose missing seal was looked into (below)
         self._follow_earliest = False
         self._close_fd()
         self._base = base
@@ -341,7 +343,25 @@ class Reader:
         ):
             self._goto(self._lsn)
             return self._fill()
-        return False
+        if self._unsealed_checked == self._base:
+            return False
+        # Once per segment: a later segment means this one was sealed (the seal is durable before
+        # the next segment is created), so ending here is damage -- unless the seal or more
+        # records arrived after our read, which a second read shows.
+        later = [b for b in list_segments(self._fs, self._path) if b > self._base]
+        if not later:
+            self._unsealed_checked = self._base
+            return False
+        again = self._fs.pread(self._fd, limits.READ_CHUNK_SIZE, self._pos)
+        stop = seg.parse(again, 0, self._lsn, self._size_max, None, None, self._pos)
+        if stop.kind not in (seg.END, seg.ZERO) or stop.pos != self._pos:
+            return self._fill()
+        raise CorruptionError(
+            os.path.join(self._path, fmt.segment_name(self._base)),
+            self._pos,
+            f"the segment ends at lsn {self._lsn} without a seal, but segment {later[0]} follows: "
+            f"lsns {self._lsn}..{later[0] - 1} are missing (logspool repair records the loss)",
+        )
 
     def _filter(self, out: list[fmt.Record]) -> list[fmt.Record]:
         skip = self._skip_below

@@ -43,6 +43,7 @@ TRUNCATE_TAIL = "truncate-tail"
 QUARANTINE = "quarantine"
 REWRITE_HEADER = "rewrite-header"
 FILL_MISSING = "fill-missing-segment"
+SEAL = "seal"
 REBUILD_INDEX = "rebuild-index"
 REMOVE_ORPHAN_INDEX = "remove-orphan-index"
 MOVE_CHECKPOINT = "move-checkpoint"
@@ -186,7 +187,8 @@ class _Repair:
         path = self.seg_path(first)
         note = "segment file missing"
         gap = fmt.encode_gap(first, next_base, ts, note, fmt.RECORD_OVERHEAD + 8 + len(note))
-        data = fmt.encode_segment_header(first, ts, fmt.VERSION_2) + gap
+        seal = fmt.encode_record(next_base, ts, next_base - 1, b"", fmt.FLAG_SEAL)
+        data = fmt.encode_segment_header(first, ts, fmt.VERSION_2) + gap + seal
         if not self.dry:
             fd = self.fs.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL)
             try:
@@ -418,6 +420,10 @@ class _SegmentFile:
                 last_ts = max(last_ts, info.timestamp)
             pos, lsn = stop.pos, stop.lsn
             if stop.kind == seg.END:
+                if next_base is not None and lsn <= next_base:
+                    if self.seal(pos, lsn, next_base, last_ts):
+                        gaps.append(fmt.Gap(lsn, next_base, "segment cut short"))
+                    lsn = next_base
                 break
             if stop.kind == seg.SEAL:
                 end = pos + fmt.RECORD_OVERHEAD
@@ -443,6 +449,24 @@ class _SegmentFile:
             self.version = fmt.VERSION_2
             self.write(0, fmt.encode_segment_header(self.base, self.created_ns, self.version))
         return lsn, last_ts
+
+    def seal(self, pos: int, lsn: int, next_base: int, ts: int) -> bool:
+        """The segment ends at ``pos`` (lsn ``lsn``) without a seal, and segment ``next_base``
+        follows: it was cut short (the seal is durable before the next segment is created, so no
+        crash leaves this). Write a gap for the lsns lost, if any, and the seal. True if a gap
+        was written."""
+        data = b""
+        lost = "no record lost"
+        if lsn < next_base:
+            note = "segment cut short"
+            data = fmt.encode_gap(lsn, next_base, ts, note, fmt.RECORD_OVERHEAD + 8 + len(note))
+            lost = f"lsns {lsn}..{next_base - 1} lost: a gap record for them"
+        data += fmt.encode_record(next_base, ts, next_base - 1, b"", fmt.FLAG_SEAL)
+        self.write(pos, data)
+        self.r.act(
+            SEAL, self.path, f"ends at offset {pos} without a seal, before segment {next_base} ({lost})"
+        )
+        return lsn < next_base
 
     def cut_tail(self, cut: int, stop: seg.Stop) -> None:
         """A tail never acknowledged (a crash state): cut it, keeping any non-zero bytes aside."""

@@ -125,8 +125,20 @@ def verify(path: str | os.PathLike[str], *, fs: FileSystem | None = None) -> Ver
                     f"seal names lsn {stop.next_lsn}, next segment is {bases[n + 1]}",
                 )
         elif stop.kind == seg.END:
-            if not newest:
-                report._add(NOTE, spath, stop.pos, "not sealed, but a later segment exists (a lost seal)")
+            # The seal is durable before the next segment is created: no crash leaves a segment
+            # that ends unsealed before another, so records missing there are damage.
+            if not newest and stop.lsn != bases[n + 1]:
+                report._add(
+                    DAMAGE,
+                    spath,
+                    stop.pos,
+                    f"ends at lsn {stop.lsn} without a seal, but the next segment starts at lsn "
+                    f"{bases[n + 1]}: the segment was cut short",
+                )
+            elif not newest:
+                report._add(
+                    NOTE, spath, stop.pos, "not sealed, but the next segment follows on (a lost seal)"
+                )
         elif newest and stop.kind in (seg.INCOMPLETE, seg.ZERO, seg.TORN):
             try:
                 seg.judge_damage(spath, data, stop, 0, meta.record_size_max, 0)

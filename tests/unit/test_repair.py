@@ -142,12 +142,47 @@ def test_damage_to_the_end_of_an_old_segment_gaps_to_the_next_segment(log_dir: s
     _p, info = record_at(log_dir, bases, bases[2] - 3)
     size = os.path.getsize(path)
     overwrite(path, info.offset + 2, b"\xee" * (size - info.offset - 2))  # the last records and the seal
-    report = repaired(log_dir, _repair.QUARANTINE)
+    report = repaired(log_dir, _repair.QUARANTINE, _repair.SEAL)
     assert report.actions[0].kind == _repair.QUARANTINE
     assert f"lsns {bases[2] - 3}..{bases[2] - 1}" in report.actions[0].detail
+    assert report.actions[1].kind == _repair.SEAL  # the segment ends sealed again
     lsns, gaps = read_all(log_dir)
     assert lsns == [i for i in range(300) if not bases[2] - 3 <= i < bases[2]]
     assert [(g.first_lsn, g.next_lsn) for g in gaps] == [(bases[2] - 3, bases[2])]
+
+
+@pytest.mark.parametrize("lost", [0, 1, 4])
+def test_an_old_segment_cut_short_at_a_record_boundary_is_damage_and_is_sealed(
+    log_dir: str, lost: int
+) -> None:
+    """No crash leaves a segment unsealed before the next one (the seal is durable first): a
+    reader must not stop there quietly as if the log ended, verify must call it damage, and
+    repair records the lost lsns as a gap and writes the seal."""
+    bases = make_log(log_dir)
+    path = seg_path(log_dir, bases[1])
+    first_lost = bases[2] - lost
+    cut = (
+        record_at(log_dir, bases, first_lost)[1].offset
+        if lost
+        else os.path.getsize(path) - fmt.RECORD_OVERHEAD
+    )
+    os.truncate(path, cut)
+    problems = logspool.verify(log_dir).problems
+    if lost:
+        with pytest.raises(logspool.CorruptionError) as info:
+            read_all(log_dir)
+        assert info.value.path == path and info.value.offset == cut
+        assert f"ends at lsn {first_lost} without a seal, but segment {bases[2]} follows" in str(info.value)
+        assert any(p.severity == "damage" and p.path == path and p.offset == cut for p in problems)
+    else:  # only the seal is gone: nothing is lost, readers go on to the next segment
+        assert read_all(log_dir) == (list(range(300)), [])
+        assert [(p.severity, p.path) for p in problems] == [("note", path)]
+        assert "lost seal" in problems[0].message
+    report = repaired(log_dir, _repair.SEAL)
+    assert ("lost: a gap record" in report.actions[0].detail) == bool(lost)
+    lsns, gaps = read_all(log_dir)
+    assert lsns == [i for i in range(300) if not first_lost <= i < bases[2]]
+    assert [(g.first_lsn, g.next_lsn) for g in gaps] == ([(first_lost, bases[2])] if lost else [])
 
 
 def test_a_torn_tail_of_the_newest_segment_is_cut(log_dir: str) -> None:
