@@ -433,11 +433,36 @@ class Log:
         # The sync mark never claims more than this segment holds (a copied or restored directory
         # may carry a mark from elsewhere).
         self._lower_sync_mark(self._seg_base, self._seg_end)
+        self._redirty_unsynced_tail()
         if self.durability != "os":
             # Records other handles wrote without fsync ("os") become durable here, so the mark
             # this handle writes into later records (durable_lsn) is true.
             self._sync_segment_for_rotation()
         self._mark_written()
+
+    def _redirty_unsynced_tail(self) -> None:
+        """Write the active segment's bytes past the sync mark again, unchanged.
+
+        After a failed fsync, Linux marks the pages it could not write clean (fsyncgate): reads
+        return them, no later fsync writes them. The handle that saw the error stopped; a handle
+        opened afterwards in the same boot would adopt those records, write after them, and its
+        fsyncs would leave a hole on disk. Writing the bytes again makes their pages dirty, so
+        the next fsync really writes them. The mark (shared memory) is exact within a boot; after
+        a reboot it may be low, which only means rewriting more.
+        """
+        sync_map = self._sync_map
+        assert sync_map is not None  # a writer maps it on open
+        mark_base, mark_offset = fmt.read_sync_mark(sync_map)
+        start = mark_offset if mark_base == self._seg_base else fmt.SEGMENT_HEADER_SIZE
+        if start >= self._seg_end:
+            return
+        path = self._seg_path(self._seg_base)
+        fd = self._fs.open(path, os.O_WRONLY)  # not O_APPEND: pwrite must land at its offset
+        try:
+            tail = self._fs.pread(self._seg_fd, self._seg_end - start, start)
+            self._fs.pwrite(fd, tail, start)  # the same bytes: a crash here changes nothing
+        finally:
+            self._fs.close(fd)
 
     def _scan_from(self, data: bytes, base: int) -> None:
         """Adopt the records of the active segment in ``data``, which holds its bytes from file

@@ -71,13 +71,21 @@ SECTOR_SIZE = 512  # the unit a power failure keeps or loses of an in-place chan
 class FaultFS(FileSystem):
     """The real file system, with a counter, faults, and a record of what is durable."""
 
-    def __init__(self, root: str, *, crash_at: int = 0, fault: Fault | None = None) -> None:
+    def __init__(
+        self, root: str, *, crash_at: int = 0, fault: Fault | None = None, fsyncgate: bool = False
+    ) -> None:
         self.root = os.path.abspath(root)
         self.count = 0  # mutating operations so far
         self.crash_at = crash_at
         self.crashed = False
         self.fault = fault
         self.faults_raised = 0
+        # fsyncgate (Linux, PostgreSQL 2018): a failed fsync drops the dirty pages it could not
+        # write, marks them clean and clears the error, so no later fsync writes them: on disk
+        # those bytes stay what they were (zeros past the old end), while reads still see them.
+        self.fsyncgate = fsyncgate
+        self.dropped: dict[int, list[tuple[int, int]]] = {}  # inode -> byte ranges never written
+        self.kinds: list[str] = []  # the kind of each mutating operation, in order
         self.durable: dict[int, bytes] = {}  # inode -> content at its last fsync
         self.names: dict[str, dict[str, int]] = {}  # directory -> {name: inode} at its last fsync
         self.fds: set[int] = set()  # open through us: closed by release() after a crash
@@ -170,6 +178,7 @@ class FaultFS(FileSystem):
         if self.crashed:
             raise PowerLoss(kind)
         self.count += 1
+        self.kinds.append(kind)
         if self.crash_at and self.count >= self.crash_at:
             self.crashed = True
             raise PowerLoss(kind)
@@ -206,22 +215,47 @@ class FaultFS(FileSystem):
                     fd, data[: len(data) // 2]
                 )  # the first failure lands half-way, as a disk filling up does
             raise
+        start = os.fstat(fd).st_size
         super().write(fd, data)
+        self._redirtied(fd, start, start + len(data))
 
     def pwrite(self, fd: int, data: bytes, offset: int) -> None:
         self._op("pwrite")
         super().pwrite(fd, data, offset)
+        self._redirtied(fd, offset, offset + len(data))
+
+    def _redirtied(self, fd: int, start: int, end: int) -> None:
+        """Bytes written again are dirty again: the next fsync writes them (fsyncgate model)."""
+        ino = os.fstat(fd).st_ino
+        kept = []
+        for a, b in self.dropped.get(ino, []):
+            kept += [(a, min(b, start))] if a < start else []
+            kept += [(max(a, end), b)] if b > end else []
+        if ino in self.dropped:
+            self.dropped[ino] = [(a, b) for a, b in kept if a < b]
 
     def fsync(self, fd: int) -> None:
-        self._op("fsync")
+        try:
+            self._op("fsync")
+        except OSError:
+            if self.fsyncgate:
+                st = os.fstat(fd)
+                start = len(self.durable.get(st.st_ino, b""))
+                self.dropped.setdefault(st.st_ino, []).append((start, st.st_size))
+            raise
         super().fsync(fd)
         # The fd may be write-only: read the same file through a second, read-only open.
         rfd = os.open(f"/proc/self/fd/{fd}", os.O_RDONLY | os.O_CLOEXEC)
         try:
             st = os.fstat(rfd)
-            self.durable[st.st_ino] = os.pread(rfd, st.st_size, 0)
+            content = os.pread(rfd, st.st_size, 0)
         finally:
             os.close(rfd)
+        for start, end in self.dropped.get(st.st_ino, []):
+            end = min(end, len(content))
+            if start < end:
+                content = content[:start] + bytes(end - start) + content[end:]
+        self.durable[st.st_ino] = content
 
     def fsync_dir(self, path: str) -> None:
         self._op("fsync_dir")

@@ -1,0 +1,128 @@
+"""A failed fsync, under the semantics Linux really has (fsyncgate), then a power failure.
+
+When fsync fails, Linux drops the dirty pages it could not write, marks them clean and clears
+the error: a second fsync "succeeds" without writing them, and reads keep returning them from
+the page cache until the power goes. ``FaultFS(fsyncgate=True)`` models exactly that.
+
+- The variant we reject, "retry the fsync and carry on" (a FileSystem that retries once), goes
+  on acknowledging appends; after the power failure acknowledged records are gone. The sweep
+  over every fsync of the workload must find that, or this test proves nothing.
+- Our log fails stop (FailedError, nothing acknowledged past the failure). After the power
+  failure, every record acknowledged before it is there, at every fsync the fault can hit.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import logspool
+from tests.crash.faultfs import Fault, FaultFS, materialize
+
+RECORDS = 24
+
+
+@pytest.fixture
+def fast_dir() -> Iterator[Path]:
+    base = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+    with tempfile.TemporaryDirectory(prefix="logspool-fsync-", dir=base) as d:
+        yield Path(d)
+
+
+class RetryingFS(FaultFS):
+    """The rejected variant: an fsync that fails is retried, and the caller carries on."""
+
+    def fsync(self, fd: int) -> None:
+        try:
+            super().fsync(fd)
+        except OSError:
+            super().fsync(fd)  # "succeeds": the dropped pages are never written
+
+
+def payload(i: int) -> bytes:
+    return b"acknowledged-%03d-" % i + b"p" * 100
+
+
+def appends(path: Path, fs: FaultFS) -> list[bytes]:
+    """Append until done or until the log fails; returns the acknowledged payloads."""
+    acked: list[bytes] = []
+    with logspool.open(path, fs=fs, durability="always", segment_size_max=1 << 20) as log:
+        for i in range(RECORDS):
+            try:
+                log.append(payload(i))
+            except logspool.FailedError:
+                break
+            acked.append(payload(i))
+    return acked
+
+
+def lost_after_power_failure(fs: FaultFS, base: Path, acked: list[bytes]) -> list[bytes]:
+    """Cut the power (keep only what the disk has) and return the acknowledged records missing."""
+    fs.release()
+    state = next(fs.crash_states(__import__("random").Random(0), 1))  # only what reached the disk
+    target = base / "after"
+    materialize(state, str(target))
+    try:
+        with logspool.open(target / "log", readonly=True) as log:
+            got = {r.payload for r in log.read()}
+    except logspool.CorruptionError:
+        got = set()
+    return [p for p in acked if p not in got]
+
+
+def fsync_ops(base: Path) -> list[int]:
+    """The operation numbers of the appends' fsyncs in a clean run (after the log exists)."""
+    (base / "count").mkdir()
+    fs = FaultFS(str(base / "count"))
+    appends(base / "count" / "log", fs)
+    fs.release()
+    ops = [n + 1 for n, kind in enumerate(fs.kinds) if kind == "fsync"]
+    return ops[len(ops) - RECORDS :]  # one per durable append
+
+
+def test_retrying_a_failed_fsync_would_lose_acknowledged_records(fast_dir: Path) -> None:
+    lost_somewhere = 0
+    for n in fsync_ops(fast_dir)[:-1]:
+        work = fast_dir / f"retry{n}"
+        work.mkdir()
+        fs = RetryingFS(str(work), fault=Fault(n, errno.EIO, ops=("fsync",)), fsyncgate=True)
+        acked = appends(work / "log", fs)
+        assert len(acked) == RECORDS  # the retry hid the error: everything was acknowledged
+        lost_somewhere += bool(lost_after_power_failure(fs, work, acked))
+    assert lost_somewhere > 0, "the fsyncgate model never lost an acknowledged record"
+
+
+def test_our_log_fails_stop_and_loses_nothing_acknowledged(fast_dir: Path) -> None:
+    ops = fsync_ops(fast_dir)
+    for k, n in enumerate(ops):
+        work = fast_dir / f"ours{n}"
+        work.mkdir()
+        fs = FaultFS(str(work), fault=Fault(n, errno.EIO, ops=("fsync",)), fsyncgate=True)
+        acked = appends(work / "log", fs)
+        assert fs.faults_raised == 1 and len(acked) == k, "the failed append was acknowledged"
+        assert lost_after_power_failure(fs, work, acked) == [], f"fsync {k} failed"
+
+
+def test_a_log_reopened_after_the_failure_in_the_same_boot_leaves_no_hole(fast_dir: Path) -> None:
+    """The dropped pages are still readable, so a new handle adopts their records and writes
+    after them; unless it makes those pages dirty again, its own fsyncs leave a hole on disk in
+    front of records it acknowledged, and the next open after a power failure refuses the log."""
+    ops = fsync_ops(fast_dir)
+    for n in ops[:-1]:
+        work = fast_dir / f"reopen{n}"
+        work.mkdir()
+        fs = FaultFS(str(work), fault=Fault(n, errno.EIO, ops=("fsync",)), fsyncgate=True)
+        acked = appends(work / "log", fs)
+        with logspool.open(work / "log", fs=fs, durability="always") as log:
+            for i in range(100, 105):
+                log.append(payload(i))
+                acked.append(payload(i))
+        assert lost_after_power_failure(fs, work, acked) == [], f"fault at operation {n}"
+        with logspool.open(work / "after" / "log") as log:
+            assert [r.lsn for r in log.read()] == list(range(log.info().next_lsn))
+        assert logspool.verify(work / "after" / "log").ok
