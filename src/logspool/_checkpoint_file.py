@@ -10,7 +10,7 @@ retirement of its undo log is durable.
 How:
 
 - Before the first change to a block (``block_size`` bytes) after a checkpoint, the block's old
-  bytes are appended to ``FILE.undo`` (docs/FORMAT.md §10). With ``safely=True`` (the default)
+  bytes are appended to ``FILE.undo`` (docs/FORMAT.md §13). With ``safely=True`` (the default)
   that entry is fsynced, and the undo log's name fsynced into the directory, before the block is
   changed: the kernel may write a dirty page of a mapping back at any moment, so the old bytes
   must be on disk first.
@@ -314,7 +314,7 @@ class CheckpointFile:
                     group, group_size = [], 0
             if group:
                 # crash mid-write: a torn last entry, whose block was not changed yet (rollback
-                # ignores it, FORMAT.md §10)
+                # ignores it, FORMAT.md §13)
                 self._fs.write(self._undo_fd, b"".join(group))
             if self.safely:
                 self._fs.fsync(self._undo_fd)  # the old bytes are durable before the change

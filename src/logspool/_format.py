@@ -441,7 +441,7 @@ def write_sync_mark(buf: mmap.mmap, base_lsn: int, offset: int) -> None:
     SYNC_MARK.pack_into(buf, 0, SYNC_MAGIC, base_lsn, offset)
 
 
-# --- the checkpointed file's undo log (docs/FORMAT.md §10) ---------------------------------------
+# --- the checkpointed file's undo log (docs/FORMAT.md §13) ---------------------------------------
 # ``FILE.undo`` holds the bytes that blocks of FILE had at the last checkpoint, written before the
 # first change to each block. A header, then entries; each entry is checked by its own CRC.
 UNDO_MAGIC = b"LOGSPUND"

@@ -141,3 +141,21 @@ def test_golden_v2_log_reads_and_verifies(tmp_path: Path) -> None:
     with logspool.open(work) as log:
         assert log.append(b"new " * 10) == 20
     assert logspool.repair(work).actions == []
+
+
+def test_undo_log_vectors() -> None:
+    v = vectors()
+    header = fmt.decode_undo_header(v["undo-header"], "vector")
+    assert header == fmt.UndoHeader(4096, 65536, 7, 1795000000000000000)
+    assert fmt.encode_undo_header(header) == v["undo-header"]
+    assert fmt.decode_undo_entry(v["undo-entry"]) == (4096, b"old!")
+    assert fmt.encode_undo_entry(4096, b"old!") == v["undo-entry"]
+
+
+def test_golden_checkpoint_file_v1_rolls_back(tmp_path: Path) -> None:
+    """A version-1 undo log left by a crash mid-transaction: two whole entries, one torn."""
+    shutil.copytree(Path(__file__).parent / "ckpt-v1", tmp_path / "c")
+    with logspool.CheckpointFile(tmp_path / "c" / "data") as f:
+        assert f.last_rollback is not None
+        assert (f.last_rollback.entries, f.last_rollback.torn_tail) == (2, True)
+        assert f.read(0, 2048) == b"checkpointed " * 157 + b"abcdefg"

@@ -2,7 +2,7 @@
 
 Real files in tmp_path. Crash states are made the way a crash makes them: a child process killed
 with SIGKILL in the middle of a transaction, or undo logs cut or damaged byte by byte as a torn
-write or a bad disk would leave them (FORMAT.md §10). Power loss is in tests/crash.
+write or a bad disk would leave them (FORMAT.md §13). Power loss is in tests/crash.
 """
 
 from __future__ import annotations
