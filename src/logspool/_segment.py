@@ -87,12 +87,15 @@ def parse(
     infos: list[RecordInfo] | None = None,
     base: int = 0,
     gaps: list[Gap] | None = None,
+    check: bool = True,
 ) -> Stop:
     """Parse records from ``buf[pos:]``, expecting the first to carry ``lsn``.
 
     Appends a Record per valid record to ``out`` and, if given, a RecordInfo to ``infos``
     (offsets there are ``base + position in buf``, so a chunk can stand for a file region), and
-    a Gap per gap record to ``gaps``. ``size_max`` bounds the payload size believed from a length
+    a Gap per gap record to ``gaps``. ``check=False`` skips the checksums of plain records (only
+    for a caller that asked to trust the bytes: the Spark source's ``verifyChecksums=false``).
+    ``size_max`` bounds the payload size believed from a length
     field, and the size of a decompressed payload.
 
     This loop is the hot path of every reader. A plain record passes one test: the checksum
@@ -112,7 +115,7 @@ def parse(
             length <= size_max
             and rec_end <= end
             and rlsn == lsn
-            and crc32(buf[pos:rec_end]) == CRC_RESIDUE
+            and (not check or crc32(buf[pos:rec_end]) == CRC_RESIDUE)
             and (not flags or flags == FLAG_ZSTD)
         ):
             if out is not None:

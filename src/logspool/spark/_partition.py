@@ -1,0 +1,156 @@
+"""Reading one lsn range of one segment as Arrow record batches: what a Spark task runs.
+
+Pure logspool and pyarrow (no Spark import), so it runs in Spark's Python workers and is tested
+without a JVM. The driver plans ranges (``plan``); each task reads its range with one pass of the
+segment parser from the nearest index entry, and builds columns, never per-row Python objects
+beyond the parser's own.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from .. import _format as fmt
+from .. import _segment as seg
+from .. import limits
+from .._log import Log
+from .._reader import list_segments
+from ..errors import CorruptionError
+
+BATCH_ROWS = 16_384  # rows per Arrow record batch handed to Spark
+META_COLUMNS = ("lsn", "timestamp", "segment", "offset")
+
+
+@dataclass(frozen=True, slots=True)
+class Range:
+    """lsns ``start`` (inclusive) to ``end`` (exclusive), all in segment ``segment``."""
+
+    path: str
+    segment: int
+    start: int
+    end: int
+
+
+def plan(log: Log, start: int, end: int, partition_size: int) -> list[Range]:
+    """Split lsns [start, end) into ranges of one segment each, and segments larger than
+    ``partition_size`` bytes further at index entries (each about ``partition_size`` bytes)."""
+    if start >= end:
+        return []
+    bases = list_segments(log._fs, log.path)
+    out: list[Range] = []
+    for n, base in enumerate(bases):
+        seg_end = bases[n + 1] if n + 1 < len(bases) else end
+        lo, hi = max(start, base), min(end, seg_end)
+        if lo >= hi:
+            continue
+        cuts = [lo]
+        last_offset = 0
+        for entry in _index_entries(log.path, base):
+            if entry.lsn <= lo or entry.lsn >= hi:
+                if entry.lsn <= lo:
+                    last_offset = entry.offset
+                continue
+            if entry.offset - last_offset >= partition_size:
+                cuts.append(entry.lsn)
+                last_offset = entry.offset
+        cuts.append(hi)
+        out += [Range(log.path, base, a, b) for a, b in itertools.pairwise(cuts) if a < b]
+    return out
+
+
+def _index_entries(path: str, base: int) -> list[fmt.IndexEntry]:
+    """The segment's index entries, or none if the index is missing or damaged (derived data)."""
+    try:
+        with open(os.path.join(path, fmt.index_name(base)), "rb") as f:
+            raw = f.read(limits.SEGMENT_SIZE_LIMIT)
+        if fmt.decode_index_header(raw, fmt.index_name(base))[0] != base:
+            return []
+        return fmt.decode_index_entries(raw)
+    except (OSError, ValueError, CorruptionError):
+        return []
+
+
+def read_range(r: Range, size_max: int, verify_checksums: bool) -> Iterator[tuple[list[Any], ...]]:
+    """Yield column lists (lsn, timestamp_ns, payload, offset) of up to BATCH_ROWS rows each, for
+    every record of ``r``. Raises CorruptionError (file and offset) if the range cannot be read
+    whole: records the driver saw when it planned do not vanish, except by damage or repair."""
+    spath = os.path.join(r.path, fmt.segment_name(r.segment))
+    pos, lsn = fmt.SEGMENT_HEADER_SIZE, r.segment
+    for entry in reversed(_index_entries(r.path, r.segment)):
+        if entry.lsn <= r.start:
+            pos, lsn = entry.offset, entry.lsn
+            break
+    lsns: list[int] = []
+    stamps: list[int] = []
+    payloads: list[bytes] = []
+    offsets: list[int] = []
+    need = 0
+    with open(spath, "rb", buffering=0) as f:
+        for _ in range(1 << 30):  # bounded: each turn moves on by a chunk, or ends
+            if lsn >= r.end:
+                break
+            f.seek(pos)
+            data = f.read(max(limits.READ_CHUNK_SIZE, need))
+            out: list[fmt.Record] = []
+            infos: list[seg.RecordInfo] = []
+            stop = seg.parse(data, 0, lsn, size_max, out, infos, pos, None, verify_checksums)
+            for rec, info in zip(out, infos, strict=True):
+                if r.start <= rec.lsn < r.end:
+                    lsns.append(rec.lsn)
+                    stamps.append(rec.timestamp)
+                    payloads.append(rec.payload)
+                    offsets.append(info.offset)
+            if len(lsns) >= BATCH_ROWS:
+                yield lsns, stamps, payloads, offsets
+                lsns, stamps, payloads, offsets = [], [], [], []
+            need = 0
+            if stop.pos > pos or stop.lsn > lsn:
+                pos, lsn = stop.pos, stop.lsn
+                continue
+            if stop.kind == seg.INCOMPLETE and stop.need > len(data):
+                need = stop.need  # a record larger than one chunk
+                continue
+            if stop.kind in (seg.TORN, seg.BAD) or lsn < r.end:
+                raise CorruptionError(
+                    spath, stop.pos, stop.reason or f"lsn {lsn} expected before lsn {r.end} ({stop.kind})"
+                )
+    if lsns:
+        yield lsns, stamps, payloads, offsets
+
+
+def decode_json(payloads: list[bytes], fields: list[str], converters: dict[str, Any]) -> list[list[Any]]:
+    """One list per field: each payload's value for it (null when missing or not an object)."""
+    columns: list[list[Any]] = [[] for _ in fields]
+    for raw in payloads:
+        try:
+            obj = json.loads(raw)
+        except ValueError:
+            obj = None
+        if not isinstance(obj, dict):
+            obj = {}
+        for column, name in zip(columns, fields, strict=True):
+            value = obj.get(name)
+            convert = converters.get(name)
+            column.append(convert(value) if convert is not None and value is not None else value)
+    return columns
+
+
+def iso_to_datetime(value: Any) -> datetime | None:
+    """A JSON timestamp (RFC 3339 text, or epoch seconds) as an aware datetime, or None."""
+    from datetime import UTC
+
+    if isinstance(value, int | float):
+        return datetime.fromtimestamp(value, tz=UTC)
+    if isinstance(value, str):
+        try:
+            dt = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            return None
+        return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
+    return None

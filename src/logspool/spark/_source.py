@@ -1,0 +1,589 @@
+"""The ``logspool`` Spark data source: batch and streaming reads, batch and streaming writes.
+
+Reads: the driver plans lsn ranges (one segment each, big segments split at index entries) and
+each task reads its range into Arrow record batches (``_partition``). Streaming offsets are
+``{"lsn": N}``, the next lsn to read: one key, so Spark's comparison of offsets as JSON text is
+exact.
+
+Writes: each task stages its rows in a file under ``DIR/.spark-staging/`` (nothing is in the log
+yet; an aborted job removes its files), and the driver's ``commit`` appends them to the log under
+the writer lock, in partition order. For a streaming sink the batch id makes this exactly-once:
+before appending, the driver durably records an intent (batch id, the head lsn, the record count);
+a batch replayed after a failure finds its intent and appends only what is not already there.
+
+Options (case-insensitive) and their defaults are documented in docs/SPARK.md.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import struct
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxBytes,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import (
+    BinaryType,
+    LongType,
+    Row,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from .. import _format as fmt
+from .. import _segment as seg
+from .. import limits
+from .._fs import REAL, replace_file
+from .._log import Log
+from .._reader import list_segments
+from ..errors import DataLossError, LogspoolError
+from . import _partition as part
+
+NAME = "logspool"
+STAGING_DIR = ".spark-staging"
+SINKS_DIR = ".spark-sinks"
+PARTITION_SIZE_DEFAULT = 32 * limits.MIB
+DECODES = ("binary", "string", "json")
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_STAGE_LEN = struct.Struct("<I")
+
+
+class OptionError(LogspoolError, ValueError):
+    """A data source option is missing or wrong; the message names it."""
+
+
+# --- options -------------------------------------------------------------------------------------
+def _lower(options: Any) -> dict[str, str]:
+    """Spark hands options case-insensitively; a plain dict with lowercase keys keeps that."""
+    return {str(k).lower(): str(v) for k, v in dict(options).items()}
+
+
+def _path(options: dict[str, str]) -> str:
+    path = options.get("path")
+    if not path:
+        raise OptionError("logspool data source: give the log directory: load(DIR) or save(DIR)")
+    return os.path.abspath(path)
+
+
+def _flag(options: dict[str, str], name: str, default: bool) -> bool:
+    text = options.get(name.lower())
+    if text is None:
+        return default
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    raise OptionError(f"option {name}: expected true or false, not {text!r}")
+
+
+def _positive(options: dict[str, str], name: str) -> int | None:
+    text = options.get(name.lower())
+    if text is None:
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise OptionError(f"option {name}: expected a positive integer, not {text!r}")
+    return value
+
+
+def _time(options: dict[str, str], name: str) -> datetime | None:
+    """RFC 3339 text, or milliseconds since the epoch (as Kafka's startingTimestamp), exactly."""
+    text = options.get(name.lower())
+    if text is None:
+        return None
+    try:
+        return _EPOCH + timedelta(milliseconds=int(text))
+    except ValueError:
+        pass
+    try:
+        dt = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise OptionError(
+            f"option {name}: expected RFC 3339 (2026-11-21T15:00:00Z) or epoch milliseconds, not {text!r}"
+        ) from None
+    if dt.tzinfo is None:
+        raise OptionError(f"option {name}: {text!r} has no time zone (add Z or +00:00)")
+    return dt
+
+
+def _position(options: dict[str, str], name: str, allowed: tuple[str, ...]) -> str | int | None:
+    text = options.get(name.lower())
+    if text is None:
+        return None
+    if text in allowed:
+        return text
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise OptionError(
+            f"option {name}: expected {' or '.join(allowed)} or an lsn (0 or more), not {text!r}"
+        )
+    return value
+
+
+def _lsn_at(log: Log, at: datetime) -> int:
+    """The first lsn whose timestamp is at or after ``at`` (the head if none)."""
+    reader = log.reader(since=at)
+    try:
+        rec = reader.next(timeout=0)
+        return rec.lsn if rec is not None else log.next_lsn
+    finally:
+        reader.close()
+
+
+# --- the data source -----------------------------------------------------------------------------
+class LogspoolDataSource(DataSource):
+    """``spark.read.format("logspool").load(DIR)``, ``readStream``, ``write`` and ``writeStream``."""
+
+    @classmethod
+    def name(cls) -> str:
+        return NAME
+
+    def schema(self) -> StructType:
+        decode = self.options.get("decode", "binary")
+        if decode not in DECODES:
+            raise OptionError(f"option decode: expected one of {', '.join(DECODES)}, not {decode!r}")
+        if decode == "json":
+            raise OptionError(
+                "option decode=json needs the payload's schema: spark.read.schema(...) with the JSON "
+                "fields (and any of lsn, timestamp, segment, offset)"
+            )
+        return StructType(
+            [
+                StructField("lsn", LongType(), False),
+                StructField("timestamp", TimestampType(), False),
+                StructField("payload", StringType() if decode == "string" else BinaryType(), False),
+                StructField("segment", LongType(), False),
+                StructField("offset", LongType(), False),
+            ]
+        )
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return _BatchReader(_lower(self.options), schema)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return _StreamReader(_lower(self.options), schema)
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        if overwrite:
+            raise OptionError("a log is append-only: use mode('append'), not overwrite")
+        return _BatchWriter(_lower(self.options), schema)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        return _StreamWriter(_lower(self.options), schema)
+
+
+@dataclass(frozen=True)
+class _Partition(InputPartition):
+    range: part.Range
+
+
+class _Scan:
+    """What batch and streaming readers share: options, the row layout, and reading a range."""
+
+    def __init__(self, options: dict[str, str], schema: StructType) -> None:
+        self.path = _path(options)
+        self.options = options
+        self.schema = schema
+        self.verify = _flag(options, "verifyChecksums", True)
+        self.partition_size = _positive(options, "maxPartitionBytes") or PARTITION_SIZE_DEFAULT
+        self.decode = options.get("decode", "binary")
+        if self.decode not in DECODES:
+            raise OptionError(f"option decode: expected one of {', '.join(DECODES)}, not {self.decode!r}")
+        with self.open() as log:
+            self.size_max = log.record_size_max
+        if self.decode != "json" and [f.name for f in schema.fields] != [
+            "lsn",
+            "timestamp",
+            "payload",
+            "segment",
+            "offset",
+        ]:
+            raise OptionError(
+                "a schema is only given with decode=json (the other decodes have a fixed schema)"
+            )
+
+    def open(self) -> Log:
+        if not os.path.isdir(self.path):
+            raise OptionError(f"{self.path}: no such log directory")
+        return Log(self.path, readonly=True)
+
+    def plan(self, start: int, end: int) -> list[_Partition]:
+        with self.open() as log:
+            return [_Partition(r) for r in part.plan(log, start, end, self.partition_size)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if not isinstance(partition, _Partition):
+            return  # Spark plans one empty partition when partitions() returned none
+        arrow_schema = to_arrow_schema(self.schema, timezone="UTC")
+        json_fields = [f.name for f in self.schema.fields if f.name not in part.META_COLUMNS]
+        converters = {
+            f.name: part.iso_to_datetime for f in self.schema.fields if isinstance(f.dataType, TimestampType)
+        }
+        r = partition.range
+        for lsns, stamps, payloads, offsets in part.read_range(r, self.size_max, self.verify):
+            columns: dict[str, Any] = {
+                "lsn": lsns,
+                "timestamp": pa.array([t // 1000 for t in stamps], pa.int64()).cast(
+                    pa.timestamp("us", tz="UTC")
+                ),
+                "segment": [r.segment] * len(lsns),
+                "offset": offsets,
+            }
+            if self.decode == "json":
+                columns.update(
+                    zip(json_fields, part.decode_json(payloads, json_fields, converters), strict=True)
+                )
+            elif self.decode == "string":
+                columns["payload"] = [p.decode("utf-8", "replace") for p in payloads]
+            else:
+                columns["payload"] = payloads
+            arrays = [
+                columns[field.name]
+                if isinstance(columns[field.name], pa.Array)
+                else pa.array(columns[field.name], field.type)
+                for field in arrow_schema
+            ]
+            yield pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
+
+
+def _bounds(log: Log, verify: bool) -> tuple[int, int]:
+    """(first lsn, next lsn) of the log now. With checksums off, the head is found by the same
+    unchecked parse the tasks will use, so a damaged record does not stop the planning."""
+    if verify:
+        info = log.info()
+        return info.first_lsn, info.next_lsn
+    bases = list_segments(REAL, log.path)
+    if not bases:
+        return 0, 0
+    with open(os.path.join(log.path, fmt.segment_name(bases[-1])), "rb") as f:
+        data = f.read()
+    stop = seg.parse(
+        data, fmt.SEGMENT_HEADER_SIZE, bases[-1], log.record_size_max, None, None, 0, None, False
+    )
+    return bases[0], stop.next_lsn if stop.kind == seg.SEAL else stop.lsn
+
+
+class _BatchReader(_Scan, DataSourceReader):
+    def __init__(self, options: dict[str, str], schema: StructType) -> None:
+        super().__init__(options, schema)
+        with self.open() as log:
+            first, head = _bounds(log, self.verify)
+            start = _position(options, "startingPosition", ("earliest", "latest"))
+            end = _position(options, "endingPosition", ("latest",))
+            start_ts = _time(options, "startingTimestamp")
+            end_ts = _time(options, "endingTimestamp")
+            if start is not None and start_ts is not None:
+                raise OptionError("give startingPosition or startingTimestamp, not both")
+            if end is not None and end_ts is not None:
+                raise OptionError("give endingPosition or endingTimestamp, not both")
+            lo = first
+            if start == "latest":
+                lo = head
+            elif isinstance(start, int):
+                lo = max(start, first)
+            elif start_ts is not None:
+                lo = _lsn_at(log, start_ts)
+            hi = head
+            if isinstance(end, int):
+                hi = min(end, head)
+            elif end_ts is not None:
+                hi = _lsn_at(log, end_ts)
+        self.start, self.end = lo, hi
+
+    def partitions(self) -> Sequence[InputPartition]:
+        return self.plan(self.start, self.end)
+
+
+class _StreamReader(_Scan, DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, options: dict[str, str], schema: StructType) -> None:
+        super().__init__(options, schema)
+        self.max_records = _positive(options, "maxRecordsPerTrigger")
+        self.max_bytes = _positive(options, "maxBytesPerTrigger")
+        self.fail_on_data_loss = _flag(options, "failOnDataLoss", True)
+        self.subscriber = options.get("subscriber")
+        self.target: int | None = None  # availableNow: the head when the query started
+        start = _position(options, "startingPosition", ("earliest", "latest"))
+        self.start_ts = _time(options, "startingTimestamp")
+        self.start = "latest" if start is None and self.start_ts is None else start
+
+    def initialOffset(self) -> dict[str, int]:
+        with self.open() as log:
+            if self.subscriber is not None:
+                known = {s.name: s.lsn for s in log.subscribers()}
+                if self.subscriber in known:
+                    return {"lsn": known[self.subscriber]}
+            if self.start_ts is not None:
+                return {"lsn": _lsn_at(log, self.start_ts)}
+            if self.start == "earliest":
+                return {"lsn": log.info().first_lsn}
+            if isinstance(self.start, int):
+                return {"lsn": self.start}
+            return {"lsn": log.next_lsn}
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.max_records is not None:
+            return ReadMaxRows(self.max_records)
+        if self.max_bytes is not None:
+            return ReadMaxBytes(self.max_bytes)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        with self.open() as log:
+            self.target = log.next_lsn
+
+    def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
+        with self.open() as log:
+            info = log.info()
+            begin = self._checked_start(start["lsn"], info.first_lsn)
+            head = info.next_lsn if self.target is None else min(self.target, info.next_lsn)
+            end = max(head, begin)
+            if not isinstance(limit, ReadAllAvailable):
+                if self.max_records is not None:
+                    end = min(end, begin + self.max_records)
+                if self.max_bytes is not None:
+                    end = _lsn_after_bytes(log, begin, end, self.max_bytes)
+            return {"lsn": end}
+
+    def reportLatestOffset(self) -> dict[str, int]:
+        with self.open() as log:
+            return {"lsn": log.next_lsn}
+
+    def _checked_start(self, lsn: int, first: int) -> int:
+        if lsn >= first:
+            return lsn
+        if self.fail_on_data_loss:
+            raise DataLossError(self.path, self.subscriber or "spark", lsn, first)
+        return first
+
+    def partitions(self, start: dict[str, int], end: dict[str, int]) -> Sequence[InputPartition]:
+        with self.open() as log:
+            first = log.info().first_lsn
+        return self.plan(self._checked_start(start["lsn"], first), end["lsn"])
+
+    def commit(self, end: dict[str, int]) -> None:
+        """Spark is done with everything before ``end`` (it says so one batch late). With the
+        ``subscriber`` option, that subscriber moves there, so retention keeps the rest."""
+        if self.subscriber is None:
+            return
+        with Log(self.path) as log:
+            if self.subscriber in {s.name for s in log.subscribers()}:
+                log.rewind_subscriber(self.subscriber, end["lsn"])
+            else:
+                log.add_subscriber(self.subscriber, end["lsn"])
+
+
+def _lsn_after_bytes(log: Log, begin: int, end: int, size_max: int) -> int:
+    """The last lsn such that records [begin, lsn) take at most ``size_max`` bytes (at least one
+    record, so a stream always moves)."""
+    total = 0
+    for r in part.plan(log, begin, end, 1 << 62):
+        spath = os.path.join(r.path, fmt.segment_name(r.segment))
+        pos, lsn = fmt.SEGMENT_HEADER_SIZE, r.segment
+        for entry in reversed(part._index_entries(r.path, r.segment)):
+            if entry.lsn <= r.start:
+                pos, lsn = entry.offset, entry.lsn
+                break
+        with open(spath, "rb") as f:
+            f.seek(pos)
+            data = f.read(size_max + limits.READ_CHUNK_SIZE)
+        infos: list[seg.RecordInfo] = []
+        seg.parse(data, 0, lsn, log.record_size_max, None, infos, pos)
+        for info in infos:
+            if info.lsn < r.start:
+                continue
+            if info.lsn >= r.end:
+                break
+            total += info.size
+            if total > size_max and info.lsn > begin:
+                return info.lsn
+    return end
+
+
+# --- writing -------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Staged(WriterCommitMessage):
+    partition: int
+    path: str
+    count: int
+
+
+def _payload_index(schema: StructType) -> int:
+    names = [f.name for f in schema.fields]
+    if "payload" not in names:
+        raise OptionError(
+            f"writing to a log needs a column named payload (binary or string); the columns are {names}"
+        )
+    field = schema.fields[names.index("payload")]
+    if not isinstance(field.dataType, BinaryType | StringType):
+        raise OptionError(f"column payload must be binary or string, not {field.dataType.simpleString()}")
+    return names.index("payload")
+
+
+class _Writer:
+    """Staging (in tasks) and publishing (in the driver), shared by batch and streaming writes."""
+
+    def __init__(self, options: dict[str, str], schema: StructType, job: str) -> None:
+        self.path = _path(options)
+        self.column = _payload_index(schema)
+        self.job = job
+        self.staging = os.path.join(self.path, STAGING_DIR, job)
+        with Log(self.path):  # create the log now, in the driver, with default settings
+            pass
+
+    def write(self, rows: Iterator[Row]) -> _Staged:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        partition = ctx.partitionId() if ctx is not None else 0
+        attempt = ctx.attemptNumber() if ctx is not None else 0
+        os.makedirs(self.staging, exist_ok=True)
+        path = os.path.join(self.staging, f"{partition:08d}.{attempt}.{uuid.uuid4().hex}")
+        count = 0
+        with open(path, "wb") as f:
+            for row in rows:
+                value = row[self.column]
+                if value is None:
+                    raise OptionError(f"row {count} of partition {partition}: payload is null")
+                data = value.encode("utf-8") if isinstance(value, str) else bytes(value)
+                f.write(_STAGE_LEN.pack(len(data)) + data)
+                count += 1
+            f.flush()
+            os.fsync(f.fileno())  # staged durably before the task reports success
+        return _Staged(partition, path, count)
+
+    def payloads(self, messages: Sequence[WriterCommitMessage | None]) -> list[bytes]:
+        out: list[bytes] = []
+        for msg in sorted((m for m in messages if isinstance(m, _Staged)), key=lambda m: m.partition):
+            with open(msg.path, "rb") as f:
+                data = f.read()
+            pos = 0
+            while pos < len(data):  # bounded by the file's size
+                (size,) = _STAGE_LEN.unpack_from(data, pos)
+                out.append(data[pos + 4 : pos + 4 + size])
+                pos += 4 + size
+            if len(out) and pos != len(data):
+                raise LogspoolError(f"{msg.path}: staged file cut short")
+        return out
+
+    def discard(self) -> None:
+        shutil.rmtree(self.staging, ignore_errors=True)
+
+
+class _BatchWriter(DataSourceWriter):
+    def __init__(self, options: dict[str, str], schema: StructType) -> None:
+        self.w = _Writer(options, schema, f"batch-{time.time_ns()}-{uuid.uuid4().hex[:8]}")
+
+    def write(self, iterator: Iterator[Row]) -> WriterCommitMessage:
+        return self.w.write(iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        payloads = self.w.payloads(messages)
+        with Log(self.w.path) as log, log.exclusive() as tail:
+            for chunk in _chunks(payloads):
+                tail.append_many(chunk)
+        self.w.discard()
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        self.w.discard()
+
+
+class _StreamWriter(DataSourceStreamWriter):
+    """Exactly-once by batch id: see the module doc."""
+
+    def __init__(self, options: dict[str, str], schema: StructType) -> None:
+        query = options.get("queryname") or options.get("sinkid") or "default"
+        self.sink = "".join(c if c.isalnum() or c in "-_" else "_" for c in query)
+        self.w = _Writer(options, schema, f"stream-{self.sink}")
+
+    def write(self, iterator: Iterator[Row]) -> WriterCommitMessage:
+        return self.w.write(iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        payloads = self.w.payloads(messages)
+        sinks = os.path.join(self.w.path, SINKS_DIR)
+        os.makedirs(sinks, exist_ok=True)
+        state_path = os.path.join(sinks, self.sink)
+        state = _read_state(state_path)
+        with Log(self.w.path) as log, log.exclusive() as tail:
+            if state.get("batch", -1) > batchId or (state.get("batch") == batchId and state.get("done")):
+                pass  # this batch is in the log already: a replay after a failure
+            else:
+                start = tail.next_lsn
+                if state.get("batch") == batchId:  # the intent of a commit cut short: finish it
+                    start = state["start"]
+                    present = _matching_prefix(log, start, payloads)
+                    payloads = payloads[present:]
+                else:
+                    replace_file(
+                        REAL, sinks, self.sink, json.dumps({"batch": batchId, "start": start}).encode()
+                    )
+                for chunk in _chunks(payloads):
+                    tail.append_many(chunk)
+                log.sync()
+                replace_file(REAL, sinks, self.sink, json.dumps({"batch": batchId, "done": True}).encode())
+        self.w.discard()
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        self.w.discard()
+
+
+def _read_state(path: str) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as f:
+            obj = json.loads(f.read())
+    except FileNotFoundError:
+        return {}
+    return obj if isinstance(obj, dict) else {}
+
+
+def _matching_prefix(log: Log, start: int, payloads: list[bytes]) -> int:
+    """How many of ``payloads`` are in the log from ``start`` on, in order (a cut-short commit)."""
+    n = 0
+    for rec in log.read(start):
+        if n >= len(payloads) or rec.payload != payloads[n]:
+            break
+        n += 1
+    return n
+
+
+def _chunks(payloads: list[bytes]) -> Iterator[list[bytes]]:
+    """Batches of at most ~4 MiB for append_many (one write and one fsync each)."""
+    chunk: list[bytes] = []
+    size = 0
+    for p in payloads:
+        chunk.append(p)
+        size += len(p) + fmt.RECORD_OVERHEAD
+        if size >= 4 * limits.MIB:
+            yield chunk
+            chunk, size = [], 0
+    if chunk:
+        yield chunk

@@ -1,0 +1,42 @@
+"""One local SparkSession for the whole test session (UI off, 2 shuffle partitions, loopback only,
+quiet logs), with the logspool data source registered. Skipped, with the reason, where PySpark or
+Java is missing; scripts/setup installs PySpark, and CI machines have Java 17."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    pytest.importorskip("pyspark", reason="PySpark is not installed (pip install 'logspool[spark]')")
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        pytest.skip("no Java on this machine: PySpark needs Java 17 or later")
+    os.environ["PYSPARK_PYTHON"] = sys.executable  # workers run this interpreter, with logspool in it
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession
+
+    from logspool.spark import register
+
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("logspool-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    register(session)
+    yield session
+    session.stop()

@@ -1,0 +1,169 @@
+"""spark.read.format("logspool"): a real local Spark reading real logs.
+
+Counts and contents against what the log's own reader returns (lsn, timestamp to the
+microsecond, payload, segment and offset), partitions by segment and within segments, every
+option, the decodes, damage, and the errors a user gets for bad options.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import logspool
+from logspool import _format as fmt
+from logspool import _segment as seg
+
+
+def make_log(path: Path, n: int = 3000, segment_size_max: int = 64 * 1024) -> list[fmt.Record]:
+    with logspool.open(path, segment_size_max=segment_size_max, index_interval=4096) as log:
+        for i in range(0, n, 100):
+            log.append_many(
+                [
+                    json.dumps({"key": f"k{j % 7}", "amount": j, "at": "2026-11-21T12:00:00Z"}).encode()
+                    for j in range(i, i + 100)
+                ]
+            )
+        return list(log.read())
+
+
+def offsets(path: Path) -> dict[int, tuple[int, int]]:
+    """lsn -> (segment, offset), from the segment files themselves."""
+    out = {}
+    for f in sorted(path.glob("*.seg")):
+        base = int(f.stem)
+        infos: list[seg.RecordInfo] = []
+        seg.parse(f.read_bytes(), fmt.SEGMENT_HEADER_SIZE, base, 1 << 24, None, infos)
+        out.update({i.lsn: (base, i.offset) for i in infos})
+    return out
+
+
+def test_batch_read_returns_every_record_with_its_place(spark: Any, tmp_path: Path) -> None:
+    path = tmp_path / "log"
+    records = make_log(path)
+    df = spark.read.format("logspool").load(str(path))
+    assert [f.name for f in df.schema.fields] == ["lsn", "timestamp", "payload", "segment", "offset"]
+    assert df.rdd.getNumPartitions() == len(list(path.glob("*.seg")))
+    rows = sorted(df.collect(), key=lambda r: r.lsn)
+    places = offsets(path)
+    assert len(rows) == len(records) == 3000
+    for row, rec in zip(rows, records, strict=True):
+        assert (row.lsn, bytes(row.payload)) == (rec.lsn, rec.payload)
+        assert row.timestamp == datetime.fromtimestamp(rec.timestamp // 1000 / 1e6, tz=UTC).replace(
+            tzinfo=None
+        )
+        assert (row.segment, row.offset) == places[rec.lsn]
+
+
+def test_big_segments_are_split_at_index_entries(spark: Any, tmp_path: Path) -> None:
+    path = tmp_path / "log"
+    make_log(path, segment_size_max=1 << 20)
+    assert len(list(path.glob("*.seg"))) == 1
+    df = spark.read.format("logspool").option("maxPartitionBytes", "32768").load(str(path))
+    assert df.rdd.getNumPartitions() > 3
+    lsns = [r.lsn for r in df.select("lsn").collect()]
+    assert sorted(lsns) == list(range(3000))
+
+
+def test_positions_and_timestamps_bound_the_read(spark: Any, tmp_path: Path) -> None:
+    path = tmp_path / "log"
+    with logspool.open(path, segment_size_max=8192) as log:
+        for i in range(50):
+            log.append(b"early-%d" % i)
+        middle = datetime.now(UTC)
+        for i in range(50):
+            log.append(b"late-%d" % i)
+
+    def lsns(**opts: str) -> list[int]:
+        reader = spark.read.format("logspool")
+        for k, v in opts.items():
+            reader = reader.option(k, v)
+        return sorted(r.lsn for r in reader.load(str(path)).select("lsn").collect())
+
+    assert lsns(startingPosition="10", endingPosition="20") == list(range(10, 20))
+    assert lsns(startingPosition="earliest", endingPosition="latest") == list(range(100))
+    assert lsns(startingPosition="latest") == []
+    assert lsns(startingPosition="95", endingPosition="500") == list(range(95, 100))
+    stamp = middle.isoformat().replace("+00:00", "Z")
+    assert lsns(startingTimestamp=stamp) == list(range(50, 100))
+    assert lsns(endingTimestamp=stamp) == list(range(50))
+    millis = int(middle.timestamp() * 1000)
+    with logspool.open(path) as log:
+        first = next(r.lsn for r in log.read() if r.timestamp >= millis * 1_000_000)
+    assert first <= 50 and lsns(startingTimestamp=str(millis)) == list(range(first, 100))
+
+
+def test_decode_string_and_json_with_a_schema(spark: Any, tmp_path: Path) -> None:
+    path = tmp_path / "log"
+    make_log(path, n=700)
+    with logspool.open(path) as log:
+        log.append(b"not json")
+    text = spark.read.format("logspool").option("decode", "string").load(str(path))
+    assert text.schema["payload"].dataType.simpleString() == "string"
+    assert text.filter("lsn = 3").first().payload == json.dumps(
+        {"key": "k3", "amount": 3, "at": "2026-11-21T12:00:00Z"}
+    )
+    df = (
+        spark.read.format("logspool")
+        .option("decode", "json")
+        .schema("lsn long, key string, amount long, at timestamp, missing string")
+        .load(str(path))
+    )
+    sums = {
+        r.key: r.total
+        for r in df.groupBy("key").agg({"amount": "sum"}).withColumnRenamed("sum(amount)", "total").collect()
+    }
+    assert sums == {f"k{k}": sum(j for j in range(700) if j % 7 == k) for k in range(7)} | {None: None}
+    row = df.filter("lsn = 5").first()
+    assert row.at == datetime(2026, 11, 21, 12, 0) and row.missing is None
+    bad = df.filter("lsn = 700").first()
+    assert (bad.key, bad.amount) == (None, None)  # not JSON: every field null, the row kept
+
+
+def test_damage_fails_the_read_naming_file_and_offset_unless_checksums_are_off(
+    spark: Any, tmp_path: Path
+) -> None:
+    path = tmp_path / "log"
+    make_log(path, n=500, segment_size_max=1 << 20)
+    segment = next(path.glob("*.seg"))
+    data = bytearray(segment.read_bytes())
+    _base, offset = offsets(path)[250]
+    data[offset + fmt.RECORD_HEADER_SIZE + 3] ^= 0x01  # one bit of one payload
+    segment.write_bytes(bytes(data))
+    with pytest.raises(Exception) as info:
+        spark.read.format("logspool").load(str(path)).count()
+    assert f"{segment}: offset {offset}" in str(info.value)
+    unchecked = spark.read.format("logspool").option("verifyChecksums", "false").load(str(path))
+    assert unchecked.count() == 500  # the user chose to trust the bytes: the flipped bit is read
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"decode": "xml"}, "option decode: expected one of binary, string, json"),
+        ({"decode": "json"}, "decode=json needs the payload's schema"),
+        ({"startingPosition": "soon"}, "option startingPosition: expected earliest or latest or an lsn"),
+        ({"startingTimestamp": "yesterday"}, "option startingTimestamp: expected RFC 3339"),
+        ({"verifyChecksums": "maybe"}, "option verifyChecksums: expected true or false"),
+        ({"maxPartitionBytes": "-1"}, "option maxPartitionBytes: expected a positive integer"),
+    ],
+)
+def test_bad_options_are_refused_with_the_option_named(
+    spark: Any, tmp_path: Path, options: dict[str, str], message: str
+) -> None:
+    path = tmp_path / "log"
+    make_log(path, n=10)
+    reader = spark.read.format("logspool")
+    for k, v in options.items():
+        reader = reader.option(k, v)
+    with pytest.raises(Exception, match=message):
+        reader.load(str(path)).count()
+
+
+def test_a_missing_directory_is_named(spark: Any, tmp_path: Path) -> None:
+    with pytest.raises(Exception, match="no such log directory"):
+        spark.read.format("logspool").load(str(tmp_path / "nope")).count()
