@@ -16,6 +16,7 @@ Options (case-insensitive) and their defaults are documented in docs/SPARK.md.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -520,8 +521,10 @@ class _StreamWriter(DataSourceStreamWriter):
     """Exactly-once by batch id: see the module doc."""
 
     def __init__(self, options: dict[str, str], schema: StructType) -> None:
-        query = options.get("queryname") or options.get("sinkid") or "default"
-        self.sink = "".join(c if c.isalnum() or c in "-_" else "_" for c in query)
+        # One exactly-once state per query: its checkpoint location names it (a query restarted
+        # from the same checkpoint continues the same batch ids).
+        where = options.get("checkpointlocation") or options.get("queryname") or "default"
+        self.sink = hashlib.sha256(where.encode()).hexdigest()[:32]
         self.w = _Writer(options, schema, f"stream-{self.sink}")
 
     def write(self, iterator: Iterator[Row]) -> WriterCommitMessage:

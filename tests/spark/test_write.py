@@ -1,0 +1,135 @@
+"""df.write / writeStream .format("logspool"): staged by tasks, published by the driver.
+
+A batch write appends every row's payload, in partition order; a job that fails in a task
+leaves nothing in the log and no staged file; a streaming sink writes each batch once, also when
+Spark replays a batch after a failure (the replay is driven here by calling the sink's commit
+again, as Spark does, with real staged files), and when the driver died part-way through
+appending a batch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql.types import Row, StringType, StructField, StructType
+
+import logspool
+from logspool.spark import _source
+
+
+def payloads(path: Path) -> list[bytes]:
+    with logspool.open(path, readonly=True) as log:
+        return [r.payload for r in log.read()]
+
+
+def test_batch_write_appends_every_row_in_partition_order(spark: Any, tmp_path: Path) -> None:
+    path = tmp_path / "log"
+    df = spark.createDataFrame([(f"row-{i:04d}",) for i in range(1000)], "payload string").repartition(
+        3, "payload"
+    )
+    expected = [r.payload.encode() for p in df.rdd.glom().collect() for r in p]
+    df.write.format("logspool").mode("append").save(str(path))
+    assert payloads(path) == expected
+    binary = spark.createDataFrame(
+        [(bytearray(b"\x00\xff%d" % i), i) for i in range(10)], "payload binary, n int"
+    )
+    binary.write.format("logspool").mode("append").save(str(path))
+    assert payloads(path)[1000:] == [b"\x00\xff%d" % i for i in range(10)]
+    assert not any((path / _source.STAGING_DIR).iterdir())
+
+
+def test_a_failed_job_leaves_nothing(spark: Any, tmp_path: Path) -> None:
+    path = tmp_path / "log"
+    with logspool.open(path) as log:
+        log.append(b"before")
+
+    def explode(x: int) -> str:
+        if x == 777:
+            raise ValueError("a task fails")
+        return f"p{x}"
+
+    spark.udf.register("explode_at_777", explode, StringType())
+    df = spark.range(1000).selectExpr("explode_at_777(id) as payload")
+    with pytest.raises(Exception, match="a task fails"):
+        df.write.format("logspool").mode("append").save(str(path))
+    assert payloads(path) == [b"before"]
+    staging = path / _source.STAGING_DIR
+    assert not staging.exists() or not any(staging.iterdir())
+
+
+def test_writes_need_a_payload_column_and_append_mode(spark: Any, tmp_path: Path) -> None:
+    df = spark.createDataFrame([(1,)], "n int")
+    with pytest.raises(Exception, match=r"needs a column named payload .* the columns are \['n'\]"):
+        df.write.format("logspool").mode("append").save(str(tmp_path / "log"))
+    bad = spark.createDataFrame([(1,)], "payload int")
+    with pytest.raises(Exception, match="column payload must be binary or string, not int"):
+        bad.write.format("logspool").mode("append").save(str(tmp_path / "log"))
+    ok = spark.createDataFrame([("x",)], "payload string")
+    with pytest.raises(Exception, match="append-only"):
+        ok.write.format("logspool").mode("overwrite").save(str(tmp_path / "log"))
+
+
+def test_a_streaming_sink_copies_a_log_once_across_restarts(spark: Any, tmp_path: Path) -> None:
+    source, sink = tmp_path / "source", tmp_path / "sink"
+    with logspool.open(source) as log:
+        log.append_many([b"s-%04d" % i for i in range(700)])
+
+    def run() -> None:
+        query = (
+            spark.readStream.format("logspool")
+            .option("startingPosition", "earliest")
+            .option("maxRecordsPerTrigger", "250")
+            .load(str(source))
+            .select("payload")
+            .writeStream.format("logspool")
+            .option("checkpointLocation", str(tmp_path / "cp"))
+            .trigger(availableNow=True)
+            .start(str(sink))
+        )
+        query.awaitTermination(120)
+
+    run()
+    with logspool.open(source) as log:
+        log.append_many([b"s-%04d" % i for i in range(700, 900)])
+    run()
+    assert payloads(sink) == [b"s-%04d" % i for i in range(900)]
+    state = os.listdir(sink / _source.SINKS_DIR)  # named by the query's checkpoint location
+    assert state == [hashlib.sha256(str(tmp_path / "cp").encode()).hexdigest()[:32]]
+
+
+SCHEMA = StructType([StructField("payload", StringType())])
+
+
+def staged(sink: _source._StreamWriter, rows: list[str]) -> list[Any]:
+    return [sink.write(iter([Row(payload=r) for r in rows]))]
+
+
+def test_a_replayed_streaming_batch_is_not_written_twice(tmp_path: Path) -> None:
+    path = str(tmp_path / "log")
+    sink = _source._StreamWriter({"path": path, "queryname": "q"}, SCHEMA)
+    sink.commit(staged(sink, ["a", "b"]), 0)
+    sink.commit(staged(sink, ["c"]), 1)
+    sink.commit(staged(sink, ["c"]), 1)  # Spark replays batch 1 after a failure
+    sink.commit(staged(sink, ["a", "b"]), 0)  # and an older batch is never rewritten
+    assert payloads(Path(path)) == [b"a", b"b", b"c"]
+
+
+def test_a_batch_whose_commit_was_cut_short_is_finished_on_replay(tmp_path: Path) -> None:
+    path = tmp_path / "log"
+    sink = _source._StreamWriter({"path": str(path), "queryname": "q"}, SCHEMA)
+    sink.commit(staged(sink, ["x"]), 0)
+    # The driver recorded its intent for batch 1 at lsn 1, appended two of four records, died.
+    state = path / _source.SINKS_DIR / sink.sink
+    state.write_text(json.dumps({"batch": 1, "start": 1}))
+    with logspool.open(path) as log:
+        log.append_many([b"r0", b"r1"])
+        log.append(b"someone else")  # another writer appended after the cut
+    sink.commit(staged(sink, ["r0", "r1", "r2", "r3"]), 1)
+    assert payloads(path) == [b"x", b"r0", b"r1", b"someone else", b"r2", b"r3"]
+    assert json.loads(state.read_text()) == {"batch": 1, "done": True}
+    assert not os.listdir(path / _source.STAGING_DIR)
