@@ -337,18 +337,26 @@ class _StreamReader(_Scan, DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.start = "latest" if start is None and self.start_ts is None else start
 
     def initialOffset(self) -> dict[str, int]:
+        """Where a new query starts: the subscriber's position if it exists; else the starting
+        options. A new subscriber is created there at once, so that retention keeps everything
+        the query has yet to read (its first commit comes only when the second batch is planned)."""
         with self.open() as log:
             if self.subscriber is not None:
                 known = {s.name: s.lsn for s in log.subscribers()}
                 if self.subscriber in known:
                     return {"lsn": known[self.subscriber]}
             if self.start_ts is not None:
-                return {"lsn": _lsn_at(log, self.start_ts)}
-            if self.start == "earliest":
-                return {"lsn": log.info().first_lsn}
-            if isinstance(self.start, int):
-                return {"lsn": self.start}
-            return {"lsn": log.next_lsn}
+                lsn = _lsn_at(log, self.start_ts)
+            elif self.start == "earliest":
+                lsn = log.info().first_lsn
+            elif isinstance(self.start, int):
+                lsn = self.start
+            else:
+                lsn = log.next_lsn
+        if self.subscriber is not None:
+            with Log(self.path) as writable:
+                writable.add_subscriber(self.subscriber, lsn)
+        return {"lsn": lsn}
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.max_records is not None:
