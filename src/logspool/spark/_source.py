@@ -71,6 +71,7 @@ SINKS_DIR = ".spark-sinks"
 PARTITION_SIZE_DEFAULT = 32 * limits.MIB
 DECODES = ("binary", "string", "json")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_TIMESTAMP_US = pa.timestamp("us", tz="UTC")
 _STAGE_LEN = struct.Struct("<I")
 
 
@@ -253,10 +254,9 @@ class _Scan:
         for lsns, stamps, payloads, offsets in part.read_range(r, self.size_max, self.verify):
             columns: dict[str, Any] = {
                 "lsn": lsns,
-                "timestamp": pa.array([t // 1000 for t in stamps], pa.int64()).cast(
-                    pa.timestamp("us", tz="UTC")
-                ),
-                "segment": [r.segment] * len(lsns),
+                # nanoseconds to Spark's microseconds: truncation is the intent (safe=False)
+                "timestamp": pa.array(stamps, pa.timestamp("ns", tz="UTC")).cast(_TIMESTAMP_US, safe=False),
+                "segment": pa.repeat(pa.scalar(r.segment, pa.int64()), len(lsns)),
                 "offset": offsets,
             }
             if self.decode == "json":
