@@ -47,7 +47,7 @@ from types import TracebackType
 
 from . import _format as fmt
 from . import limits
-from ._fs import REAL, FileSystem
+from ._fs import REAL, FileSystem, process_alive
 from .errors import ClosedError, CorruptionError, FailedError, LockedError
 
 _INT_SIZES = (1, 2, 4, 8)
@@ -465,18 +465,8 @@ def _remove_stale_temps(fs: FileSystem, path: str) -> None:
         parts = entry[len(prefix) :].split(".")
         if not entry.startswith(prefix) or len(parts) != 3 or parts[2] != "new" or not parts[0].isdigit():
             continue
-        if not _process_alive(int(parts[0])):
+        if not process_alive(int(parts[0])):
             fs.unlink(os.path.join(directory, entry))
-
-
-def _process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _roll_back(fs: FileSystem, fd: int, path: str, data_size: int) -> RollbackReport | None:

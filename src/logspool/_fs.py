@@ -154,6 +154,19 @@ class FileSystem:
 REAL = FileSystem()
 
 
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (the owner of a temporary file named after it)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # it exists, owned by someone else
+    except OSError as err:
+        return err.errno != errno.ESRCH
+    return True
+
+
 def replace_file(fs: FileSystem, directory: str, name: str, data: bytes) -> None:
     """Make ``directory/name`` hold exactly ``data``, atomically and durably: after a crash at any
     point the file holds the old content or the new, never a mix (checkpoints, the retention file).

@@ -25,7 +25,6 @@ saves are overwritten, and a repair interrupted at any point is finished by runn
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 import time
 from dataclasses import dataclass, field
@@ -33,7 +32,7 @@ from dataclasses import dataclass, field
 from . import _format as fmt
 from . import _segment as seg
 from . import limits
-from ._fs import REAL, FileSystem, replace_file
+from ._fs import REAL, FileSystem, process_alive, replace_file
 from ._reader import list_segments
 from .errors import CorruptionError, LockedError, LogspoolError, NotALogError
 
@@ -142,7 +141,7 @@ class _Repair:
         whose process is gone: a crash before their rename left them."""
         for name in sorted(self.fs.listdir(self.root)):
             pid = _temp_owner(name)
-            if pid is None or _alive(pid):
+            if pid is None or process_alive(pid):
                 continue
             path = os.path.join(self.root, name)
             if not self.dry:
@@ -550,15 +549,3 @@ def _temp_owner(name: str) -> int | None:
         if len(parts) == 4 and parts[2].isdigit():
             return int(parts[2])
     return None
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    except OSError as err:
-        return err.errno != errno.ESRCH
-    return True

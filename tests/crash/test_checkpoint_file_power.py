@@ -21,8 +21,6 @@ import errno
 import os
 import random
 import shutil
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -34,13 +32,6 @@ STATES_PER_CUT = 3 * int(os.environ.get("LOGSPOOL_TORTURE", "1"))
 SIZE = 4096
 BLOCK = 512
 TXNS = 6
-
-
-@pytest.fixture
-def fast_dir() -> Iterator[Path]:
-    base = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
-    with tempfile.TemporaryDirectory(prefix="logspool-ckpt-", dir=base) as d:
-        yield Path(d)
 
 
 def writes(t: int) -> list[tuple[int, bytes]]:

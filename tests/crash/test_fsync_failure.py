@@ -14,24 +14,12 @@ the page cache until the power goes. ``FaultFS(fsyncgate=True)`` models exactly 
 from __future__ import annotations
 
 import errno
-import os
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 import logspool
 from tests.crash.faultfs import Fault, FaultFS, materialize
 
 RECORDS = 24
-
-
-@pytest.fixture
-def fast_dir() -> Iterator[Path]:
-    base = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
-    with tempfile.TemporaryDirectory(prefix="logspool-fsync-", dir=base) as d:
-        yield Path(d)
 
 
 class RetryingFS(FaultFS):

@@ -22,8 +22,7 @@ import errno
 import os
 import random
 import shutil
-import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -32,15 +31,6 @@ import logspool
 from tests.crash.faultfs import Fault, FaultFS, PowerLoss, materialize
 
 STATES_PER_CUT = 3 * int(os.environ.get("LOGSPOOL_TORTURE", "1"))
-
-
-@pytest.fixture
-def fast_dir() -> Iterator[Path]:
-    """Under /dev/shm when there is one: the model decides durability, not the disk, so the
-    real fsyncs need not be slow."""
-    base = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
-    with tempfile.TemporaryDirectory(prefix="logspool-crash-", dir=base) as d:
-        yield Path(d)
 
 
 def payload(i: int) -> bytes:
