@@ -966,12 +966,14 @@ class Log:
 
     # --- exclusive appends for state machines ------------------------------------------------------
     @contextlib.contextmanager
-    def exclusive(self, timeout_s: float | None = None) -> Iterator[Tail]:
+    def exclusive(self, timeout_s: float | None = None, *, sync: bool = True) -> Iterator[Tail]:
         """Hold the writer lock: no other thread or process appends until the block ends.
 
         The ``Tail`` says the next lsn; a state machine reads up to it, decides, and appends
         through ``tail.append`` knowing nobody appended in between. Durability as ``append``:
-        with ``"always"`` the block's records are fsynced when it ends, before it returns.
+        with ``"always"`` the block's records are fsynced when it ends, before it returns. With
+        ``sync=False`` the caller calls ``sync()`` itself (after releasing its own locks, so that
+        its threads share one fsync).
         """
         first = -1
         with self._writer_locked(timeout_s if timeout_s is not None else self._lock_timeout_s):
@@ -982,7 +984,7 @@ class Log:
                 yield Tail(self)
             finally:
                 self._exclusive_owner = None
-        if self.durability == "always" and self._next_lsn > first:
+        if sync and self.durability == "always" and self._next_lsn > first:
             self._await_durable(self._written[1])
         if self._retention_due:
             self._retain_after_rotation()

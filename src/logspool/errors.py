@@ -16,7 +16,9 @@
      ├── SubscriberExistsError    also a ValueError: a durable subscriber of that name exists
      ├── ReadOnlyError            a write was asked of a log opened read-only (or on a read-only dir)
      ├── RecordTooLargeError      also a ValueError: a payload over the log's record_size_max
-     └── CodecMissingError        the log is compressed and the codec's library is not installed
+     ├── CodecMissingError        the log is compressed and the codec's library is not installed
+     ├── LeaseExpiredError        a job's lease was lost: taken again by another worker, or gone
+     └── JobNotFoundError         also a KeyError: no such job (or dead letter) in the journal
 
 Every error carries its context as attributes as well as in the message, and pickles (errors cross
 processes and Spark executors), which is why each class stores its constructor arguments in ``args``.
@@ -32,6 +34,8 @@ __all__ = [
     "CorruptionError",
     "DataLossError",
     "FailedError",
+    "JobNotFoundError",
+    "LeaseExpiredError",
     "LockedError",
     "LogspoolError",
     "NotALogError",
@@ -239,3 +243,34 @@ class CodecMissingError(LogspoolError):
             f"this log uses {self.codec} compression, and the 'zstandard' package is not installed; "
             "install it with: pip install 'logspool[zstd]'"
         )
+
+
+class LeaseExpiredError(LogspoolError):
+    """A worker acted on a job whose lease it no longer holds (fencing).
+
+    ``token`` is the worker's lease token; ``current_token`` the lease now on the job (0 when the
+    job is no longer leased, or None when it is gone: acked, dead, expired or superseded).
+    """
+
+    def __init__(self, path: str, job_id: int, token: int, current_token: int | None, reason: str) -> None:
+        super().__init__(path, job_id, token, current_token, reason)
+        self.path = path
+        self.job_id = job_id
+        self.token = token
+        self.current_token = current_token
+        self.reason = reason
+
+    def __str__(self) -> str:
+        return f"{self.path}: job {self.job_id}: lease token {self.token} no longer valid: {self.reason}"
+
+
+class JobNotFoundError(LogspoolError, KeyError):
+    """No job (or dead letter) with this id or key in the journal."""
+
+    def __init__(self, path: str, what: str) -> None:
+        super().__init__(path, what)
+        self.path = path
+        self.what = what
+
+    def __str__(self) -> str:
+        return f"{self.path}: no {self.what}"

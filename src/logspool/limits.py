@@ -76,3 +76,29 @@ CKPT_BLOCK_SIZE_MAX = 1 * MIB
 CKPT_FILE_SIZE_MAX = 1024 * GIB
 # Undo entries are written in groups of at most this many bytes (one write, then one fsync).
 CKPT_UNDO_WRITE_SIZE_MAX = 4 * MIB
+
+# --- the job journal (logspool.jobs) ------------------------------------------------------------
+# A job key (UTF-8 bytes) and its domain: keys are URIs or names, not documents; the bound keeps
+# every index entry and op record small and is checked before anything is written.
+JOB_KEY_SIZE_MAX = 4 * KIB
+JOB_DOMAIN_SIZE_MAX = 1 * KIB
+# A nack's error text kept with the job (for dead letters): longer text is cut to this many bytes.
+JOB_ERROR_SIZE_MAX = 4 * KIB
+# Leases, delays and TTLs are bounded so that ns arithmetic stays far inside 64 bits (~30 years).
+JOB_DURATION_S_MAX = 1e9
+JOB_LEASE_S_DEFAULT = 30.0
+# A job that has been delivered this many times and comes back again (nack or lease expiry) goes
+# to the dead letters instead. Stored in the journal (a CONFIG op), so every process agrees.
+JOB_MAX_DELIVERIES_DEFAULT = 5
+JOB_MAX_DELIVERIES_LIMIT = 1_000_000
+# Snapshots: one is written when this many ops were applied since the last one AND at least as
+# many as twice the live jobs (so the cost of writing one, proportional to the jobs, is spread
+# over at least as many ops: amortised O(1) per op).
+JOB_SNAPSHOT_OPS_MIN = 50_000
+# A snapshot file is read whole; larger than this is corrupt (not a journal anyone keeps in RAM).
+JOB_SNAPSHOT_SIZE_MAX = 16 * GIB
+# The op log's segments: small enough that compaction after a snapshot frees space soon.
+JOB_SEGMENT_SIZE_MAX_DEFAULT = 16 * MIB
+# A take() looks at most this many stale index entries before it rebuilds the index (bounds the
+# loop; stale entries are left by updates and are normally far fewer).
+JOB_STALE_ENTRIES_MAX = 1_000_000

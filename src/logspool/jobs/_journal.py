@@ -1,0 +1,881 @@
+"""The job journal: jobs kept as ops in a logspool log, shared by any number of processes.
+
+Layout of a journal directory ``DIR`` (docs/FORMAT.md §14):
+- ``DIR/JOURNAL``: a small JSON marker (kind and format version), written once at creation.
+- ``DIR/ops/``: the op log, a logspool log. Every change is one op record.
+- ``DIR/snapshot.<next lsn, 16 hex digits>``: the state after every op below that lsn. The two
+  newest are kept; the op log's durable subscriber ``snapshot`` sits at the older of the two, and
+  the log's retention (``consumed``) removes the segments below it.
+- ``DIR/snapshot.lock``: taken by the one process writing a snapshot.
+
+Guarantees (docs/DURABILITY.md has the argument and the tests that prove it):
+- With ``durability="always"`` (default) every call that changes the journal returns after its op
+  is fsynced; threads of a process share fsyncs (group commit). A crash at any point loses no op a
+  call returned for, and an acked job never runs again.
+- Decisions that read the state (take, ack, nack, extend, cancel, retry, purge) are made under the
+  op log's writer lock after reading every op before it, so two workers never get the same lease
+  and a stale lease token can never ack. ``put`` needs no decision: it only appends.
+- A job taken by a worker that dies comes back when its lease expires.
+
+Concurrency: a ``Journal`` is safe to share between threads; any number of processes may open the
+same directory (one handle per process; not across fork).
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import json
+import logging
+import os
+import threading
+import time
+import urllib.parse
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from types import TracebackType
+from typing import Literal
+
+from .. import limits
+from .._fs import REAL, FileSystem, replace_file
+from .._log import Durability, Log
+from .._reader import Reader, to_ns
+from .._retention import Retention
+from ..errors import (
+    ClosedError,
+    CorruptionError,
+    DataLossError,
+    JobNotFoundError,
+    LeaseExpiredError,
+    NotALogError,
+    PositionError,
+    SubscriberExistsError,
+    UnsupportedVersionError,
+)
+from . import _ops as ops
+from ._state import NONE, JobEntry, State
+
+_logger = logging.getLogger("logspool.jobs")
+
+MARKER = "JOURNAL"
+MARKER_KIND = "logspool-jobs"
+JOURNAL_VERSION = 1
+OPS_DIR = "ops"
+SNAPSHOT_LOCK = "snapshot.lock"
+SNAPSHOT_SUBSCRIBER = "snapshot"
+SNAPSHOTS_KEPT = 2
+PRIORITY_DEFAULT = 128
+_NS = 1_000_000_000
+Merge = Literal["replace", "keep", "earliest", "latest"]
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A job as the journal holds it: a copy, taken when the call returned.
+
+    ``id`` is the lsn of the put that created it (its arrival order); ``token`` is the lease's
+    fencing token while it is leased (0 otherwise); times are seconds since the epoch.
+    ``state`` is "pending", "leased" or "dead"; ``error`` is the last nack's or death's reason.
+    """
+
+    id: int
+    key: str
+    domain: str
+    payload: bytes
+    priority: int
+    state: str
+    not_before: float
+    deliveries: int
+    token: int
+    lease_until: float | None
+    ttl_until: float | None
+    created: float
+    updated: float
+    error: str
+
+
+@dataclass(frozen=True, slots=True)
+class Idle:
+    """What ``take`` returns when no job is ready: falsy, with the time the next one may be.
+
+    ``next_at`` (seconds since the epoch) is when a delayed job becomes ready or a lease expires;
+    None when nothing is waiting. A new put from any process can make a job ready sooner.
+    """
+
+    next_at: float | None
+
+    def __bool__(self) -> bool:
+        return False
+
+    @property
+    def wait_s(self) -> float | None:
+        """Seconds from now to ``next_at`` (0 if it has passed), or None."""
+        return None if self.next_at is None else max(0.0, self.next_at - time.time())
+
+
+@dataclass(frozen=True, slots=True)
+class JobStats:
+    """Counts now (``pending`` = ``ready`` + ``delayed`` + ``blocked``) and counters since creation."""
+
+    pending: int
+    ready: int
+    delayed: int
+    blocked: int  # pending behind a leased job of the same key
+    leased: int
+    dead: int
+    keys: int
+    next_at: float | None
+    next_lsn: int
+    max_deliveries: int
+    counters: dict[str, int] = field(default_factory=dict)
+    ops_lost: int = 0  # ops a repair of the op log quarantined (see docs/JOBS.md)
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "pending": self.pending,
+            "ready": self.ready,
+            "delayed": self.delayed,
+            "blocked": self.blocked,
+            "leased": self.leased,
+            "dead": self.dead,
+            "keys": self.keys,
+            "next_at": self.next_at,
+            "next_lsn": self.next_lsn,
+            "max_deliveries": self.max_deliveries,
+            "counters": dict(self.counters),
+            "ops_lost": self.ops_lost,
+        }
+
+
+def domain_of(key: str) -> str:
+    """The domain a key names when the caller gives none: a URI's host (lower case), else the text
+    before the first ``:`` or ``/`` (``user:42`` -> ``user``), else "" (one domain for all)."""
+    if "://" in key:
+        host = urllib.parse.urlsplit(key).hostname
+        if host:
+            return host
+    for i, ch in enumerate(key):
+        if ch in ":/":
+            return key[:i]
+    return ""
+
+
+def _seconds(value: object, what: str, *, zero: bool = True) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{what} must be a number of seconds, not {type(value).__name__}")
+    low_ok = value >= 0 if zero else value > 0
+    if not low_ok or not value <= limits.JOB_DURATION_S_MAX:
+        bound = ">= 0" if zero else "> 0"
+        raise ValueError(
+            f"{what} must be {bound} and at most {limits.JOB_DURATION_S_MAX:g} seconds, not {value!r}"
+        )
+    return float(value)
+
+
+def _job(entry: JobEntry) -> Job:
+    return Job(
+        id=entry.id,
+        key=entry.key,
+        domain=entry.domain,
+        payload=entry.payload,
+        priority=entry.priority,
+        state=ops.STATES[entry.state],
+        not_before=entry.not_before_ns / _NS,
+        deliveries=entry.deliveries,
+        token=entry.token,
+        lease_until=entry.lease_until_ns / _NS if entry.state == ops.LEASED else None,
+        ttl_until=entry.ttl_until_ns / _NS if entry.ttl_until_ns else None,
+        created=entry.created_ns / _NS,
+        updated=entry.updated_ns / _NS,
+        error=entry.error,
+    )
+
+
+class Journal:
+    """A job journal in a directory. Use ``logspool.jobs.open``. See the module docstring."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        create: bool = True,
+        durability: Durability = "always",
+        max_deliveries: int | None = None,
+        segment_size_max: int = limits.JOB_SEGMENT_SIZE_MAX_DEFAULT,
+        snapshot_ops_min: int = limits.JOB_SNAPSHOT_OPS_MIN,
+        lock_timeout_s: float = limits.LOCK_TIMEOUT_S_DEFAULT,
+        fs: FileSystem | None = None,
+    ) -> None:
+        self.path = os.fspath(path)
+        self._fs = fs or REAL
+        if max_deliveries is not None:
+            _check_max_deliveries(max_deliveries)
+        if (
+            isinstance(snapshot_ops_min, bool)
+            or not isinstance(snapshot_ops_min, int)
+            or snapshot_ops_min < 1
+        ):
+            raise ValueError(f"snapshot_ops_min must be a positive integer, not {snapshot_ops_min!r}")
+        self._snapshot_ops_min = snapshot_ops_min
+        self._always = durability == "always"
+        self._mutex = threading.RLock()
+        self._closed = False
+        self._ops_lost = 0
+        self._settled: collections.deque[int] = collections.deque(
+            maxlen=1024
+        )  # tokens this handle acked/nacked
+        created = self._open_marker(create)
+        self._log = Log(
+            os.path.join(self.path, OPS_DIR),
+            durability=durability,
+            create=create,
+            segment_size_max=segment_size_max,
+            lock_timeout_s=lock_timeout_s,
+            fs=self._fs,
+        )
+        try:
+            if created or self._log.retention is None:
+                self._set_up_compaction()
+            self._state = State()
+            self._reader: Reader | None = None
+            self._snapshot_lsn = 0
+            self._load()
+            if max_deliveries is not None and max_deliveries != self.max_deliveries:
+                self.configure(max_deliveries=max_deliveries)
+        except BaseException:
+            self._log.close()
+            raise
+
+    # --- opening ----------------------------------------------------------------------------------
+    def _open_marker(self, create: bool) -> bool:
+        """Check (or write) ``DIR/JOURNAL``; True if this call created the journal."""
+        marker = os.path.join(self.path, MARKER)
+        try:
+            raw = self._fs.read_file(marker, limits.META_SIZE_MAX)
+        except FileNotFoundError:
+            raw = None
+        if raw is None:
+            if not create:
+                raise NotALogError(
+                    self.path, "no job journal here (no JOURNAL file) and create=False"
+                ) from None
+            try:
+                os.makedirs(self.path, exist_ok=True)
+            except OSError as err:
+                raise NotALogError(self.path, f"cannot create the journal directory: {err}") from err
+            # (another process creating the journal at the same time leaves these names)
+            own = (MARKER, OPS_DIR, SNAPSHOT_LOCK)
+            extra = [
+                n for n in self._fs.listdir(self.path) if n not in own and not n.startswith(f".{MARKER}.")
+            ]
+            if extra:
+                raise NotALogError(self.path, f"not a job journal and not empty (holds {sorted(extra)[:3]})")
+            body = {"kind": MARKER_KIND, "version": JOURNAL_VERSION}
+            replace_file(self._fs, self.path, MARKER, json.dumps(body).encode() + b"\n")
+            return True
+        try:
+            body = json.loads(raw)
+            kind, version = body["kind"], body["version"]
+        except (ValueError, KeyError, TypeError) as err:
+            raise CorruptionError(marker, 0, f"not a journal marker: {err}") from err
+        if kind != MARKER_KIND:
+            raise NotALogError(self.path, f"the marker says {kind!r}, not a job journal")
+        if not isinstance(version, int) or version > JOURNAL_VERSION:
+            raise UnsupportedVersionError(
+                marker, version if isinstance(version, int) else -1, JOURNAL_VERSION
+            )
+        return False
+
+    def _set_up_compaction(self) -> None:
+        """The op log keeps what the older kept snapshot needs; retention removes the rest."""
+        with contextlib.suppress(SubscriberExistsError):
+            self._log.add_subscriber(SNAPSHOT_SUBSCRIBER, 0)
+        self._log.set_retention(Retention(consumed=True))
+
+    def _snapshot_lsns(self) -> list[int]:
+        """The snapshots in the directory, newest first."""
+        found = (ops.parse_snapshot_name(n) for n in self._fs.listdir(self.path))
+        return sorted((lsn for lsn in found if lsn is not None), reverse=True)
+
+    def _load(self) -> None:
+        """Load the newest snapshot that reads back whole, then catch up from the op log."""
+        for _ in range(16):  # bounded: each turn follows a compaction that raced with us
+            snapshot = None
+            for lsn in self._snapshot_lsns():
+                path = os.path.join(self.path, ops.snapshot_name(lsn))
+                try:
+                    snapshot = ops.decode_snapshot(
+                        self._fs.read_file(path, limits.JOB_SNAPSHOT_SIZE_MAX), path
+                    )
+                    break
+                except FileNotFoundError:
+                    continue  # removed by a newer snapshot's cleanup: look again
+                except CorruptionError as err:
+                    _logger.error("%s: snapshot unreadable, trying an older one: %s", self.path, err)
+            start = snapshot.next_lsn if snapshot is not None else 0
+            try:
+                reader = self._log.reader(start)
+            except PositionError as err:
+                if snapshot is None and not self._snapshot_lsns():
+                    raise CorruptionError(
+                        self._log.path,
+                        0,
+                        f"the op log starts at lsn {err.first_lsn} and no snapshot covers the ops before it",
+                    ) from err
+                continue  # a newer snapshot was written and compacted past ours: load that one
+            if self._reader is not None:
+                self._reader.close()
+            self._reader = reader
+            self._state = State(snapshot)
+            self._snapshot_lsn = start
+            return
+        raise CorruptionError(self.path, 0, "no snapshot and op log position agree after 16 tries")
+
+    # --- catching up ------------------------------------------------------------------------------
+    def _catch_up(self) -> None:
+        """Apply every op in the log that this handle has not applied. Under ``_mutex``."""
+        self._check_open()
+        for _ in range(16):  # bounded: each turn follows a compaction that removed what we needed
+            reader = self._reader
+            assert reader is not None
+            try:
+                state = self._state
+                where = self._log.path
+                for rec in reader:
+                    try:
+                        op = ops.decode(rec.payload, f"{where}: lsn {rec.lsn}")
+                    except (CorruptionError, UnsupportedVersionError):
+                        raise
+                    if rec.lsn != state.next_lsn:  # ops quarantined by a repair of the op log
+                        self._lost(state.next_lsn, rec.lsn)
+                        state.next_lsn = rec.lsn
+                    state.apply(rec.lsn, rec.timestamp, op)
+                if reader.gaps:
+                    reader.gaps.clear()
+                break
+            except DataLossError:
+                self._load()  # compaction removed segments we had not read: a snapshot covers them
+        else:
+            raise CorruptionError(self.path, 0, "could not catch up with the op log after 16 reloads")
+
+    def _lost(self, first: int, next_lsn: int) -> None:
+        self._ops_lost += next_lsn - first
+        _logger.error(
+            "%s: ops %d..%d are missing from the op log (quarantined by repair): jobs they "
+            "changed may be missing or run again",
+            self.path,
+            first,
+            next_lsn - 1,
+        )
+
+    @contextlib.contextmanager
+    def _decide(self) -> Iterator[_Writer]:
+        """The state, current, with the writer lock held: read, decide, write ops that everyone
+        will apply in this order. The fsync comes after the locks are released (group commit)."""
+        with self._mutex:
+            self._check_open()
+            with self._log.exclusive(sync=False) as tail:
+                self._catch_up()
+                writer = _Writer(self, tail)
+                yield writer
+        if writer.written and self._always:
+            self._log.sync()  # the decision is returned only once its op is durable
+        self._maybe_snapshot()  # outside the writer lock: compaction takes it itself
+
+    # --- settings ---------------------------------------------------------------------------------
+    @property
+    def max_deliveries(self) -> int:
+        """Deliveries after which a job that comes back goes to the dead letters."""
+        return self._state.max_deliveries or limits.JOB_MAX_DELIVERIES_DEFAULT
+
+    def configure(self, *, max_deliveries: int) -> None:
+        """Change the journal's settings for every process (a CONFIG op). Durable on return."""
+        _check_max_deliveries(max_deliveries)
+        with self._decide() as w:
+            w.write(ops.Config(max_deliveries))
+
+    # --- producing --------------------------------------------------------------------------------
+    def put(
+        self,
+        key: str,
+        payload: bytes = b"",
+        *,
+        priority: int | None = None,
+        not_before: datetime | float | None = None,
+        delay: float | None = None,
+        ttl: float | None = None,
+        domain: str | None = None,
+        priority_merge: Merge = "replace",
+        not_before_merge: Merge = "replace",
+    ) -> int:
+        """Record that ``key`` needs work; return the op's lsn (the job's id if it created one).
+
+        If ``key`` has a pending job, that job is updated (latest wins): the payload and TTL are
+        replaced; ``priority`` and ``not_before`` are merged as ``priority_merge`` and
+        ``not_before_merge`` say ("replace", "keep", "earliest": the one that runs first,
+        "latest"); one left out (None) keeps the pending job's value. A job being worked on is not
+        touched: the put makes the key's next pending job, which runs once the first is done.
+        ``priority``: 0..255, smaller runs first (default 128). ``not_before`` (a datetime, naive
+        is UTC, or seconds since the epoch) or ``delay`` (seconds from now): the job is invisible
+        until then. ``ttl``: seconds after which the job is dropped if nobody took it.
+        ``domain``: the fairness group (default: ``domain_of(key)``).
+        Durability: returns after the op is fsynced ("always"). Any thread or process.
+        """
+        now = time.time_ns()
+        key_raw = ops.utf8(key, "key", limits.JOB_KEY_SIZE_MAX)
+        if not key_raw:
+            raise ValueError("key must not be empty")
+        dom = domain_of(key) if domain is None else domain
+        ops.utf8(dom, "domain", limits.JOB_DOMAIN_SIZE_MAX)
+        if not isinstance(payload, bytes | bytearray | memoryview):
+            raise TypeError(f"payload must be bytes, not {type(payload).__name__}")
+        merges = []
+        for name, mode in (("priority_merge", priority_merge), ("not_before_merge", not_before_merge)):
+            if mode not in ops.MERGES:
+                raise ValueError(f"{name} must be one of {sorted(ops.MERGES)}, not {mode!r}")
+            merges.append(ops.MERGES[mode])
+        if priority is None:
+            priority, merges[0] = PRIORITY_DEFAULT, ops.KEEP
+        elif isinstance(priority, bool) or not isinstance(priority, int) or not 0 <= priority <= 255:
+            raise ValueError(f"priority must be an integer from 0 to 255, not {priority!r}")
+        if not_before is not None and delay is not None:
+            raise ValueError("give not_before or delay, not both")
+        if delay is not None:
+            nb = now + int(_seconds(delay, "delay") * _NS)
+        elif not_before is not None:
+            nb = to_ns(not_before)
+        else:
+            nb, merges[1] = now, ops.KEEP
+        ttl_until = 0 if ttl is None else now + int(_seconds(ttl, "ttl", zero=False) * _NS)
+        op = ops.Put(key, dom, bytes(payload), priority, nb, ttl_until, merges[0], merges[1])
+        self._check_open()
+        return self._log.append(ops.encode(op))
+
+    # --- consuming --------------------------------------------------------------------------------
+    def take(self, lease: float = limits.JOB_LEASE_S_DEFAULT, *, wait: float = 0.0) -> Job | Idle:
+        """The next ready job, leased to the caller for ``lease`` seconds; or ``Idle``.
+
+        Order: the smallest priority number first; within a priority, the domain served least
+        recently; within a domain, the earliest ``not_before``, then the earliest put. A job whose
+        lease expired is delivered again (its ``deliveries`` grows); one already delivered
+        ``max_deliveries`` times goes to the dead letters instead; jobs past their TTL are dropped.
+        With ``wait`` > 0, waits up to that many seconds: it wakes when a job becomes ready (a put
+        or an ack from any process, or a delay or lease running out). ``Idle.next_at`` says when
+        the next job may be ready. Durability: the lease is fsynced before return. Any thread.
+        """
+        lease_s = _seconds(lease, "lease", zero=False)
+        wait_s = _seconds(wait, "wait")
+        deadline = time.monotonic() + wait_s
+        for _ in range(1 << 40):  # bounded by the deadline
+            result = self._take_once(lease_s)
+            remaining = deadline - time.monotonic()
+            if isinstance(result, Job) or remaining <= 0:
+                return result
+            until_next = remaining if result.next_at is None else result.next_at - time.time()
+            self._wait_for_ops(max(0.0, min(remaining, until_next)))
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _take_once(self, lease_s: float) -> Job | Idle:
+        with self._decide() as w:
+            state = self._state
+            now = time.time_ns()
+            expired, _ = state.due(now)
+            for job_id in expired:
+                w.write(ops.Expire(job_id))
+            for _ in range(limits.JOB_STALE_ENTRIES_MAX):
+                entry = state.pick(now)
+                if entry is None:
+                    at = state.next_at()
+                    return Idle(None if at is None else at / _NS)
+                if entry.deliveries >= self.max_deliveries:
+                    reason = f"delivered {entry.deliveries} times (max_deliveries {self.max_deliveries})"
+                    if entry.error:
+                        reason += f"; last error: {entry.error}"
+                    w.write(ops.Dead(entry.id, reason))
+                    continue
+                job_id = entry.id
+                w.write(ops.Take(job_id, now + int(lease_s * _NS)))
+                chosen = _job(state.jobs[job_id])
+                break
+            else:
+                raise AssertionError("take: no decision after looking at every index entry")
+        return chosen
+
+    def _wait_for_ops(self, timeout_s: float) -> None:
+        """Sleep until an op is appended after what this handle has applied, or ``timeout_s``."""
+        if timeout_s <= 0:
+            return
+        with self._mutex:
+            start = self._state.next_lsn
+        try:
+            waiter = self._log.reader(start)
+        except PositionError:
+            return  # compacted past us: there is news
+        try:
+            waiter.next(timeout=timeout_s)
+        finally:
+            waiter.close()
+
+    def _leased(self, job: Job) -> JobEntry:
+        """The state's entry for ``job`` if the caller's lease still holds; else LeaseExpiredError."""
+        if not isinstance(job, Job):
+            raise TypeError(f"expected a logspool.jobs.Job, not {type(job).__name__}")
+        entry = self._state.jobs.get(job.id)
+        if entry is None:
+            raise LeaseExpiredError(
+                self.path, job.id, job.token, None, "the job is gone (acked, dead, expired or superseded)"
+            )
+        if entry.state != ops.LEASED or entry.token != job.token:
+            if entry.state == ops.LEASED:
+                why = f"its lease expired and it was taken again (lease token {entry.token})"
+            else:
+                why = f"its lease expired and it is now {ops.STATES[entry.state]}"
+            raise LeaseExpiredError(self.path, job.id, job.token, entry.token, why)
+        return entry
+
+    def ack(self, job: Job) -> None:
+        """Mark ``job`` done: it is removed and never delivered again. LeaseExpiredError if the
+        caller's lease was lost (the job was taken again after it expired). A lease that expired
+        but was not taken again still acks. Durable on return. Any thread or process."""
+        with self._decide() as w:
+            self._leased(job)
+            w.write(ops.Ack(job.id, job.token))
+            self._settled.append(job.token)
+
+    def nack(self, job: Job, *, delay: float = 0.0, error: str = "") -> None:
+        """Give ``job`` back: it is delivered again after ``delay`` seconds, or goes to the dead
+        letters if it has been delivered ``max_deliveries`` times. ``error`` is kept with it
+        (cut to 4 KiB). If a newer put for its key is pending, this job is dropped in its favour
+        (latest wins). LeaseExpiredError as ``ack``. Durable on return."""
+        delay_s = _seconds(delay, "delay")
+        if not isinstance(error, str):
+            raise TypeError(f"error must be a str, not {type(error).__name__}")
+        with self._decide() as w:
+            entry = self._leased(job)
+            dead = entry.deliveries >= self.max_deliveries
+            w.write(ops.Nack(job.id, job.token, time.time_ns() + int(delay_s * _NS), dead, error))
+            self._settled.append(job.token)
+
+    def extend(self, job: Job, lease: float = limits.JOB_LEASE_S_DEFAULT) -> Job:
+        """Renew the lease: it now ends ``lease`` seconds from now. Returns the job as it is now.
+        LeaseExpiredError as ``ack``. Durable on return."""
+        lease_s = _seconds(lease, "lease", zero=False)
+        with self._decide() as w:
+            self._leased(job)
+            w.write(ops.Extend(job.id, job.token, time.time_ns() + int(lease_s * _NS)))
+            return _job(self._state.jobs[job.id])
+
+    def work(
+        self,
+        lease: float = limits.JOB_LEASE_S_DEFAULT,
+        *,
+        idle_timeout: float | None = None,
+        backoff_s: float = 1.0,
+    ) -> Work:
+        """Jobs one after another: ``for job in journal.work(lease=30): ...``.
+
+        Asking for the next job acks the previous one. In ``with journal.work() as jobs: for job
+        in jobs:``, an exception in the loop nacks the current job (with a backoff of
+        ``backoff_s * 2 ** (deliveries - 1)`` seconds, at most an hour, and the error's repr) and
+        leaving it otherwise acks it. In a bare ``for`` loop an exception cannot be told from a
+        ``break``, so leaving the loop either way gives the job back at once (nack, no delay):
+        ack it yourself before ``break`` if it was done. Waits for work for ever, or until idle
+        for ``idle_timeout`` seconds.
+        """
+        return Work(
+            self, _seconds(lease, "lease", zero=False), idle_timeout, _seconds(backoff_s, "backoff_s")
+        )
+
+    # --- inspecting -------------------------------------------------------------------------------
+    def _current(self) -> State:
+        with self._mutex:
+            self._catch_up()
+            return self._state
+
+    def get(self, key: str) -> list[Job]:
+        """The live jobs of ``key``: the leased one (if any), then the pending one (if any).
+        Reads the log up to now (no lock). Any thread."""
+        with self._mutex:
+            state = self._current()
+            slots = state.keys.get(key)
+            if slots is None:
+                return []
+            return [_job(state.jobs[i]) for i in slots if i != NONE]
+
+    def job(self, job_id: int) -> Job:
+        """The job (or dead letter) with this id; JobNotFoundError if there is none."""
+        with self._mutex:
+            entry = self._current().jobs.get(job_id)
+            if entry is None:
+                raise JobNotFoundError(self.path, f"job {job_id}")
+            return _job(entry)
+
+    def jobs(self, *, state: str | None = None, limit: int | None = None) -> list[Job]:
+        """Jobs in id (arrival) order, optionally only those in ``state`` ("pending", "leased",
+        "dead"), at most ``limit`` of them."""
+        if state is not None and state not in ops.STATES.values():
+            raise ValueError(f"state must be one of {sorted(ops.STATES.values())}, not {state!r}")
+        with self._mutex:
+            entries = sorted(self._current().jobs.values(), key=lambda e: e.id)
+            out = [_job(e) for e in entries if state is None or ops.STATES[e.state] == state]
+        return out if limit is None else out[:limit]
+
+    def dead_letters(self) -> list[Job]:
+        """The dead letters, oldest first."""
+        with self._mutex:
+            state = self._current()
+            return [_job(state.jobs[i]) for i in sorted(state.dead)]
+
+    def stats(self) -> JobStats:
+        """What the journal holds now, and its counters. O(jobs). Any thread."""
+        now = time.time_ns()
+        with self._mutex:
+            state = self._current()
+            ready = delayed = blocked = leased = 0
+            for e in state.jobs.values():
+                if e.state == ops.LEASED:
+                    leased += 1
+                elif e.state == ops.PENDING:
+                    if state.keys[e.key][0] != NONE:
+                        blocked += 1
+                    elif e.not_before_ns > now:
+                        delayed += 1
+                    else:
+                        ready += 1
+            at = state.next_at()
+            return JobStats(
+                pending=ready + delayed + blocked,
+                ready=ready,
+                delayed=delayed,
+                blocked=blocked,
+                leased=leased,
+                dead=len(state.dead),
+                keys=len(state.keys),
+                next_at=None if at is None else at / _NS,
+                next_lsn=state.next_lsn,
+                max_deliveries=self.max_deliveries,
+                counters=dict(state.counters),
+                ops_lost=self._ops_lost,
+            )
+
+    # --- managing ---------------------------------------------------------------------------------
+    def cancel(self, key: str) -> bool:
+        """Remove the pending job of ``key`` (a leased one is left to finish). True if there was
+        one. Durable on return."""
+        with self._decide() as w:
+            slots = self._state.keys.get(key)
+            if slots is None or slots[1] == NONE:
+                return False
+            w.write(ops.Cancel(slots[1]))
+            return True
+
+    def retry(self, job: Job | int, *, delay: float = 0.0) -> None:
+        """Send a dead letter back to pending (deliveries start again at 0) after ``delay``
+        seconds. If its key has a pending job already, the dead letter is dropped in its favour
+        (latest wins). JobNotFoundError if it is not a dead letter. Durable on return."""
+        job_id = job.id if isinstance(job, Job) else job
+        delay_s = _seconds(delay, "delay")
+        with self._decide() as w:
+            if job_id not in self._state.dead:
+                raise JobNotFoundError(self.path, f"dead letter {job_id}")
+            w.write(ops.Retry(job_id, time.time_ns() + int(delay_s * _NS)))
+
+    def purge(self, job: Job | int | None = None) -> int:
+        """Remove one dead letter (JobNotFoundError if it is not one), or all of them (None).
+        Returns how many went. Durable on return."""
+        with self._decide() as w:
+            if job is None:
+                ids = sorted(self._state.dead)
+            else:
+                job_id = job.id if isinstance(job, Job) else job
+                if job_id not in self._state.dead:
+                    raise JobNotFoundError(self.path, f"dead letter {job_id}")
+                ids = [job_id]
+            w.write_many([ops.Purge(i) for i in ids])
+            return len(ids)
+
+    # --- snapshots --------------------------------------------------------------------------------
+    def _maybe_snapshot(self) -> None:
+        behind = self._state.next_lsn - self._snapshot_lsn
+        if behind < self._snapshot_ops_min or behind < 2 * len(self._state.jobs):
+            return
+        newest = self._snapshot_lsns()[:1]
+        if newest and newest[0] > self._snapshot_lsn:  # another process wrote one: count from it
+            self._snapshot_lsn = newest[0]
+            self._maybe_snapshot()
+        else:
+            try:
+                self.snapshot(wait=False)
+            except OSError as err:  # the op that got us here succeeded; compaction can wait
+                _logger.error("%s: snapshot failed: %s", self.path, err)
+
+    def snapshot(self, *, wait: bool = True) -> int | None:
+        """Write a snapshot of the state now and compact the op log below the older kept one.
+        Returns its lsn, or None if another process is writing one (and ``wait`` is False).
+        Durability: the snapshot is fsynced (and its name in the directory) before any op it
+        covers is removed. Any thread or process (one at a time, by ``DIR/snapshot.lock``)."""
+        fd = self._fs.open(os.path.join(self.path, SNAPSHOT_LOCK), os.O_RDWR | os.O_CREAT)
+        try:
+            if not self._fs.lock(fd, limits.LOCK_TIMEOUT_S_DEFAULT if wait else 0.0):
+                return None
+            with self._mutex:
+                self._check_open()
+                self._snapshot_lsn = self._state.next_lsn  # no second attempt from _catch_up
+                self._catch_up()
+                snap = self._state.snapshot(self.max_deliveries)
+                self._snapshot_lsn = snap.next_lsn
+            data = ops.encode_snapshot(snap)
+            # replace_file: temp, fsync, rename, fsync dir. A crash anywhere leaves the older
+            # snapshots and the whole op log above them: nothing is removed until this is durable.
+            replace_file(self._fs, self.path, ops.snapshot_name(snap.next_lsn), data)
+            kept = self._snapshot_lsns()[:SNAPSHOTS_KEPT]
+            # The op log must keep every op above the older kept snapshot (the fallback if the
+            # newest cannot be read); retention removes whole segments below this position.
+            self._log.rewind_subscriber(SNAPSHOT_SUBSCRIBER, kept[-1])
+            for lsn in self._snapshot_lsns()[SNAPSHOTS_KEPT:]:
+                with contextlib.suppress(FileNotFoundError):
+                    self._fs.unlink(os.path.join(self.path, ops.snapshot_name(lsn)))
+            self._fs.fsync_dir(self.path)
+            self._log.enforce_retention()
+            return snap.next_lsn
+        finally:
+            self._fs.close(fd)  # closing releases the flock
+
+    # --- closing ----------------------------------------------------------------------------------
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClosedError(self.path, "job journal is closed")
+
+    def close(self) -> None:
+        """Close the journal (leased jobs stay leased until their leases expire). Idempotent."""
+        with self._mutex:
+            if self._closed:
+                return
+            self._closed = True
+            if self._reader is not None:
+                self._reader.close()
+            self._log.close()
+
+    def __enter__(self) -> Journal:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<logspool.jobs.Journal {self.path!r}>"
+
+
+class _Writer:
+    """Writes ops inside ``Journal._decide`` and applies them at once (by reading them back, so
+    this process folds exactly the bytes every other process will)."""
+
+    def __init__(self, journal: Journal, tail: object) -> None:
+        self._journal = journal
+        self._tail = tail
+        self.written = False
+
+    def write(self, op: ops.Op) -> None:
+        self.write_many([op])
+
+    def write_many(self, items: list[ops.Op]) -> None:
+        if not items:
+            return
+        self._tail.append_many([ops.encode(op) for op in items])  # type: ignore[attr-defined]
+        self.written = True
+        self._journal._catch_up()
+
+
+def _check_max_deliveries(value: object) -> None:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or not 1 <= value <= limits.JOB_MAX_DELIVERIES_LIMIT
+    ):
+        raise ValueError(
+            f"max_deliveries must be an integer from 1 to {limits.JOB_MAX_DELIVERIES_LIMIT}, not {value!r}"
+        )
+
+
+class Work:
+    """The iterator of ``Journal.work``: also a context manager (see there)."""
+
+    def __init__(
+        self, journal: Journal, lease_s: float, idle_timeout_s: float | None, backoff_s: float
+    ) -> None:
+        self._journal = journal
+        self._lease_s = lease_s
+        self._idle_timeout_s = idle_timeout_s
+        self._backoff_s = backoff_s
+        self._current: Job | None = None
+        self._done = False
+        self.done_count = 0
+        self.failed_count = 0
+
+    def __iter__(self) -> Work:
+        return self
+
+    def __next__(self) -> Job:
+        self._settle(None)
+        if self._done:
+            raise StopIteration
+        idle_since = time.monotonic()
+        for _ in range(1 << 40):  # bounded by idle_timeout, or by the caller leaving the loop
+            wait = 3600.0
+            if self._idle_timeout_s is not None:
+                wait = self._idle_timeout_s - (time.monotonic() - idle_since)
+                if wait <= 0:
+                    break
+            got = self._journal.take(self._lease_s, wait=min(wait, 3600.0))
+            if isinstance(got, Job):
+                self._current = got
+                return got
+        self._done = True
+        raise StopIteration
+
+    def _settle(self, error: BaseException | None) -> None:
+        """Ack (no error) or nack the current job, unless the caller already did."""
+        job, self._current = self._current, None
+        if job is None or job.token in self._journal._settled:
+            return
+        try:
+            if error is None:
+                self._journal.ack(job)
+                self.done_count += 1
+            else:
+                delay = min(3600.0, self._backoff_s * 2 ** max(0, job.deliveries - 1))
+                self._journal.nack(job, delay=delay, error=repr(error))
+                self.failed_count += 1
+        except LeaseExpiredError as err:
+            _logger.warning(
+                "%s: job %d finished after its lease was lost: %s", self._journal.path, job.id, err
+            )
+
+    def close(self) -> None:
+        """Give the current job back (nack, no delay) and stop."""
+        self._done = True
+        if self._current is not None and not self._journal._closed:
+            self._settle(RuntimeError("the worker left the loop"))
+
+    def __enter__(self) -> Work:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._done = True
+        if not self._journal._closed:
+            self._settle(error)
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self.close()
+
+
+def open(path: str | os.PathLike[str], **options: object) -> Journal:
+    """Open (and by default create) the job journal at ``path``. Options are those of ``Journal``."""
+    return Journal(path, **options)  # type: ignore[arg-type]
+
+
+__all__ = ["Idle", "Job", "JobStats", "Journal", "Work", "domain_of", "open"]

@@ -1,0 +1,455 @@
+"""The job journal's state: a deterministic fold over its ops, and the index that picks the next job.
+
+The fold (``State.apply``) is a pure function of the ops in lsn order: every process that applies
+the same ops holds the same jobs, keys, counters and fairness memory. The index (heaps by
+priority, domain and time) is derived from that state by each process for itself; it only decides
+which job a take proposes, and that choice is then written as a TAKE op that everyone applies.
+
+Invariants (after every op; ``check()`` asserts them in the tests):
+- A key has at most one leased job (``active``) and at most one pending job (``pending``); dead
+  letters belong to no key. A pending job whose key has an active job is *blocked*: it runs after
+  the active job is acked, nacked or dead (the seed's warning that dedup must ignore the
+  "worked on" flag).
+- A job's id is the lsn of the PUT that created it; a lease token is the lsn of the TAKE that
+  granted it. Tokens grow, so a stale token never matches a later lease (fencing).
+- An op that does not fit the state (an ack with a stale token) changes nothing but a counter:
+  writers check under the log's writer lock before they write, so this only counts our own bugs or
+  ops written by hand.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+
+from . import _ops as ops
+from ._ops import DEAD_LETTER, LEASED, PENDING
+
+NONE = -1  # no job (ids are lsns, so 0 is a real id)
+COUNTERS = (
+    "put",  # puts that created a job
+    "updated",  # puts that merged into a pending job (latest wins)
+    "taken",  # leases granted (deliveries)
+    "redelivered",  # of those, jobs whose previous lease had expired
+    "acked",
+    "nacked",
+    "extended",
+    "expired",  # dropped by their TTL before anyone took them
+    "dead",  # moved to the dead letters
+    "superseded",  # a nacked or retried job dropped because a newer put for its key was pending
+    "retried",  # dead letters sent back
+    "purged",  # dead letters removed
+    "cancelled",
+    "ops_ignored",  # ops that did not fit the state (see the module docstring)
+)
+
+
+class JobEntry:
+    """One job in the state (mutable; the public ``Job`` is a frozen copy)."""
+
+    __slots__ = (
+        "created_ns",
+        "deliveries",
+        "domain",
+        "error",
+        "id",
+        "key",
+        "lease_until_ns",
+        "not_before_ns",
+        "payload",
+        "priority",
+        "state",
+        "token",
+        "ttl_until_ns",
+        "updated_ns",
+    )
+
+    def __init__(self, row: ops.JobRow) -> None:
+        (
+            self.id,
+            self.key,
+            self.domain,
+            self.payload,
+            self.priority,
+            self.state,
+            self.not_before_ns,
+            self.ttl_until_ns,
+            self.deliveries,
+            self.token,
+            self.lease_until_ns,
+            self.created_ns,
+            self.updated_ns,
+            self.error,
+        ) = row
+
+    def row(self) -> ops.JobRow:
+        return ops.JobRow(
+            self.id,
+            self.key,
+            self.domain,
+            self.payload,
+            self.priority,
+            self.state,
+            self.not_before_ns,
+            self.ttl_until_ns,
+            self.deliveries,
+            self.token,
+            self.lease_until_ns,
+            self.created_ns,
+            self.updated_ns,
+            self.error,
+        )
+
+
+@dataclass(slots=True)
+class _Level:
+    """The index of one priority: per-domain queues, and which domains to look at."""
+
+    # domain -> heap of (not_before_ns, job id): the job id is its arrival order
+    queues: dict[str, list[tuple[int, int]]]
+    # domains whose head was ready: (last served lsn, head not_before, head id, domain)
+    ready: list[tuple[int, int, int, str]]
+    # domains to look at once the time passes: (time, domain); stale entries are harmless
+    waiting: list[tuple[int, str]]
+
+
+def _merge(mode: int, old: int, new: int) -> int:
+    if mode == ops.REPLACE:
+        return new
+    if mode == ops.KEEP:
+        return old
+    if mode == ops.EARLIEST:
+        return min(old, new)
+    return max(old, new)
+
+
+class State:
+    """Jobs, keys, counters and fairness memory after every op below ``next_lsn``; and the index."""
+
+    def __init__(self, snapshot: ops.Snapshot | None = None) -> None:
+        self.jobs: dict[int, JobEntry] = {}
+        self.keys: dict[str, list[int]] = {}  # key -> [active id, pending id]
+        self.dead: set[int] = set()
+        self.counters = dict.fromkeys(COUNTERS, 0)
+        self.served: dict[tuple[int, str], int] = {}
+        self.max_deliveries = 0  # 0 until the first CONFIG op: the journal's default applies
+        self.next_lsn = 0
+        if snapshot is not None:
+            self.next_lsn = snapshot.next_lsn
+            self.max_deliveries = snapshot.max_deliveries
+            self.counters.update(snapshot.counters)
+            self.served = dict(snapshot.served)
+            for row in snapshot.jobs:
+                job = JobEntry(row)
+                self.jobs[job.id] = job
+                if job.state == DEAD_LETTER:
+                    self.dead.add(job.id)
+                else:
+                    slots = self.keys.setdefault(job.key, [NONE, NONE])
+                    slots[0 if job.state == LEASED else 1] = job.id
+        self._rebuild_index()
+
+    # --- snapshot ---------------------------------------------------------------------------------
+    def snapshot(self, max_deliveries_default: int) -> ops.Snapshot:
+        """The state as a snapshot. Fairness memory of (priority, domain) pairs with no job left
+        is dropped: a domain that comes back is then treated as never served, which is fair."""
+        live = {(j.priority, j.domain) for j in self.jobs.values()}
+        served = {pd: lsn for pd, lsn in self.served.items() if pd in live}
+        rows = [j.row() for j in sorted(self.jobs.values(), key=lambda j: j.id)]
+        return ops.Snapshot(
+            self.next_lsn, self.max_deliveries or max_deliveries_default, dict(self.counters), served, rows
+        )
+
+    # --- the fold ---------------------------------------------------------------------------------
+    def apply(self, lsn: int, timestamp_ns: int, op: ops.Op) -> None:
+        """Apply the op recorded at ``lsn`` (the log record's lsn and timestamp)."""
+        assert lsn == self.next_lsn, (lsn, self.next_lsn)
+        self.next_lsn = lsn + 1
+        if isinstance(op, ops.Put):
+            self._put(lsn, timestamp_ns, op)
+            return
+        if isinstance(op, ops.Config):
+            self.max_deliveries = op.max_deliveries
+            return
+        job = self.jobs.get(op.job_id)
+        if job is None or not self._fits(job, op):
+            self.counters["ops_ignored"] += 1
+            return
+        job.updated_ns = timestamp_ns
+        if isinstance(op, ops.Take):
+            self._take(lsn, job, op)
+        elif isinstance(op, ops.Ack):
+            self.counters["acked"] += 1
+            self._remove(job)
+        elif isinstance(op, ops.Nack):
+            self._nack(job, op)
+        elif isinstance(op, ops.Extend):
+            job.lease_until_ns = op.lease_until_ns
+            heapq.heappush(self._leases, (op.lease_until_ns, job.id))
+            self.counters["extended"] += 1
+        elif isinstance(op, ops.Expire):
+            self.counters["expired"] += 1
+            self._remove(job)
+        elif isinstance(op, ops.Dead):
+            self._to_dead(job, op.reason)
+        elif isinstance(op, ops.Retry):
+            self._retry(job, op)
+        elif isinstance(op, ops.Purge):
+            self.counters["purged"] += 1
+            self._remove(job)
+        elif isinstance(op, ops.Cancel):
+            self.counters["cancelled"] += 1
+            self._remove(job)
+
+    def _fits(self, job: JobEntry, op: ops.Op) -> bool:
+        if isinstance(op, ops.Take):
+            if job.state == LEASED:
+                return True
+            return job.state == PENDING and self.keys[job.key][0] == NONE
+        if isinstance(op, ops.Ack | ops.Nack | ops.Extend):
+            return job.state == LEASED and job.token == op.token
+        if isinstance(op, ops.Expire | ops.Cancel):
+            return job.state == PENDING
+        if isinstance(op, ops.Dead):
+            return job.state != DEAD_LETTER
+        return job.state == DEAD_LETTER  # Retry, Purge
+
+    def _put(self, lsn: int, ts: int, op: ops.Put) -> None:
+        slots = self.keys.get(op.key)
+        if slots is not None and slots[1] != NONE:
+            job = self.jobs[slots[1]]
+            old = (job.priority, job.domain, job.not_before_ns)
+            job.payload = op.payload
+            job.domain = op.domain
+            job.priority = _merge(op.priority_merge, job.priority, op.priority)
+            job.not_before_ns = _merge(op.not_before_merge, job.not_before_ns, op.not_before_ns)
+            job.ttl_until_ns = op.ttl_until_ns
+            job.updated_ns = ts
+            self.counters["updated"] += 1
+            if (job.priority, job.domain, job.not_before_ns) != old:
+                self._enqueue(job)
+        else:
+            row = ops.JobRow(
+                lsn, op.key, op.domain, op.payload, op.priority, PENDING,
+                op.not_before_ns, op.ttl_until_ns, 0, 0, 0, ts, ts, "",
+            )  # fmt: skip
+            job = JobEntry(row)
+            self.jobs[lsn] = job
+            if slots is None:
+                self.keys[op.key] = [NONE, lsn]
+            else:
+                slots[1] = lsn
+            self.counters["put"] += 1
+            self._enqueue(job)
+        if job.ttl_until_ns:
+            heapq.heappush(self._ttls, (job.ttl_until_ns, job.id))
+
+    def _take(self, lsn: int, job: JobEntry, op: ops.Take) -> None:
+        slots = self.keys[job.key]
+        if job.state == LEASED:
+            self.counters["redelivered"] += 1
+        else:
+            slots[1] = NONE
+            slots[0] = job.id
+        job.state = LEASED
+        job.token = lsn
+        job.lease_until_ns = op.lease_until_ns
+        job.deliveries += 1
+        job.ttl_until_ns = 0  # a TTL drops jobs nobody took; this one was taken
+        self.served[(job.priority, job.domain)] = lsn
+        self.counters["taken"] += 1
+        heapq.heappush(self._leases, (op.lease_until_ns, job.id))
+        heapq.heappush(self._level(job.priority).waiting, (0, job.domain))  # its domain may have more
+
+    def _nack(self, job: JobEntry, op: ops.Nack) -> None:
+        self.counters["nacked"] += 1
+        job.error = op.error
+        if op.dead:
+            self._to_dead(job, op.error)
+            return
+        slots = self.keys[job.key]
+        if slots[1] != NONE:  # a newer put is pending: latest wins, this older payload is dropped
+            self.counters["superseded"] += 1
+            self._remove(job)
+            return
+        slots[0] = NONE
+        slots[1] = job.id
+        job.state = PENDING
+        job.token = 0
+        job.lease_until_ns = 0
+        job.not_before_ns = op.not_before_ns
+        self._enqueue(job)
+
+    def _to_dead(self, job: JobEntry, reason: str) -> None:
+        self._unlink_key(job)
+        job.state = DEAD_LETTER
+        job.error = reason
+        job.token = 0
+        job.lease_until_ns = 0
+        self.dead.add(job.id)
+        self.counters["dead"] += 1
+
+    def _retry(self, job: JobEntry, op: ops.Retry) -> None:
+        self.counters["retried"] += 1
+        slots = self.keys.get(job.key)
+        if slots is not None and slots[1] != NONE:
+            self.counters["superseded"] += 1
+            self._remove(job)
+            return
+        self.dead.discard(job.id)
+        if slots is None:
+            self.keys[job.key] = [NONE, job.id]
+        else:
+            slots[1] = job.id
+        job.state = PENDING
+        job.deliveries = 0
+        job.not_before_ns = op.not_before_ns
+        self._enqueue(job)
+
+    def _remove(self, job: JobEntry) -> None:
+        del self.jobs[job.id]
+        self.dead.discard(job.id)
+        self._unlink_key(job)
+
+    def _unlink_key(self, job: JobEntry) -> None:
+        """Take ``job`` out of its key's slots; a pending job it blocked becomes runnable."""
+        slots = self.keys.get(job.key)
+        if slots is None:
+            return
+        if slots[0] == job.id:
+            slots[0] = NONE
+            if slots[1] != NONE:
+                self._enqueue(self.jobs[slots[1]])  # unblocked
+        elif slots[1] == job.id:
+            slots[1] = NONE
+        if slots[0] == NONE and slots[1] == NONE:
+            del self.keys[job.key]
+
+    # --- the index --------------------------------------------------------------------------------
+    def _rebuild_index(self) -> None:
+        self._levels: dict[int, _Level] = {}
+        self._leases: list[tuple[int, int]] = []
+        self._ttls: list[tuple[int, int]] = []
+        for job in self.jobs.values():
+            if job.state == PENDING:
+                self._enqueue(job)
+                if job.ttl_until_ns:
+                    self._ttls.append((job.ttl_until_ns, job.id))
+            elif job.state == LEASED:
+                self._leases.append((job.lease_until_ns, job.id))
+        heapq.heapify(self._leases)
+        heapq.heapify(self._ttls)
+
+    def _level(self, priority: int) -> _Level:
+        level = self._levels.get(priority)
+        if level is None:
+            level = self._levels[priority] = _Level({}, [], [])
+        return level
+
+    def _enqueue(self, job: JobEntry) -> None:
+        level = self._level(job.priority)
+        queue = level.queues.get(job.domain)
+        if queue is None:
+            queue = level.queues[job.domain] = []
+        heapq.heappush(queue, (job.not_before_ns, job.id))
+        heapq.heappush(level.waiting, (job.not_before_ns, job.domain))
+
+    def _runnable(self, priority: int, domain: str, entry: tuple[int, int], now_ns: int) -> bool:
+        """Whether a queue entry still stands for a job that may be delivered (at some time)."""
+        job = self.jobs.get(entry[1])
+        if job is None or job.priority != priority or job.domain != domain or job.not_before_ns != entry[0]:
+            return False
+        if job.state == PENDING:
+            return self.keys[job.key][0] == NONE
+        return job.state == LEASED and job.lease_until_ns <= now_ns
+
+    def _head(self, priority: int, level: _Level, domain: str, now_ns: int) -> tuple[int, int] | None:
+        queue = level.queues.get(domain)
+        while queue:
+            if self._runnable(priority, domain, queue[0], now_ns):
+                return queue[0]
+            heapq.heappop(queue)
+        level.queues.pop(domain, None)
+        return None
+
+    def _place(self, priority: int, level: _Level, domain: str, now_ns: int) -> None:
+        head = self._head(priority, level, domain, now_ns)
+        if head is None:
+            return
+        if head[0] <= now_ns:
+            served = self.served.get((priority, domain), -1)
+            heapq.heappush(level.ready, (served, head[0], head[1], domain))
+        else:
+            heapq.heappush(level.waiting, (head[0], domain))
+
+    def due(self, now_ns: int) -> tuple[list[int], list[int]]:
+        """Jobs whose TTL passed untaken (to EXPIRE), and expired leases made runnable again."""
+        expired: list[int] = []
+        while self._ttls and self._ttls[0][0] <= now_ns:
+            ttl, job_id = heapq.heappop(self._ttls)
+            job = self.jobs.get(job_id)
+            if job is not None and job.state == PENDING and job.ttl_until_ns == ttl:
+                expired.append(job_id)
+        lapsed: list[int] = []
+        while self._leases and self._leases[0][0] <= now_ns:
+            until, job_id = heapq.heappop(self._leases)
+            job = self.jobs.get(job_id)
+            if job is not None and job.state == LEASED and job.lease_until_ns == until:
+                lapsed.append(job_id)
+                self._enqueue(job)
+        return expired, lapsed
+
+    def pick(self, now_ns: int) -> JobEntry | None:
+        """The next job to deliver at ``now_ns``: the smallest priority number with a ready job;
+        within it, the domain served least recently (never served first); within the domain, the
+        earliest not_before, then the earliest arrival. Call ``due`` first."""
+        for priority in sorted(self._levels):
+            level = self._levels[priority]
+            while level.waiting and level.waiting[0][0] <= now_ns:
+                self._place(priority, level, heapq.heappop(level.waiting)[1], now_ns)
+            while level.ready:
+                served, not_before, job_id, domain = level.ready[0]
+                head = self._head(priority, level, domain, now_ns)
+                if (
+                    head == (not_before, job_id)
+                    and not_before <= now_ns
+                    and served == self.served.get((priority, domain), -1)
+                ):
+                    return self.jobs[job_id]
+                heapq.heappop(level.ready)  # stale: place the domain again as it is now
+                self._place(priority, level, domain, now_ns)
+            if not level.queues and not level.waiting:
+                del self._levels[priority]
+        if self._index_size() > 4 * len(self.jobs) + 10_000:
+            self._rebuild_index()
+        return None
+
+    def next_at(self) -> int | None:
+        """The earliest time (ns) at which ``pick`` may find a job it cannot find now, or None.
+        Early rather than late: stale entries can only make a waiter wake and look again."""
+        times = [level.waiting[0][0] for level in self._levels.values() if level.waiting]
+        if self._leases:
+            times.append(self._leases[0][0])
+        return min(times) if times else None
+
+    def _index_size(self) -> int:
+        size = len(self._leases) + len(self._ttls)
+        for level in self._levels.values():
+            size += len(level.ready) + len(level.waiting) + sum(len(q) for q in level.queues.values())
+        return size
+
+    # --- checks (tests) ---------------------------------------------------------------------------
+    def check(self) -> None:
+        """Assert the invariants of the module docstring (for tests; O(jobs))."""
+        for key, (active, pending) in self.keys.items():
+            assert active != NONE or pending != NONE, key
+            if active != NONE:
+                assert self.jobs[active].state == LEASED and self.jobs[active].key == key
+            if pending != NONE:
+                assert self.jobs[pending].state == PENDING and self.jobs[pending].key == key
+        for job in self.jobs.values():
+            if job.state == DEAD_LETTER:
+                assert job.id in self.dead
+            else:
+                assert self.keys[job.key][0 if job.state == LEASED else 1] == job.id, job.id
+        assert all(self.jobs[i].state == DEAD_LETTER for i in self.dead)
