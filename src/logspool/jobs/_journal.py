@@ -31,7 +31,7 @@ import os
 import threading
 import time
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from types import TracebackType
@@ -202,12 +202,16 @@ class Journal:
         create: bool = True,
         durability: Durability = "always",
         max_deliveries: int | None = None,
-        segment_size_max: int = limits.JOB_SEGMENT_SIZE_MAX_DEFAULT,
+        segment_size_max: int | None = None,
         snapshot_ops_min: int = limits.JOB_SNAPSHOT_OPS_MIN,
         lock_timeout_s: float = limits.LOCK_TIMEOUT_S_DEFAULT,
         fs: FileSystem | None = None,
+        clock: Callable[[], int] | None = None,
     ) -> None:
         self.path = os.fspath(path)
+        # The time decisions are made at (ns since the epoch): the wall clock, shared by every
+        # process on the machine; tests give a clock they move by hand.
+        self._clock = clock or time.time_ns
         self._fs = fs or REAL
         if max_deliveries is not None:
             _check_max_deliveries(max_deliveries)
@@ -230,7 +234,8 @@ class Journal:
             os.path.join(self.path, OPS_DIR),
             durability=durability,
             create=create,
-            segment_size_max=segment_size_max,
+            # fixed when the op log is created: the journal's default then, the stored value after
+            segment_size_max=segment_size_max or (limits.JOB_SEGMENT_SIZE_MAX_DEFAULT if created else None),
             lock_timeout_s=lock_timeout_s,
             fs=self._fs,
         )
@@ -241,6 +246,7 @@ class Journal:
             self._reader: Reader | None = None
             self._snapshot_lsn = 0
             self._load()
+            self._catch_up()
             if max_deliveries is not None and max_deliveries != self.max_deliveries:
                 self.configure(max_deliveries=max_deliveries)
         except BaseException:
@@ -261,7 +267,9 @@ class Journal:
                     self.path, "no job journal here (no JOURNAL file) and create=False"
                 ) from None
             try:
-                os.makedirs(self.path, exist_ok=True)
+                self._fs.mkdir(self.path)
+                # the new directory's name must survive a power cut before anything in it matters
+                self._fs.fsync_dir(os.path.dirname(os.path.abspath(self.path)))
             except OSError as err:
                 raise NotALogError(self.path, f"cannot create the journal directory: {err}") from err
             # (another process creating the journal at the same time leaves these names)
@@ -387,7 +395,7 @@ class Journal:
     @property
     def max_deliveries(self) -> int:
         """Deliveries after which a job that comes back goes to the dead letters."""
-        return self._state.max_deliveries or limits.JOB_MAX_DELIVERIES_DEFAULT
+        return self._current().max_deliveries or limits.JOB_MAX_DELIVERIES_DEFAULT
 
     def configure(self, *, max_deliveries: int) -> None:
         """Change the journal's settings for every process (a CONFIG op). Durable on return."""
@@ -422,7 +430,7 @@ class Journal:
         ``domain``: the fairness group (default: ``domain_of(key)``).
         Durability: returns after the op is fsynced ("always"). Any thread or process.
         """
-        now = time.time_ns()
+        now = self._clock()
         key_raw = ops.utf8(key, "key", limits.JOB_KEY_SIZE_MAX)
         if not key_raw:
             raise ValueError("key must not be empty")
@@ -472,14 +480,14 @@ class Journal:
             remaining = deadline - time.monotonic()
             if isinstance(result, Job) or remaining <= 0:
                 return result
-            until_next = remaining if result.next_at is None else result.next_at - time.time()
+            until_next = remaining if result.next_at is None else result.next_at - self._clock() / _NS
             self._wait_for_ops(max(0.0, min(remaining, until_next)))
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _take_once(self, lease_s: float) -> Job | Idle:
         with self._decide() as w:
             state = self._state
-            now = time.time_ns()
+            now = self._clock()
             expired, _ = state.due(now)
             for job_id in expired:
                 w.write(ops.Expire(job_id))
@@ -554,7 +562,7 @@ class Journal:
         with self._decide() as w:
             entry = self._leased(job)
             dead = entry.deliveries >= self.max_deliveries
-            w.write(ops.Nack(job.id, job.token, time.time_ns() + int(delay_s * _NS), dead, error))
+            w.write(ops.Nack(job.id, job.token, self._clock() + int(delay_s * _NS), dead, error))
             self._settled.append(job.token)
 
     def extend(self, job: Job, lease: float = limits.JOB_LEASE_S_DEFAULT) -> Job:
@@ -563,7 +571,7 @@ class Journal:
         lease_s = _seconds(lease, "lease", zero=False)
         with self._decide() as w:
             self._leased(job)
-            w.write(ops.Extend(job.id, job.token, time.time_ns() + int(lease_s * _NS)))
+            w.write(ops.Extend(job.id, job.token, self._clock() + int(lease_s * _NS)))
             return _job(self._state.jobs[job.id])
 
     def work(
@@ -629,21 +637,24 @@ class Journal:
 
     def stats(self) -> JobStats:
         """What the journal holds now, and its counters. O(jobs). Any thread."""
-        now = time.time_ns()
+        now = self._clock()
         with self._mutex:
             state = self._current()
             ready = delayed = blocked = leased = 0
+            times = []  # when something not ready now becomes ready: delays and leases ending
             for e in state.jobs.values():
                 if e.state == ops.LEASED:
                     leased += 1
+                    times.append(e.lease_until_ns)
                 elif e.state == ops.PENDING:
                     if state.keys[e.key][0] != NONE:
                         blocked += 1
                     elif e.not_before_ns > now:
                         delayed += 1
+                        times.append(e.not_before_ns)
                     else:
                         ready += 1
-            at = state.next_at()
+            at = min(times, default=None)
             return JobStats(
                 pending=ready + delayed + blocked,
                 ready=ready,
@@ -679,7 +690,7 @@ class Journal:
         with self._decide() as w:
             if job_id not in self._state.dead:
                 raise JobNotFoundError(self.path, f"dead letter {job_id}")
-            w.write(ops.Retry(job_id, time.time_ns() + int(delay_s * _NS)))
+            w.write(ops.Retry(job_id, self._clock() + int(delay_s * _NS)))
 
     def purge(self, job: Job | int | None = None) -> int:
         """Remove one dead letter (JobNotFoundError if it is not one), or all of them (None).
@@ -824,17 +835,17 @@ class Work:
         for _ in range(1 << 40):  # bounded by idle_timeout, or by the caller leaving the loop
             wait = 3600.0
             if self._idle_timeout_s is not None:
-                wait = self._idle_timeout_s - (time.monotonic() - idle_since)
-                if wait <= 0:
-                    break
+                wait = max(0.0, self._idle_timeout_s - (time.monotonic() - idle_since))
             got = self._journal.take(self._lease_s, wait=min(wait, 3600.0))
             if isinstance(got, Job):
                 self._current = got
                 return got
+            if self._idle_timeout_s is not None and time.monotonic() - idle_since >= self._idle_timeout_s:
+                break
         self._done = True
         raise StopIteration
 
-    def _settle(self, error: BaseException | None) -> None:
+    def _settle(self, error: BaseException | None, *, backoff: bool = True) -> None:
         """Ack (no error) or nack the current job, unless the caller already did."""
         job, self._current = self._current, None
         if job is None or job.token in self._journal._settled:
@@ -844,7 +855,7 @@ class Work:
                 self._journal.ack(job)
                 self.done_count += 1
             else:
-                delay = min(3600.0, self._backoff_s * 2 ** max(0, job.deliveries - 1))
+                delay = min(3600.0, self._backoff_s * 2 ** max(0, job.deliveries - 1)) if backoff else 0.0
                 self._journal.nack(job, delay=delay, error=repr(error))
                 self.failed_count += 1
         except LeaseExpiredError as err:
@@ -856,7 +867,7 @@ class Work:
         """Give the current job back (nack, no delay) and stop."""
         self._done = True
         if self._current is not None and not self._journal._closed:
-            self._settle(RuntimeError("the worker left the loop"))
+            self._settle(RuntimeError("the worker left the loop"), backoff=False)
 
     def __enter__(self) -> Work:
         return self

@@ -309,7 +309,7 @@ def encode_snapshot(snap: Snapshot) -> bytes:
         parts.append(SNAPSHOT_SERVED.pack(priority, len(raw), lsn) + raw)
     for job in snap.jobs:
         key = job.key.encode("utf-8", "surrogatepass")
-        domain = job.domain.encode("utf-8", "surrogatepass")
+        domain_raw = job.domain.encode("utf-8", "surrogatepass")
         error_raw = job.error.encode("utf-8", "surrogatepass")
         head = SNAPSHOT_JOB.pack(
             job.id,
@@ -323,11 +323,11 @@ def encode_snapshot(snap: Snapshot) -> bytes:
             job.priority,
             job.state,
             len(key),
-            len(domain),
+            len(domain_raw),
             len(error_raw),
             len(job.payload),
         )
-        parts.append(b"".join((head, key, domain, error_raw, job.payload)))
+        parts.append(b"".join((head, key, domain_raw, error_raw, job.payload)))
     body = b"".join(parts)
     header = SNAPSHOT_HEADER.pack(
         SNAPSHOT_MAGIC,

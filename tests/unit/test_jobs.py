@@ -1,0 +1,411 @@
+"""The job journal as a user drives it: ordering, fairness, latest-wins, leases and fencing, dead
+letters, TTL, the work() iterator, waiting, snapshots and compaction, and bad input.
+
+Real journals in tmp_path. Time is the one thing the tests move by hand: the journal's ``clock``
+seam (ns since the epoch); everything else (files, the op log, fsync) is real.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import logspool
+from logspool import jobs
+from logspool.errors import JobNotFoundError, LeaseExpiredError, NotALogError
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.ns = 1_800_000_000 * 10**9
+
+    def __call__(self) -> int:
+        return self.ns
+
+    def advance(self, seconds: float) -> None:
+        self.ns += int(seconds * 1e9)
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def journal(tmp_path: Path, clock: Clock) -> jobs.Journal:
+    j = jobs.open(tmp_path / "j", clock=clock)
+    yield j
+    j.close()
+
+
+def keys_in_take_order(j: jobs.Journal, n: int) -> list[str]:
+    out = []
+    for _ in range(n):
+        job = j.take()
+        assert job, f"expected a job, got {job}"
+        out.append(job.key)
+        j.ack(job)
+    return out
+
+
+def test_take_orders_by_priority_then_not_before_then_arrival(journal: jobs.Journal, clock: Clock) -> None:
+    journal.put("a", priority=5)
+    journal.put("b", priority=1)
+    journal.put("c", priority=5, not_before=clock.ns / 1e9 - 10)  # earlier not_before than a
+    journal.put("d", priority=5)
+    assert keys_in_take_order(journal, 4) == ["b", "c", "a", "d"]
+    assert not journal.take()
+
+
+def test_domains_are_served_fairly_within_a_priority(journal: jobs.Journal) -> None:
+    for i in range(6):
+        journal.put(f"https://busy.example/{i}")
+    journal.put("https://quiet.example/1")
+    journal.put("https://other.example/1")
+    order = [jobs.domain_of(k) for k in keys_in_take_order(journal, 8)]
+    # the busy domain arrived first but cannot take more than one turn in a row while others wait
+    assert order[:3] == ["busy.example", "quiet.example", "other.example"]
+    assert order[3:] == ["busy.example"] * 5
+
+
+def test_a_more_urgent_priority_beats_fairness(journal: jobs.Journal) -> None:
+    journal.put("x:1", priority=9)
+    journal.put("y:1", priority=0)
+    journal.put("y:2", priority=0)
+    assert keys_in_take_order(journal, 3) == ["y:1", "y:2", "x:1"]
+
+
+def test_delayed_job_is_invisible_until_its_time_and_idle_says_when(
+    journal: jobs.Journal, clock: Clock
+) -> None:
+    journal.put("later", delay=30)
+    idle = journal.take()
+    assert isinstance(idle, jobs.Idle) and not idle
+    assert idle.next_at == pytest.approx(clock.ns / 1e9 + 30)
+    clock.advance(29.9)
+    assert not journal.take()
+    clock.advance(0.2)
+    job = journal.take()
+    assert job and job.key == "later"
+
+
+def test_put_on_a_pending_key_updates_it_latest_wins(journal: jobs.Journal, clock: Clock) -> None:
+    first = journal.put("k", b"v1", priority=50, delay=10)
+    journal.put("k", b"v2")  # priority and not_before left out: kept
+    [job] = journal.get("k")
+    assert (job.id, job.payload, job.priority, job.not_before) == (first, b"v2", 50, clock.ns / 1e9 + 10)
+    journal.put("k", b"v3", priority=70, priority_merge="earliest", delay=5, not_before_merge="latest")
+    [job] = journal.get("k")
+    assert (job.payload, job.priority, job.not_before) == (b"v3", 50, clock.ns / 1e9 + 10)
+    journal.put("k", b"v4", priority=70, delay=1)  # replace (the default for given values)
+    [job] = journal.get("k")
+    assert (job.payload, job.priority, job.not_before) == (b"v4", 70, clock.ns / 1e9 + 1)
+    journal.put("k", b"v5", priority=90, priority_merge="keep", delay=0, not_before_merge="earliest")
+    [job] = journal.get("k")
+    assert (job.payload, job.priority, job.not_before, job.id) == (b"v5", 70, clock.ns / 1e9, first)
+    st = journal.stats()
+    assert st.counters["put"] == 1 and st.counters["updated"] == 4 and st.pending == 1
+
+
+def test_put_while_leased_makes_the_next_job_which_waits_for_the_first(journal: jobs.Journal) -> None:
+    journal.put("k", b"old")
+    running = journal.take()
+    assert running and running.payload == b"old"
+    journal.put("k", b"new")
+    journal.put("k", b"newer")  # merges into the pending one, not into the running one
+    assert [(j.state, j.payload) for j in journal.get("k")] == [("leased", b"old"), ("pending", b"newer")]
+    assert not journal.take(), "the next job of a key must wait while the first runs"
+    assert journal.stats().blocked == 1
+    journal.ack(running)
+    nxt = journal.take()
+    assert nxt and nxt.payload == b"newer" and nxt.id != running.id
+
+
+def test_an_expired_lease_is_delivered_again_and_the_old_token_is_fenced(
+    journal: jobs.Journal, clock: Clock
+) -> None:
+    journal.put("k", b"x")
+    first = journal.take(lease=10)
+    assert first
+    idle = journal.take()
+    assert not idle and idle.next_at == pytest.approx(first.lease_until)
+    clock.advance(11)
+    second = journal.take(lease=10)
+    assert second and second.id == first.id and second.deliveries == 2 and second.token > first.token
+    with pytest.raises(LeaseExpiredError) as err:
+        journal.ack(first)
+    assert err.value.current_token == second.token and "taken again" in str(err.value)
+    with pytest.raises(LeaseExpiredError):
+        journal.nack(first)
+    with pytest.raises(LeaseExpiredError):
+        journal.extend(first, 60)
+    journal.ack(second)
+    with pytest.raises(LeaseExpiredError) as gone:
+        journal.ack(second)
+    assert gone.value.current_token is None
+    assert journal.stats().counters["redelivered"] == 1
+
+
+def test_an_expired_lease_not_taken_again_still_acks(journal: jobs.Journal, clock: Clock) -> None:
+    journal.put("k")
+    job = journal.take(lease=1)
+    clock.advance(5)
+    journal.ack(job)
+    assert not journal.take() and journal.get("k") == []
+
+
+def test_extend_renews_the_lease(journal: jobs.Journal, clock: Clock) -> None:
+    journal.put("k")
+    job = journal.take(lease=10)
+    clock.advance(8)
+    job = journal.extend(job, 10)
+    assert job.lease_until == pytest.approx(clock.ns / 1e9 + 10)
+    clock.advance(8)
+    assert not journal.take(), "an extended lease must hide the job"
+    journal.ack(job)
+
+
+def test_nack_returns_the_job_after_its_delay_and_keeps_the_error(
+    journal: jobs.Journal, clock: Clock
+) -> None:
+    journal.put("k", b"p")
+    job = journal.take()
+    journal.nack(job, delay=5, error="timeout talking to k")
+    assert not journal.take()
+    clock.advance(5)
+    again = journal.take()
+    assert again and again.deliveries == 2 and again.error == "timeout talking to k"
+
+
+def test_nack_with_a_newer_put_pending_drops_the_old_payload(journal: jobs.Journal) -> None:
+    journal.put("k", b"old")
+    job = journal.take()
+    journal.put("k", b"new")
+    journal.nack(job)
+    [pending] = journal.get("k")
+    assert pending.payload == b"new" and pending.state == "pending"
+    assert journal.stats().counters["superseded"] == 1
+
+
+def test_after_max_deliveries_a_job_goes_to_the_dead_letters(tmp_path: Path, clock: Clock) -> None:
+    with jobs.open(tmp_path / "j", clock=clock, max_deliveries=2) as j:
+        j.put("k", b"p")
+        j.nack(j.take(), error="e1")
+        j.nack(j.take(), error="e2")  # the second delivery was the last: dead now
+        assert not j.take()
+        [dead] = j.dead_letters()
+        assert (dead.key, dead.state, dead.deliveries, dead.error) == ("k", "dead", 2, "e2")
+        j.put("k", b"fresh")  # the key is free again
+        fresh = j.take()
+        assert fresh and fresh.payload == b"fresh"
+        j.ack(fresh)
+        j.retry(dead)
+        back = j.take()
+        assert back and back.id == dead.id and back.deliveries == 1
+        j.nack(back)
+        j.nack(j.take())
+        assert len(j.dead_letters()) == 1
+        assert j.purge() == 1 and j.dead_letters() == []
+        with pytest.raises(JobNotFoundError):
+            j.retry(dead)
+        with pytest.raises(JobNotFoundError):
+            j.purge(dead.id)
+
+
+def test_a_lease_that_expires_at_max_deliveries_dies_at_the_next_take(tmp_path: Path, clock: Clock) -> None:
+    with jobs.open(tmp_path / "j", clock=clock, max_deliveries=1) as j:
+        j.put("k")
+        j.put("m")
+        assert j.take(lease=1).key == "k"
+        clock.advance(2)
+        nxt = j.take()
+        assert nxt and nxt.key == "m"
+        [dead] = j.dead_letters()
+        assert dead.key == "k" and "max_deliveries 1" in dead.error
+
+
+def test_max_deliveries_is_stored_in_the_journal(tmp_path: Path) -> None:
+    with jobs.open(tmp_path / "j", max_deliveries=3) as j:
+        assert j.max_deliveries == 3
+    with jobs.open(tmp_path / "j") as j:
+        assert j.max_deliveries == 3
+        j.configure(max_deliveries=7)
+    with jobs.open(tmp_path / "j") as j:
+        assert j.max_deliveries == 7
+
+
+def test_ttl_drops_a_job_nobody_took(journal: jobs.Journal, clock: Clock) -> None:
+    journal.put("short", ttl=5)
+    journal.put("taken", ttl=5)
+    journal.put("z:never")  # no ttl
+    clock.advance(1)
+    taken = journal.take()
+    assert taken and taken.key == "short"
+    journal.nack(taken)  # taken once: its TTL no longer applies
+    clock.advance(10)
+    keys = keys_in_take_order(journal, 2)
+    assert sorted(keys) == ["short", "z:never"]
+    assert journal.stats().counters["expired"] == 1
+    assert journal.get("taken") == []
+
+
+def test_cancel_removes_only_the_pending_job(journal: jobs.Journal) -> None:
+    journal.put("k", b"1")
+    running = journal.take()
+    journal.put("k", b"2")
+    assert journal.cancel("k") is True
+    assert journal.cancel("k") is False
+    assert [j.state for j in journal.get("k")] == ["leased"]
+    journal.ack(running)
+    assert journal.get("k") == []
+
+
+def test_work_acks_each_job_and_nacks_on_exception(journal: jobs.Journal) -> None:
+    for i in range(3):
+        journal.put(f"k{i}")
+    seen = []
+    with pytest.raises(RuntimeError), journal.work(lease=30, idle_timeout=0) as jobs_iter:
+        for job in jobs_iter:
+            seen.append(job.key)
+            if job.key == "k1":
+                raise RuntimeError("boom")
+    assert seen == ["k0", "k1"]
+    [failed] = journal.get("k1")
+    assert failed.state == "pending" and "boom" in failed.error
+    assert journal.get("k0") == []
+    with journal.work(idle_timeout=0) as w:
+        for job in w:
+            if job.key == "k2":
+                break  # leaving a with-block without an error acks
+    assert journal.get("k2") == []
+
+
+def test_bare_work_loop_gives_the_job_back_when_left(journal: jobs.Journal) -> None:
+    journal.put("k")
+    for job in journal.work(idle_timeout=0):
+        assert job.key == "k"
+        break
+    [back] = journal.get("k")
+    assert back.state == "pending"
+    for job in journal.work(idle_timeout=0):
+        journal.ack(job)  # settled by hand: the iterator does not ack it again
+        break
+    assert journal.get("k") == []
+
+
+def test_take_with_wait_wakes_on_a_put_from_another_handle(tmp_path: Path) -> None:
+    with jobs.open(tmp_path / "j") as worker:
+        assert not worker.take()
+
+        def produce() -> None:
+            time.sleep(0.3)
+            with jobs.open(tmp_path / "j") as producer:
+                producer.put("k", b"hello")
+
+        t = threading.Thread(target=produce)
+        start = time.monotonic()
+        t.start()
+        job = worker.take(wait=10)
+        took = time.monotonic() - start
+        t.join()
+        assert job and job.payload == b"hello"
+        assert 0.25 < took < 3, took
+
+
+def test_take_with_wait_wakes_when_a_delay_ends(tmp_path: Path) -> None:
+    with jobs.open(tmp_path / "j") as j:
+        j.put("k", delay=0.3)
+        start = time.monotonic()
+        job = j.take(wait=5)
+        assert job and 0.25 < time.monotonic() - start < 2
+
+
+def test_state_survives_reopen_and_snapshots_compact_the_op_log(tmp_path: Path, clock: Clock) -> None:
+    path = tmp_path / "j"
+    with jobs.open(path, clock=clock, snapshot_ops_min=200, segment_size_max=8192) as j:
+        for i in range(600):
+            j.put(f"k{i % 50}", b"%d" % i)
+            if i % 3 == 0:
+                job = j.take()
+                if job:
+                    j.ack(job)
+        before = j.stats()
+        lsn = j.snapshot()
+        assert lsn == before.next_lsn
+    snaps = sorted(n for n in os.listdir(path) if n.startswith("snapshot.") and n != "snapshot.lock")
+    assert 1 <= len(snaps) <= 2
+    info = logspool.open(path / "ops").info()
+    assert info.first_lsn > 0, "compaction should have removed the oldest op segments"
+    with jobs.open(path, clock=clock) as j:
+        after = j.stats()
+        assert after == before
+        assert sorted(x.key for x in j.jobs()) == sorted(x.key for x in jobs.open(path, clock=clock).jobs())
+
+
+def test_a_corrupt_newest_snapshot_falls_back_to_the_older_one(tmp_path: Path, clock: Clock) -> None:
+    path = tmp_path / "j"
+    with jobs.open(path, clock=clock, snapshot_ops_min=10**9) as j:
+        for i in range(20):
+            j.put(f"k{i}")
+        j.snapshot()
+        for i in range(20, 40):
+            j.put(f"k{i}")
+        newest = j.snapshot()
+        want = j.stats()
+    name = path / f"snapshot.{newest:016x}"
+    data = bytearray(name.read_bytes())
+    data[-3] ^= 0xFF
+    name.write_bytes(bytes(data))
+    with jobs.open(path, clock=clock) as j:
+        assert j.stats() == want
+
+
+def test_bad_input_is_refused_with_a_clear_error(journal: jobs.Journal, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="priority"):
+        journal.put("k", priority=256)
+    with pytest.raises(ValueError, match="empty"):
+        journal.put("")
+    with pytest.raises(ValueError, match="key is"):
+        journal.put("x" * 5000)
+    with pytest.raises(TypeError, match="payload"):
+        journal.put("k", "text")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="not both"):
+        journal.put("k", delay=1, not_before=5)
+    with pytest.raises(ValueError, match="priority_merge"):
+        journal.put("k", priority=1, priority_merge="newest")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="lease"):
+        journal.take(lease=0)
+    with pytest.raises(ValueError, match="ttl"):
+        journal.put("k", ttl=-1)
+    with pytest.raises(TypeError, match="Job"):
+        journal.ack("k")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="max_deliveries"):
+        jobs.open(tmp_path / "other", max_deliveries=0)
+    (tmp_path / "notajournal").mkdir()
+    (tmp_path / "notajournal" / "file").write_text("x")
+    with pytest.raises(NotALogError):
+        jobs.open(tmp_path / "notajournal")
+    with pytest.raises(NotALogError):
+        jobs.open(tmp_path / "missing", create=False)
+    assert journal.stats().next_lsn == 0, "nothing may be written by a refused call"
+
+
+def test_domain_of() -> None:
+    assert jobs.domain_of("https://Example.COM:8080/a?b") == "example.com"
+    assert jobs.domain_of("user:42") == "user"
+    assert jobs.domain_of("a/b/c") == "a"
+    assert jobs.domain_of("plain") == ""
+
+
+def test_closed_journal_refuses_calls(tmp_path: Path) -> None:
+    j = jobs.open(tmp_path / "j")
+    j.close()
+    j.close()
+    with pytest.raises(logspool.ClosedError):
+        j.put("k")
+    with pytest.raises(logspool.ClosedError):
+        j.take()
