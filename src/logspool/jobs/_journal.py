@@ -240,8 +240,12 @@ class Journal:
             fs=self._fs,
         )
         try:
-            if created or self._log.retention is None:
+            if created:
+                # The marker is the commit point of a creation: written last, so a crash before it
+                # leaves a directory the next creation completes (and that is not a journal yet).
                 self._set_up_compaction()
+                body = {"kind": MARKER_KIND, "version": JOURNAL_VERSION}
+                replace_file(self._fs, self.path, MARKER, json.dumps(body).encode() + b"\n")
             self._state = State()
             self._reader: Reader | None = None
             self._snapshot_lsn = 0
@@ -255,7 +259,8 @@ class Journal:
 
     # --- opening ----------------------------------------------------------------------------------
     def _open_marker(self, create: bool) -> bool:
-        """Check (or write) ``DIR/JOURNAL``; True if this call created the journal."""
+        """Check ``DIR/JOURNAL``; True if there is none and this call is to create the journal
+        (the caller writes the marker once the op log is set up)."""
         marker = os.path.join(self.path, MARKER)
         try:
             raw = self._fs.read_file(marker, limits.META_SIZE_MAX)
@@ -279,8 +284,6 @@ class Journal:
             ]
             if extra:
                 raise NotALogError(self.path, f"not a job journal and not empty (holds {sorted(extra)[:3]})")
-            body = {"kind": MARKER_KIND, "version": JOURNAL_VERSION}
-            replace_file(self._fs, self.path, MARKER, json.dumps(body).encode() + b"\n")
             return True
         try:
             body = json.loads(raw)
@@ -310,7 +313,8 @@ class Journal:
         """Load the newest snapshot that reads back whole, then catch up from the op log."""
         for _ in range(16):  # bounded: each turn follows a compaction that raced with us
             snapshot = None
-            for lsn in self._snapshot_lsns():
+            listed = self._snapshot_lsns()
+            for lsn in listed:
                 path = os.path.join(self.path, ops.snapshot_name(lsn))
                 try:
                     snapshot = ops.decode_snapshot(
@@ -325,11 +329,12 @@ class Journal:
             try:
                 reader = self._log.reader(start)
             except PositionError as err:
-                if snapshot is None and not self._snapshot_lsns():
+                if snapshot is None and self._snapshot_lsns() == listed:  # (not a racing compaction)
                     raise CorruptionError(
                         self._log.path,
                         0,
-                        f"the op log starts at lsn {err.first_lsn} and no snapshot covers the ops before it",
+                        f"the op log starts at lsn {err.first_lsn} and no readable snapshot covers the ops "
+                        f"before it ({len(listed)} snapshots unreadable)",
                     ) from err
                 continue  # a newer snapshot was written and compacted past ours: load that one
             if self._reader is not None:
