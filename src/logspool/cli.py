@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from . import _ckpt_tools
+from . import _ckpt_tools, _cli_jobs
 from . import _format as fmt
 from ._checkpoint_file import CheckpointFile
 from ._log import Log
@@ -595,6 +595,8 @@ def _parser() -> argparse.ArgumentParser:
     a = actions.add_parser("repair", help="roll FILE back to its last checkpoint if a change was cut short")
     a.add_argument("file")
     p.set_defaults(func=_cmd_ckpt)
+
+    _cli_jobs.add_parser(sub)
 
     p = sub.add_parser("demo", help="writer processes, a tailing reader, a cutover, info")
     p.add_argument("--dir", default="demo-output/log")

@@ -1,0 +1,50 @@
+"""``logspool jobs`` as a shell user runs it: real processes, real journal directories."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.conftest import run_cli
+
+
+def cli(*args: str, stdin: bytes = b"") -> tuple[int, str, str]:
+    r = run_cli("jobs", *args, stdin=stdin)
+    return r.returncode, r.stdout.decode(), r.stderr.decode()
+
+
+def test_put_take_ack_nack_list_stats_dead_from_the_shell(tmp_path: Path) -> None:
+    d = str(tmp_path / "j")
+    assert cli("put", d, "https://a.example/x", "hello", "--priority", "3")[:2] == (0, "0\n")
+    assert cli("put", d, stdin=b"k1\tv1\nk2\t\xff\n")[:2] == (0, "1\n2\n")
+    code, out, _ = cli("list", d, "--json")
+    listed = json.loads(out)
+    assert [j["key"] for j in listed] == ["https://a.example/x", "k1", "k2"]
+    assert listed[2]["payload_base64"] == "/w=="
+    code, out, _ = cli("take", d, "--json", "--lease", "60")
+    job = json.loads(out)
+    assert (code, job["key"], job["payload"], job["state"]) == (0, "https://a.example/x", "hello", "leased")
+    assert cli("ack", d, str(job["id"]), str(job["token"]))[0] == 0
+    code, _, err = cli("ack", d, str(job["id"]), str(job["token"]))
+    assert code == 1 and "no longer valid" in err
+    code, out, _ = cli("take", d)
+    job_id, token = out.split("\t")[:2]
+    assert cli("nack", d, job_id, token, "--error", "broken", "--delay", "100")[0] == 0
+    code, out, _ = cli("stats", d, "--json")
+    stats = json.loads(out)
+    assert (stats["pending"], stats["delayed"], stats["counters"]["acked"]) == (2, 1, 1)
+    assert cli("take", d)[0] == 0
+    code, out, err = cli("take", d, "--json")
+    assert code == 3 and json.loads(out)["idle"] is True
+    assert cli("dead", d, "--json")[1].strip() == "[]"
+    assert cli("cancel", d, "k1")[1].strip() == "cancelled"
+
+
+def test_bad_arguments_are_refused_clearly(tmp_path: Path) -> None:
+    d = str(tmp_path / "j")
+    code, _, err = cli("put", d, "k", "--priority", "300")
+    assert code == 1 and "priority must be an integer from 0 to 255" in err
+    code, _, err = cli("take", str(tmp_path / "missing"))
+    assert code == 1 and "no job journal here" in err
+    code, _, err = cli("put", d, "k", "--delay", "soon")
+    assert code == 2 and "not a number of seconds" in err
