@@ -1245,6 +1245,11 @@ class Tail:
         """The lsn the next append gets; every lsn below it is in the log."""
         return self._log._next_lsn
 
+    @property
+    def timestamp(self) -> int:
+        """The timestamp (ns) of the records appended last: one batch shares one timestamp."""
+        return self._log._last_ts
+
     def append(self, payload: bytes) -> int:
         """Append one record; durable when the exclusive block ends (as ``Log.append``)."""
         return self.append_many((payload,))[0]

@@ -409,3 +409,29 @@ def test_closed_journal_refuses_calls(tmp_path: Path) -> None:
         j.put("k")
     with pytest.raises(logspool.ClosedError):
         j.take()
+
+
+def test_put_many_is_one_durable_step_with_the_rules_of_put(journal: jobs.Journal) -> None:
+    lsns = journal.put_many([("a", b"1"), ("b", b"2"), ("a", b"3")], priority=7)
+    assert lsns == [0, 1, 2]
+    assert [(j.key, j.payload, j.priority) for j in journal.jobs()] == [("a", b"3", 7), ("b", b"2", 7)]
+    with pytest.raises(ValueError, match="empty"):
+        journal.put_many([("c", b""), ("", b"")])
+    assert journal.stats().next_lsn == 3, "a refused batch writes nothing"
+
+
+def test_take_with_ack_settles_the_previous_job_in_the_same_step(journal: jobs.Journal, clock: Clock) -> None:
+    journal.put("a")
+    journal.put("b")
+    first = journal.take()
+    second = journal.take(ack=first)
+    assert second and second.key == "b" and journal.get("a") == []
+    idle = journal.take(ack=second)
+    assert not idle and journal.stats().counters["acked"] == 2
+    journal.put("c")
+    third = journal.take(lease=1)
+    clock.advance(2)
+    again = journal.take()
+    with pytest.raises(LeaseExpiredError):
+        journal.take(ack=third)
+    assert journal.get("c")[0].token == again.token, "a refused ack takes nothing"

@@ -31,7 +31,7 @@ import os
 import threading
 import time
 import urllib.parse
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from types import TracebackType
@@ -39,7 +39,7 @@ from typing import Literal
 
 from .. import limits
 from .._fs import REAL, FileSystem, replace_file
-from .._log import Durability, Log
+from .._log import Durability, Log, Tail
 from .._reader import Reader, to_ns
 from .._retention import Retention
 from ..errors import (
@@ -226,9 +226,8 @@ class Journal:
         self._mutex = threading.RLock()
         self._closed = False
         self._ops_lost = 0
-        self._settled: collections.deque[int] = collections.deque(
-            maxlen=1024
-        )  # tokens this handle acked/nacked
+        # lease tokens this handle acked or nacked lately (so work() does not settle them again)
+        self._settled: collections.OrderedDict[int, None] = collections.OrderedDict()
         created = self._open_marker(create)
         self._log = Log(
             os.path.join(self.path, OPS_DIR),
@@ -356,10 +355,9 @@ class Journal:
                 state = self._state
                 where = self._log.path
                 for rec in reader:
-                    try:
-                        op = ops.decode(rec.payload, f"{where}: lsn {rec.lsn}")
-                    except (CorruptionError, UnsupportedVersionError):
-                        raise
+                    if rec.lsn < state.next_lsn:
+                        continue  # written and applied by this handle (see _Writer)
+                    op = ops.decode(rec.payload, f"{where}: lsn {rec.lsn}")
                     if rec.lsn != state.next_lsn:  # ops quarantined by a repair of the op log
                         self._lost(state.next_lsn, rec.lsn)
                         state.next_lsn = rec.lsn
@@ -435,6 +433,54 @@ class Journal:
         ``domain``: the fairness group (default: ``domain_of(key)``).
         Durability: returns after the op is fsynced ("always"). Any thread or process.
         """
+        op = self._put_op(
+            key,
+            payload,
+            priority=priority,
+            not_before=not_before,
+            delay=delay,
+            ttl=ttl,
+            domain=domain,
+            priority_merge=priority_merge,
+            not_before_merge=not_before_merge,
+        )
+        self._check_open()
+        return self._log.append(ops.encode(op))
+
+    def put_many(
+        self,
+        items: Iterable[tuple[str, bytes]],
+        *,
+        priority: int | None = None,
+        delay: float | None = None,
+        ttl: float | None = None,
+        priority_merge: Merge = "replace",
+        not_before_merge: Merge = "replace",
+    ) -> list[int]:
+        """``put`` for each ``(key, payload)`` in order, with the same options, in one write and
+        one fsync: all or none of them are in the journal. Returns the op lsns. Durable on return."""
+        built = [
+            self._put_op(key, payload, priority=priority, delay=delay, ttl=ttl,
+                         priority_merge=priority_merge, not_before_merge=not_before_merge)
+            for key, payload in items
+        ]  # fmt: skip
+        self._check_open()
+        return self._log.append_many([ops.encode(op) for op in built])
+
+    def _put_op(
+        self,
+        key: str,
+        payload: bytes = b"",
+        *,
+        priority: int | None = None,
+        not_before: datetime | float | None = None,
+        delay: float | None = None,
+        ttl: float | None = None,
+        domain: str | None = None,
+        priority_merge: Merge = "replace",
+        not_before_merge: Merge = "replace",
+    ) -> ops.Put:
+        """The PUT op for these arguments, checked (the rules are on ``put``)."""
         now = self._clock()
         key_raw = ops.utf8(key, "key", limits.JOB_KEY_SIZE_MAX)
         if not key_raw:
@@ -461,12 +507,12 @@ class Journal:
         else:
             nb, merges[1] = now, ops.KEEP
         ttl_until = 0 if ttl is None else now + int(_seconds(ttl, "ttl", zero=False) * _NS)
-        op = ops.Put(key, dom, bytes(payload), priority, nb, ttl_until, merges[0], merges[1])
-        self._check_open()
-        return self._log.append(ops.encode(op))
+        return ops.Put(key, dom, bytes(payload), priority, nb, ttl_until, merges[0], merges[1])
 
     # --- consuming --------------------------------------------------------------------------------
-    def take(self, lease: float = limits.JOB_LEASE_S_DEFAULT, *, wait: float = 0.0) -> Job | Idle:
+    def take(
+        self, lease: float = limits.JOB_LEASE_S_DEFAULT, *, wait: float = 0.0, ack: Job | None = None
+    ) -> Job | Idle:
         """The next ready job, leased to the caller for ``lease`` seconds; or ``Idle``.
 
         Order: the smallest priority number first; within a priority, the domain served least
@@ -475,13 +521,16 @@ class Journal:
         ``max_deliveries`` times goes to the dead letters instead; jobs past their TTL are dropped.
         With ``wait`` > 0, waits up to that many seconds: it wakes when a job becomes ready (a put
         or an ack from any process, or a delay or lease running out). ``Idle.next_at`` says when
-        the next job may be ready. Durability: the lease is fsynced before return. Any thread.
+        the next job may be ready. ``ack``: a job of the caller's to ack first, in the same
+        durable step (one fsync for both; a worker's loop). LeaseExpiredError as ``ack``, and
+        then nothing is taken. Durability: the lease is fsynced before return. Any thread.
         """
         lease_s = _seconds(lease, "lease", zero=False)
         wait_s = _seconds(wait, "wait")
         deadline = time.monotonic() + wait_s
         for _ in range(1 << 40):  # bounded by the deadline
-            result = self._take_once(lease_s)
+            result = self._take_once(lease_s, ack)
+            ack = None
             remaining = deadline - time.monotonic()
             if isinstance(result, Job) or remaining <= 0:
                 return result
@@ -489,8 +538,12 @@ class Journal:
             self._wait_for_ops(max(0.0, min(remaining, until_next)))
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _take_once(self, lease_s: float) -> Job | Idle:
+    def _take_once(self, lease_s: float, ack: Job | None) -> Job | Idle:
         with self._decide() as w:
+            if ack is not None:
+                self._leased(ack)
+                w.write(ops.Ack(ack.id, ack.token))
+                self._mark_settled(ack.token)
             state = self._state
             now = self._clock()
             expired, _ = state.due(now)
@@ -501,8 +554,9 @@ class Journal:
                 if entry is None:
                     at = state.next_at()
                     return Idle(None if at is None else at / _NS)
-                if entry.deliveries >= self.max_deliveries:
-                    reason = f"delivered {entry.deliveries} times (max_deliveries {self.max_deliveries})"
+                max_deliveries = state.max_deliveries or limits.JOB_MAX_DELIVERIES_DEFAULT
+                if entry.deliveries >= max_deliveries:
+                    reason = f"delivered {entry.deliveries} times (max_deliveries {max_deliveries})"
                     if entry.error:
                         reason += f"; last error: {entry.error}"
                     w.write(ops.Dead(entry.id, reason))
@@ -547,6 +601,11 @@ class Journal:
             raise LeaseExpiredError(self.path, job.id, job.token, entry.token, why)
         return entry
 
+    def _mark_settled(self, token: int) -> None:
+        self._settled[token] = None
+        if len(self._settled) > 1024:
+            self._settled.popitem(last=False)
+
     def ack(self, job: Job) -> None:
         """Mark ``job`` done: it is removed and never delivered again. LeaseExpiredError if the
         caller's lease was lost (the job was taken again after it expired). A lease that expired
@@ -554,7 +613,7 @@ class Journal:
         with self._decide() as w:
             self._leased(job)
             w.write(ops.Ack(job.id, job.token))
-            self._settled.append(job.token)
+            self._mark_settled(job.token)
 
     def nack(self, job: Job, *, delay: float = 0.0, error: str = "") -> None:
         """Give ``job`` back: it is delivered again after ``delay`` seconds, or goes to the dead
@@ -566,9 +625,9 @@ class Journal:
             raise TypeError(f"error must be a str, not {type(error).__name__}")
         with self._decide() as w:
             entry = self._leased(job)
-            dead = entry.deliveries >= self.max_deliveries
+            dead = entry.deliveries >= (self._state.max_deliveries or limits.JOB_MAX_DELIVERIES_DEFAULT)
             w.write(ops.Nack(job.id, job.token, self._clock() + int(delay_s * _NS), dead, error))
-            self._settled.append(job.token)
+            self._mark_settled(job.token)
 
     def extend(self, job: Job, lease: float = limits.JOB_LEASE_S_DEFAULT) -> Job:
         """Renew the lease: it now ends ``lease`` seconds from now. Returns the job as it is now.
@@ -784,10 +843,11 @@ class Journal:
 
 
 class _Writer:
-    """Writes ops inside ``Journal._decide`` and applies them at once (by reading them back, so
-    this process folds exactly the bytes every other process will)."""
+    """Writes ops inside ``Journal._decide`` and applies them at once, as every other process will
+    read them: the op decoded from its own bytes, at its lsn, with the records' timestamp (the
+    reader skips them later). Under the writer lock, after a catch-up: nothing is in between."""
 
-    def __init__(self, journal: Journal, tail: object) -> None:
+    def __init__(self, journal: Journal, tail: Tail) -> None:
         self._journal = journal
         self._tail = tail
         self.written = False
@@ -798,9 +858,14 @@ class _Writer:
     def write_many(self, items: list[ops.Op]) -> None:
         if not items:
             return
-        self._tail.append_many([ops.encode(op) for op in items])  # type: ignore[attr-defined]
+        payloads = [ops.encode(op) for op in items]
+        lsns = self._tail.append_many(payloads)
         self.written = True
-        self._journal._catch_up()
+        state = self._journal._state
+        timestamp = self._tail.timestamp
+        for lsn, payload in zip(lsns, payloads, strict=True):
+            assert lsn == state.next_lsn, (lsn, state.next_lsn)
+            state.apply(lsn, timestamp, ops.decode(payload, f"{self._journal.path}: lsn {lsn}"))
 
 
 def _check_max_deliveries(value: object) -> None:
@@ -833,15 +898,26 @@ class Work:
         return self
 
     def __next__(self) -> Job:
-        self._settle(None)
+        previous, self._current = self._current, None
         if self._done:
+            self._current = previous
+            self._settle(None)
             raise StopIteration
+        if previous is not None and previous.token in self._journal._settled:
+            previous = None  # the caller acked or nacked it already
         idle_since = time.monotonic()
         for _ in range(1 << 40):  # bounded by idle_timeout, or by the caller leaving the loop
             wait = 3600.0
             if self._idle_timeout_s is not None:
                 wait = max(0.0, self._idle_timeout_s - (time.monotonic() - idle_since))
-            got = self._journal.take(self._lease_s, wait=min(wait, 3600.0))
+            try:  # the previous job is acked in the same durable step as the next take
+                got = self._journal.take(self._lease_s, wait=min(wait, 3600.0), ack=previous)
+            except LeaseExpiredError as err:
+                _logger.warning("%s: a job finished after its lease was lost: %s", self._journal.path, err)
+                got = self._journal.take(self._lease_s, wait=min(wait, 3600.0))
+            if previous is not None:
+                self.done_count += 1
+                previous = None
             if isinstance(got, Job):
                 self._current = got
                 return got

@@ -111,6 +111,9 @@ class _Level:
     ready: list[tuple[int, int, int, str]]
     # domains to look at once the time passes: (time, domain); stale entries are harmless
     waiting: list[tuple[int, str]]
+    # domain -> its entry in ``ready`` that stands (any other entry of the domain is dropped
+    # when it surfaces): without it, every put would leave one more entry to look at per take
+    placed: dict[str, tuple[int, int, int, str]]
 
 
 def _merge(mode: int, old: int, new: int) -> int:
@@ -343,7 +346,7 @@ class State:
     def _level(self, priority: int) -> _Level:
         level = self._levels.get(priority)
         if level is None:
-            level = self._levels[priority] = _Level({}, [], [])
+            level = self._levels[priority] = _Level({}, [], [], {})
         return level
 
     def _enqueue(self, job: JobEntry) -> None:
@@ -375,10 +378,13 @@ class State:
     def _place(self, priority: int, level: _Level, domain: str, now_ns: int) -> None:
         head = self._head(priority, level, domain, now_ns)
         if head is None:
+            level.placed.pop(domain, None)
             return
         if head[0] <= now_ns:
-            served = self.served.get((priority, domain), -1)
-            heapq.heappush(level.ready, (served, head[0], head[1], domain))
+            entry = (self.served.get((priority, domain), -1), head[0], head[1], domain)
+            if level.placed.get(domain) != entry:
+                level.placed[domain] = entry
+                heapq.heappush(level.ready, entry)
         else:
             heapq.heappush(level.waiting, (head[0], domain))
 
@@ -409,6 +415,9 @@ class State:
                 self._place(priority, level, heapq.heappop(level.waiting)[1], now_ns)
             while level.ready:
                 served, not_before, job_id, domain = level.ready[0]
+                if level.placed.get(domain) != level.ready[0]:
+                    heapq.heappop(level.ready)  # superseded by a newer entry of its domain
+                    continue
                 head = self._head(priority, level, domain, now_ns)
                 if (
                     head == (not_before, job_id)
@@ -417,6 +426,7 @@ class State:
                 ):
                     return self.jobs[job_id]
                 heapq.heappop(level.ready)  # stale: place the domain again as it is now
+                del level.placed[domain]
                 self._place(priority, level, domain, now_ns)
             if not level.queues and not level.waiting:
                 del self._levels[priority]
