@@ -159,3 +159,41 @@ def test_golden_checkpoint_file_v1_rolls_back(tmp_path: Path) -> None:
         assert f.last_rollback is not None
         assert (f.last_rollback.entries, f.last_rollback.torn_tail) == (2, True)
         assert f.read(0, 2048) == b"checkpointed " * 157 + b"abcdefg"
+
+
+def test_job_op_and_snapshot_vectors() -> None:
+    from logspool.jobs import _ops as jops
+
+    v = vectors()
+    put = jops.Put(
+        "https://a.example/x", "a.example", b"hi", 10, 1795000000000000000, 0, jops.REPLACE, jops.KEEP
+    )
+    assert jops.decode(v["job-put"], "vector") == put and jops.encode(put) == v["job-put"]
+    take = jops.Take(5, 1795000030000000000)
+    assert jops.decode(v["job-take"], "vector") == take and jops.encode(take) == v["job-take"]
+    nack = jops.Nack(5, 9, 1795000060000000000, False, "oops")
+    assert jops.decode(v["job-nack"], "vector") == nack and jops.encode(nack) == v["job-nack"]
+    snap = jops.decode_snapshot(v["job-snapshot"], "vector")
+    row = jops.JobRow(
+        5, "k", "", b"p", 128, jops.PENDING, 1795000000000000000, 0, 1, 0, 0,
+        1795000000000000000, 1795000000000000001, "e",
+    )  # fmt: skip
+    assert snap == jops.Snapshot(12, 5, {"acked": 3, "put": 4}, {(10, "a.example"): 9}, [row])
+    assert jops.encode_snapshot(snap) == v["job-snapshot"]
+
+
+def test_golden_job_journal_v1_opens_with_its_jobs(tmp_path: Path) -> None:
+    """A version-1 journal: a snapshot after the first ack, then ops (a put, a nack, an update)."""
+    from logspool import jobs
+
+    shutil.copytree(Path(__file__).parent / "jobs-v1", tmp_path / "j")
+    with jobs.open(tmp_path / "j", create=False) as j:
+        st = j.stats()
+        assert (st.pending, st.leased, st.dead, st.max_deliveries) == (3, 0, 0, 3)
+        assert st.counters["acked"] == 1 and st.counters["nacked"] == 1 and st.counters["updated"] == 1
+        got = {job.key: (job.payload, job.priority, job.deliveries, job.error) for job in j.jobs()}
+        assert got == {
+            "https://b.example/1": (b"two-updated", 128, 1, "flaky"),
+            "c:1": (b"three", 128, 0, ""),
+            "https://a.example/2": (b"four", 128, 0, ""),
+        }
