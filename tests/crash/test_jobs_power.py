@@ -144,6 +144,14 @@ def check(
     return None
 
 
+def judge(target: Path, acked: list[int], reference: dict[int, tuple[object, ...]]) -> str | None:
+    """What is wrong with the journal in ``target`` after a fault (None: nothing)."""
+    try:
+        return check(recovered(target), acked, reference)
+    except Exception as err:  # any failure to open is a finding
+        return f"open failed: {err!r}"
+
+
 def count_ops(base: Path) -> int:
     (base / "count").mkdir()
     fs = FaultFS(str(base / "count"))
@@ -169,10 +177,7 @@ def test_power_loss_at_every_operation_leaves_a_prefix_with_every_acknowledged_o
         for k, state in enumerate(fs.crash_states(rng, STATES_PER_CUT)):
             target = fast_dir / f"after{n}.{k}"
             materialize(state, str(target))
-            try:
-                problem = check(recovered(target), acked, reference)
-            except Exception as err:  # any failure to open is a finding
-                problem = f"open failed: {err!r}"
+            problem = judge(target, acked, reference)
             if problem:
                 violations.append(f"cut {n} ({fs.kinds[n - 1]}), state {k}: {problem}")
             states += 1
@@ -196,10 +201,7 @@ def test_an_io_error_at_every_operation_fails_the_call_and_the_journal_reopens(
         with contextlib.suppress(OSError, logspool.LogspoolError):
             workload(work, fs, acked, snapshots=True)
         fs.release()
-        try:
-            problem = check(recovered(work), acked, reference)
-        except Exception as e:  # any failure to open is a finding
-            problem = f"open failed: {e!r}"
+        problem = judge(work, acked, reference)
         if problem:
             violations.append(f"fault at {n} ({fs.kinds[n - 1] if n <= len(fs.kinds) else '?'}): {problem}")
         shutil.rmtree(work)

@@ -45,7 +45,22 @@ COUNTERS = (
 
 
 class JobEntry:
-    """One job in the state (mutable; the public ``Job`` is a frozen copy)."""
+    """One job in the state (mutable; the public ``Job`` is a frozen copy). Fields as ``JobRow``."""
+
+    id: int
+    key: str
+    domain: str
+    payload: bytes
+    priority: int
+    state: int
+    not_before_ns: int
+    ttl_until_ns: int
+    deliveries: int
+    token: int
+    lease_until_ns: int
+    created_ns: int
+    updated_ns: int
+    error: str
 
     __slots__ = (
         "created_ns",
@@ -65,40 +80,11 @@ class JobEntry:
     )
 
     def __init__(self, row: ops.JobRow) -> None:
-        (
-            self.id,
-            self.key,
-            self.domain,
-            self.payload,
-            self.priority,
-            self.state,
-            self.not_before_ns,
-            self.ttl_until_ns,
-            self.deliveries,
-            self.token,
-            self.lease_until_ns,
-            self.created_ns,
-            self.updated_ns,
-            self.error,
-        ) = row
+        for name, value in zip(ops.JobRow._fields, row, strict=True):
+            setattr(self, name, value)
 
     def row(self) -> ops.JobRow:
-        return ops.JobRow(
-            self.id,
-            self.key,
-            self.domain,
-            self.payload,
-            self.priority,
-            self.state,
-            self.not_before_ns,
-            self.ttl_until_ns,
-            self.deliveries,
-            self.token,
-            self.lease_until_ns,
-            self.created_ns,
-            self.updated_ns,
-            self.error,
-        )
+        return ops.JobRow(*(getattr(self, name) for name in ops.JobRow._fields))
 
 
 @dataclass(slots=True)
