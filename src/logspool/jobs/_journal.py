@@ -1,12 +1,7 @@
 """The job journal: jobs kept as ops in a logspool log, shared by any number of processes.
 
-Layout of a journal directory ``DIR`` (docs/FORMAT.md §14):
-- ``DIR/JOURNAL``: a small JSON marker (kind and format version), written once at creation.
-- ``DIR/ops/``: the op log, a logspool log. Every change is one op record.
-- ``DIR/snapshot.<next lsn, 16 hex digits>``: the state after every op below that lsn. The two
-  newest are kept; the op log's durable subscriber ``snapshot`` sits at the older of the two, and
-  the log's retention (``consumed``) removes the segments below it.
-- ``DIR/snapshot.lock``: taken by the one process writing a snapshot.
+The layout of a journal directory (an op log, snapshots, a marker) and the machinery of opening,
+catching up, deciding and compacting are ``logspool._fold``'s (docs/FORMAT.md §14).
 
 Guarantees (docs/DURABILITY.md has the argument and the tests that prove it):
 - With ``durability="always"`` (default) every call that changes the journal returns after its op
@@ -25,46 +20,27 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import json
 import logging
 import os
-import threading
 import time
 import urllib.parse
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from types import TracebackType
 from typing import Literal
 
 from .. import limits
-from .._fs import REAL, FileSystem, replace_file
-from .._log import Durability, Log, Tail
-from .._reader import Reader, to_ns
-from .._retention import Retention
-from ..errors import (
-    ClosedError,
-    CorruptionError,
-    DataLossError,
-    JobNotFoundError,
-    LeaseExpiredError,
-    NotALogError,
-    PositionError,
-    SubscriberExistsError,
-    UnsupportedVersionError,
-)
+from .._fold import FoldedStore
+from .._fs import FileSystem
+from .._log import Durability
+from .._reader import to_ns
+from ..errors import JobNotFoundError, LeaseExpiredError
 from . import _ops as ops
 from ._state import NONE, JobEntry, State
 
 _logger = logging.getLogger("logspool.jobs")
 
-MARKER = "JOURNAL"
-MARKER_KIND = "logspool-jobs"
-JOURNAL_VERSION = 1
-OPS_DIR = "ops"
-SNAPSHOT_LOCK = "snapshot.lock"
-SNAPSHOT_SUBSCRIBER = "snapshot"
-SNAPSHOTS_KEPT = 2
 PRIORITY_DEFAULT = 128
 _NS = 1_000_000_000
 Merge = Literal["replace", "keep", "earliest", "latest"]
@@ -192,8 +168,12 @@ def _job(entry: JobEntry) -> Job:
     )
 
 
-class Journal:
+class Journal(FoldedStore[State, ops.Op]):
     """A job journal in a directory. Use ``logspool.jobs.open``. See the module docstring."""
+
+    KIND = "logspool-jobs"
+    VERSION = 1
+    WHAT = "job journal"
 
     def __init__(
         self,
@@ -208,191 +188,47 @@ class Journal:
         fs: FileSystem | None = None,
         clock: Callable[[], int] | None = None,
     ) -> None:
-        self.path = os.fspath(path)
-        # The time decisions are made at (ns since the epoch): the wall clock, shared by every
-        # process on the machine; tests give a clock they move by hand.
-        self._clock = clock or time.time_ns
-        self._fs = fs or REAL
         if max_deliveries is not None:
             _check_max_deliveries(max_deliveries)
-        if (
-            isinstance(snapshot_ops_min, bool)
-            or not isinstance(snapshot_ops_min, int)
-            or snapshot_ops_min < 1
-        ):
-            raise ValueError(f"snapshot_ops_min must be a positive integer, not {snapshot_ops_min!r}")
-        self._snapshot_ops_min = snapshot_ops_min
-        self._always = durability == "always"
-        self._mutex = threading.RLock()
-        self._closed = False
-        self._ops_lost = 0
         # lease tokens this handle acked or nacked lately (so work() does not settle them again)
         self._settled: collections.OrderedDict[int, None] = collections.OrderedDict()
-        created = self._open_marker(create)
-        self._log = Log(
-            os.path.join(self.path, OPS_DIR),
-            durability=durability,
+        self._open_store(
+            path,
             create=create,
-            # fixed when the op log is created: the journal's default then, the stored value after
-            segment_size_max=segment_size_max or (limits.JOB_SEGMENT_SIZE_MAX_DEFAULT if created else None),
+            durability=durability,
+            segment_size_max=segment_size_max,
+            snapshot_ops_min=snapshot_ops_min,
             lock_timeout_s=lock_timeout_s,
-            fs=self._fs,
+            fs=fs,
+            clock=clock,
         )
         try:
-            if created:
-                # The marker is the commit point of a creation: written last, so a crash before it
-                # leaves a directory the next creation completes (and that is not a journal yet).
-                self._set_up_compaction()
-                body = {"kind": MARKER_KIND, "version": JOURNAL_VERSION}
-                replace_file(self._fs, self.path, MARKER, json.dumps(body).encode() + b"\n")
-            self._state = State()
-            self._reader: Reader | None = None
-            self._snapshot_lsn = 0
-            self._load()
-            self._catch_up()
             if max_deliveries is not None and max_deliveries != self.max_deliveries:
                 self.configure(max_deliveries=max_deliveries)
         except BaseException:
-            self._log.close()
+            self.close()
             raise
 
-    # --- opening ----------------------------------------------------------------------------------
-    def _open_marker(self, create: bool) -> bool:
-        """Check ``DIR/JOURNAL``; True if there is none and this call is to create the journal
-        (the caller writes the marker once the op log is set up)."""
-        marker = os.path.join(self.path, MARKER)
-        try:
-            raw = self._fs.read_file(marker, limits.META_SIZE_MAX)
-        except FileNotFoundError:
-            raw = None
-        if raw is None:
-            if not create:
-                raise NotALogError(
-                    self.path, "no job journal here (no JOURNAL file) and create=False"
-                ) from None
-            try:
-                self._fs.mkdir(self.path)
-                # the new directory's name must survive a power cut before anything in it matters
-                self._fs.fsync_dir(os.path.dirname(os.path.abspath(self.path)))
-            except OSError as err:
-                raise NotALogError(self.path, f"cannot create the journal directory: {err}") from err
-            # (another process creating the journal at the same time leaves these names)
-            own = (MARKER, OPS_DIR, SNAPSHOT_LOCK)
-            extra = [
-                n for n in self._fs.listdir(self.path) if n not in own and not n.startswith(f".{MARKER}.")
-            ]
-            if extra:
-                raise NotALogError(self.path, f"not a job journal and not empty (holds {sorted(extra)[:3]})")
-            return True
-        try:
-            body = json.loads(raw)
-            kind, version = body["kind"], body["version"]
-        except (ValueError, KeyError, TypeError) as err:
-            raise CorruptionError(marker, 0, f"not a journal marker: {err}") from err
-        if kind != MARKER_KIND:
-            raise NotALogError(self.path, f"the marker says {kind!r}, not a job journal")
-        if not isinstance(version, int) or version > JOURNAL_VERSION:
-            raise UnsupportedVersionError(
-                marker, version if isinstance(version, int) else -1, JOURNAL_VERSION
-            )
-        return False
+    # --- the fold's hooks -------------------------------------------------------------------------
+    def _new_state(self, snapshot: bytes | None, path: str) -> State:
+        return State(None if snapshot is None else ops.decode_snapshot(snapshot, path))
 
-    def _set_up_compaction(self) -> None:
-        """The op log keeps what the older kept snapshot needs; retention removes the rest."""
-        with contextlib.suppress(SubscriberExistsError):
-            self._log.add_subscriber(SNAPSHOT_SUBSCRIBER, 0)
-        self._log.set_retention(Retention(consumed=True))
+    def _encode_op(self, op: ops.Op) -> bytes:
+        return ops.encode(op)
 
-    def _snapshot_lsns(self) -> list[int]:
-        """The snapshots in the directory, newest first."""
-        found = (ops.parse_snapshot_name(n) for n in self._fs.listdir(self.path))
-        return sorted((lsn for lsn in found if lsn is not None), reverse=True)
+    def _decode_op(self, payload: bytes, where: str) -> ops.Op:
+        return ops.decode(payload, where)
 
-    def _load(self) -> None:
-        """Load the newest snapshot that reads back whole, then catch up from the op log."""
-        for _ in range(16):  # bounded: each turn follows a compaction that raced with us
-            snapshot = None
-            listed = self._snapshot_lsns()
-            for lsn in listed:
-                path = os.path.join(self.path, ops.snapshot_name(lsn))
-                try:
-                    snapshot = ops.decode_snapshot(
-                        self._fs.read_file(path, limits.JOB_SNAPSHOT_SIZE_MAX), path
-                    )
-                    break
-                except FileNotFoundError:
-                    continue  # removed by a newer snapshot's cleanup: look again
-                except CorruptionError as err:
-                    _logger.error("%s: snapshot unreadable, trying an older one: %s", self.path, err)
-            start = snapshot.next_lsn if snapshot is not None else 0
-            try:
-                reader = self._log.reader(start)
-            except PositionError as err:
-                if snapshot is None and self._snapshot_lsns() == listed:  # (not a racing compaction)
-                    raise CorruptionError(
-                        self._log.path,
-                        0,
-                        f"the op log starts at lsn {err.first_lsn} and no readable snapshot covers the ops "
-                        f"before it ({len(listed)} snapshots unreadable)",
-                    ) from err
-                continue  # a newer snapshot was written and compacted past ours: load that one
-            if self._reader is not None:
-                self._reader.close()
-            self._reader = reader
-            self._state = State(snapshot)
-            self._snapshot_lsn = start
-            return
-        raise CorruptionError(self.path, 0, "no snapshot and op log position agree after 16 tries")
+    def _freeze(self) -> tuple[int, object]:
+        snap = self._state.snapshot(self.max_deliveries)
+        return snap.next_lsn, snap
 
-    # --- catching up ------------------------------------------------------------------------------
-    def _catch_up(self) -> None:
-        """Apply every op in the log that this handle has not applied. Under ``_mutex``."""
-        self._check_open()
-        for _ in range(16):  # bounded: each turn follows a compaction that removed what we needed
-            reader = self._reader
-            assert reader is not None
-            try:
-                state = self._state
-                where = self._log.path
-                for rec in reader:
-                    if rec.lsn < state.next_lsn:
-                        continue  # written and applied by this handle (see _Writer)
-                    op = ops.decode(rec.payload, f"{where}: lsn {rec.lsn}")
-                    if rec.lsn != state.next_lsn:  # ops quarantined by a repair of the op log
-                        self._lost(state.next_lsn, rec.lsn)
-                        state.next_lsn = rec.lsn
-                    state.apply(rec.lsn, rec.timestamp, op)
-                if reader.gaps:
-                    reader.gaps.clear()
-                break
-            except DataLossError:
-                self._load()  # compaction removed segments we had not read: a snapshot covers them
-        else:
-            raise CorruptionError(self.path, 0, "could not catch up with the op log after 16 reloads")
+    def _encode_snapshot(self, frozen: object) -> bytes:
+        assert isinstance(frozen, ops.Snapshot)
+        return ops.encode_snapshot(frozen)
 
-    def _lost(self, first: int, next_lsn: int) -> None:
-        self._ops_lost += next_lsn - first
-        _logger.error(
-            "%s: ops %d..%d are missing from the op log (quarantined by repair): jobs they "
-            "changed may be missing or run again",
-            self.path,
-            first,
-            next_lsn - 1,
-        )
-
-    @contextlib.contextmanager
-    def _decide(self) -> Iterator[_Writer]:
-        """The state, current, with the writer lock held: read, decide, write ops that everyone
-        will apply in this order. The fsync comes after the locks are released (group commit)."""
-        with self._mutex:
-            self._check_open()
-            with self._log.exclusive(sync=False) as tail:
-                self._catch_up()
-                writer = _Writer(self, tail)
-                yield writer
-        if writer.written and self._always:
-            self._log.sync()  # the decision is returned only once its op is durable
-        self._maybe_snapshot()  # outside the writer lock: compaction takes it itself
+    def _state_size(self) -> int:
+        return len(self._state.jobs)
 
     # --- settings ---------------------------------------------------------------------------------
     @property
@@ -569,21 +405,6 @@ class Journal:
                 raise AssertionError("take: no decision after looking at every index entry")
         return chosen
 
-    def _wait_for_ops(self, timeout_s: float) -> None:
-        """Sleep until an op is appended after what this handle has applied, or ``timeout_s``."""
-        if timeout_s <= 0:
-            return
-        with self._mutex:
-            start = self._state.next_lsn
-        try:
-            waiter = self._log.reader(start)
-        except PositionError:
-            return  # compacted past us: there is news
-        try:
-            waiter.next(timeout=timeout_s)
-        finally:
-            waiter.close()
-
     def _leased(self, job: Job) -> JobEntry:
         """The state's entry for ``job`` if the caller's lease still holds; else LeaseExpiredError."""
         if not isinstance(job, Job):
@@ -660,11 +481,6 @@ class Journal:
         )
 
     # --- inspecting -------------------------------------------------------------------------------
-    def _current(self) -> State:
-        with self._mutex:
-            self._catch_up()
-            return self._state
-
     def get(self, key: str) -> list[Job]:
         """The live jobs of ``key``: the leased one (if any), then the pending one (if any).
         Reads the log up to now (no lock). Any thread."""
@@ -770,68 +586,7 @@ class Journal:
             w.write_many([ops.Purge(i) for i in ids])
             return len(ids)
 
-    # --- snapshots --------------------------------------------------------------------------------
-    def _maybe_snapshot(self) -> None:
-        behind = self._state.next_lsn - self._snapshot_lsn
-        if behind < self._snapshot_ops_min or behind < 2 * len(self._state.jobs):
-            return
-        newest = self._snapshot_lsns()[:1]
-        if newest and newest[0] > self._snapshot_lsn:  # another process wrote one: count from it
-            self._snapshot_lsn = newest[0]
-            self._maybe_snapshot()
-        else:
-            try:
-                self.snapshot(wait=False)
-            except OSError as err:  # the op that got us here succeeded; compaction can wait
-                _logger.error("%s: snapshot failed: %s", self.path, err)
-
-    def snapshot(self, *, wait: bool = True) -> int | None:
-        """Write a snapshot of the state now and compact the op log below the older kept one.
-        Returns its lsn, or None if another process is writing one (and ``wait`` is False).
-        Durability: the snapshot is fsynced (and its name in the directory) before any op it
-        covers is removed. Any thread or process (one at a time, by ``DIR/snapshot.lock``)."""
-        fd = self._fs.open(os.path.join(self.path, SNAPSHOT_LOCK), os.O_RDWR | os.O_CREAT)
-        try:
-            if not self._fs.lock(fd, limits.LOCK_TIMEOUT_S_DEFAULT if wait else 0.0):
-                return None
-            with self._mutex:
-                self._check_open()
-                self._snapshot_lsn = self._state.next_lsn  # no second attempt from _catch_up
-                self._catch_up()
-                snap = self._state.snapshot(self.max_deliveries)
-                self._snapshot_lsn = snap.next_lsn
-            data = ops.encode_snapshot(snap)
-            # replace_file: temp, fsync, rename, fsync dir. A crash anywhere leaves the older
-            # snapshots and the whole op log above them: nothing is removed until this is durable.
-            replace_file(self._fs, self.path, ops.snapshot_name(snap.next_lsn), data)
-            kept = self._snapshot_lsns()[:SNAPSHOTS_KEPT]
-            # The op log must keep every op above the older kept snapshot (the fallback if the
-            # newest cannot be read); retention removes whole segments below this position.
-            self._log.rewind_subscriber(SNAPSHOT_SUBSCRIBER, kept[-1])
-            for lsn in self._snapshot_lsns()[SNAPSHOTS_KEPT:]:
-                with contextlib.suppress(FileNotFoundError):
-                    self._fs.unlink(os.path.join(self.path, ops.snapshot_name(lsn)))
-            self._fs.fsync_dir(self.path)
-            self._log.enforce_retention()
-            return snap.next_lsn
-        finally:
-            self._fs.close(fd)  # closing releases the flock
-
     # --- closing ----------------------------------------------------------------------------------
-    def _check_open(self) -> None:
-        if self._closed:
-            raise ClosedError(self.path, "job journal is closed")
-
-    def close(self) -> None:
-        """Close the journal (leased jobs stay leased until their leases expire). Idempotent."""
-        with self._mutex:
-            if self._closed:
-                return
-            self._closed = True
-            if self._reader is not None:
-                self._reader.close()
-            self._log.close()
-
     def __enter__(self) -> Journal:
         return self
 
@@ -840,32 +595,6 @@ class Journal:
 
     def __repr__(self) -> str:
         return f"<logspool.jobs.Journal {self.path!r}>"
-
-
-class _Writer:
-    """Writes ops inside ``Journal._decide`` and applies them at once, as every other process will
-    read them: the op decoded from its own bytes, at its lsn, with the records' timestamp (the
-    reader skips them later). Under the writer lock, after a catch-up: nothing is in between."""
-
-    def __init__(self, journal: Journal, tail: Tail) -> None:
-        self._journal = journal
-        self._tail = tail
-        self.written = False
-
-    def write(self, op: ops.Op) -> None:
-        self.write_many([op])
-
-    def write_many(self, items: list[ops.Op]) -> None:
-        if not items:
-            return
-        payloads = [ops.encode(op) for op in items]
-        lsns = self._tail.append_many(payloads)
-        self.written = True
-        state = self._journal._state
-        timestamp = self._tail.timestamp
-        for lsn, payload in zip(lsns, payloads, strict=True):
-            assert lsn == state.next_lsn, (lsn, state.next_lsn)
-            state.apply(lsn, timestamp, ops.decode(payload, f"{self._journal.path}: lsn {lsn}"))
 
 
 def _check_max_deliveries(value: object) -> None:

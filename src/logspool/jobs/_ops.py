@@ -241,7 +241,6 @@ def decode(buf: bytes, where: str) -> Op:
 # §14.3); a reader checks the header CRC and the body CRC before believing any of it.
 SNAPSHOT_MAGIC = b"LSJOBSNP"
 SNAPSHOT_VERSION = 1
-SNAPSHOT_PREFIX = "snapshot."
 # magic, version, header size, next_lsn, max_deliveries, job count, counter count, served count,
 # body size, body crc32, header crc32 (over the bytes before it)
 SNAPSHOT_HEADER = struct.Struct("<8sHHQIIIIQII")
@@ -284,19 +283,6 @@ class Snapshot(NamedTuple):
     counters: dict[str, int]
     served: dict[tuple[int, str], int]  # (priority, domain) -> lsn of the last TAKE it got
     jobs: list[JobRow]
-
-
-def snapshot_name(next_lsn: int) -> str:
-    return f"{SNAPSHOT_PREFIX}{next_lsn:016x}"
-
-
-def parse_snapshot_name(name: str) -> int | None:
-    if not name.startswith(SNAPSHOT_PREFIX) or len(name) != len(SNAPSHOT_PREFIX) + 16:
-        return None
-    try:
-        return int(name[len(SNAPSHOT_PREFIX) :], 16)
-    except ValueError:
-        return None
 
 
 def encode_snapshot(snap: Snapshot) -> bytes:

@@ -1,0 +1,424 @@
+"""A state kept as a deterministic fold over an op log, shared by any number of processes.
+
+The job journal (``logspool.jobs``) and the key-value store (``logspool.kv``) are both built on
+this (docs/FORMAT.md §14 and §15). Layout of a store directory ``DIR``:
+- ``DIR/JOURNAL``: a small JSON marker (kind and format version), written last at creation.
+- ``DIR/ops/``: the op log, a logspool log. Every change is one op record.
+- ``DIR/snapshot.<next lsn, 16 hex digits>``: the state after every op below that lsn. The two
+  newest are kept; the op log's durable subscriber ``snapshot`` sits at the older of the two, and
+  the log's retention (``consumed``) removes the segments below it.
+- ``DIR/snapshot.lock``: taken by the one process writing a snapshot.
+
+Every process applies the same ops in lsn order from the same snapshot, so all reach the same
+state. A change that depends on the state (a decision) is made under the op log's writer lock
+after reading every op before it (``_decide``), and its op is applied at once by the writer.
+With ``durability="always"`` a call returns after its op is fsynced; the fsync happens after the
+locks are released so that threads share it (group commit).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, Generic, Protocol, TypeVar
+
+from . import limits
+from ._fs import REAL, FileSystem, replace_file
+from ._log import Durability, Log, Tail
+from ._reader import Reader
+from ._retention import Retention
+from .errors import (
+    ClosedError,
+    CorruptionError,
+    DataLossError,
+    NotALogError,
+    PositionError,
+    SubscriberExistsError,
+    UnsupportedVersionError,
+)
+
+_logger = logging.getLogger("logspool.fold")
+
+MARKER = "JOURNAL"
+OPS_DIR = "ops"
+SNAPSHOT_LOCK = "snapshot.lock"
+SNAPSHOT_SUBSCRIBER = "snapshot"
+SNAPSHOT_PREFIX = "snapshot."
+SNAPSHOTS_KEPT = 2
+
+
+def snapshot_name(next_lsn: int) -> str:
+    return f"{SNAPSHOT_PREFIX}{next_lsn:016x}"
+
+
+def parse_snapshot_name(name: str) -> int | None:
+    if not name.startswith(SNAPSHOT_PREFIX) or len(name) != len(SNAPSHOT_PREFIX) + 16:
+        return None
+    try:
+        return int(name[len(SNAPSHOT_PREFIX) :], 16)
+    except ValueError:
+        return None
+
+
+class FoldState(Protocol):
+    """What a folded state offers the store: the next lsn to apply, and the fold step."""
+
+    next_lsn: int
+
+    def apply(self, lsn: int, timestamp_ns: int, op: Any) -> Any: ...
+
+
+S = TypeVar("S", bound=FoldState)
+OpT = TypeVar("OpT")
+
+
+class FoldedStore(Generic[S, OpT]):
+    """The machinery shared by the folded stores: opening, catching up, deciding, snapshots.
+
+    A subclass sets the class attributes and implements the ``_``-prefixed hooks below.
+    """
+
+    KIND = ""  # the marker's kind
+    VERSION = 1  # the newest store format this code reads
+    WHAT = "store"  # in messages: "job journal", "key-value store"
+    SEGMENT_SIZE_MAX_DEFAULT = limits.JOB_SEGMENT_SIZE_MAX_DEFAULT
+    SNAPSHOT_SIZE_MAX = limits.JOB_SNAPSHOT_SIZE_MAX
+
+    # --- hooks ------------------------------------------------------------------------------------
+    def _new_state(self, snapshot: bytes | None, path: str) -> S:
+        """The state a snapshot file holds (CorruptionError if it does not read back), or the
+        empty state."""
+        raise NotImplementedError
+
+    def _encode_op(self, op: OpT) -> bytes:
+        raise NotImplementedError
+
+    def _decode_op(self, payload: bytes, where: str) -> OpT:
+        raise NotImplementedError
+
+    def _freeze(self) -> tuple[int, object]:
+        """Under the mutex, caught up: the state's next lsn and what ``_encode_snapshot`` needs."""
+        raise NotImplementedError
+
+    def _encode_snapshot(self, frozen: object) -> bytes:
+        raise NotImplementedError
+
+    def _state_size(self) -> int:
+        """How many entries the state holds (a snapshot is written once the op log since the last
+        one is at least twice this, and ``snapshot_ops_min``)."""
+        raise NotImplementedError
+
+    # --- opening ----------------------------------------------------------------------------------
+    def _open_store(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        create: bool,
+        durability: Durability,
+        segment_size_max: int | None,
+        snapshot_ops_min: int,
+        lock_timeout_s: float,
+        fs: FileSystem | None,
+        clock: Callable[[], int] | None,
+    ) -> None:
+        self.path = os.fspath(path)
+        # The time decisions are made at (ns since the epoch): the wall clock, shared by every
+        # process on the machine; tests give a clock they move by hand.
+        self._clock = clock or time.time_ns
+        self._fs = fs or REAL
+        if (
+            isinstance(snapshot_ops_min, bool)
+            or not isinstance(snapshot_ops_min, int)
+            or snapshot_ops_min < 1
+        ):
+            raise ValueError(f"snapshot_ops_min must be a positive integer, not {snapshot_ops_min!r}")
+        self._snapshot_ops_min = snapshot_ops_min
+        self._always = durability == "always"
+        self._mutex = threading.RLock()
+        self._closed = False
+        self._ops_lost = 0
+        created = self._open_marker(create)
+        self._log = Log(
+            os.path.join(self.path, OPS_DIR),
+            durability=durability,
+            create=create,
+            # fixed when the op log is created: the store's default then, the stored value after
+            segment_size_max=segment_size_max or (self.SEGMENT_SIZE_MAX_DEFAULT if created else None),
+            lock_timeout_s=lock_timeout_s,
+            fs=self._fs,
+        )
+        try:
+            if created:
+                # The marker is the commit point of a creation: written last, so a crash before it
+                # leaves a directory the next creation completes (and that is not a store yet).
+                self._set_up_compaction()
+                body = {"kind": self.KIND, "version": self.VERSION}
+                replace_file(self._fs, self.path, MARKER, json.dumps(body).encode() + b"\n")
+            self._state: S = self._new_state(None, self.path)
+            self._reader: Reader | None = None
+            self._snapshot_lsn = 0
+            self._load()
+            self._catch_up()
+        except BaseException:
+            self._log.close()
+            raise
+
+    def _open_marker(self, create: bool) -> bool:
+        """Check ``DIR/JOURNAL``; True if there is none and this call is to create the store (the
+        caller writes the marker once the op log is set up)."""
+        marker = os.path.join(self.path, MARKER)
+        try:
+            raw = self._fs.read_file(marker, limits.META_SIZE_MAX)
+        except FileNotFoundError:
+            raw = None
+        if raw is None:
+            if not create:
+                raise NotALogError(
+                    self.path, f"no {self.WHAT} here (no {MARKER} file) and create=False"
+                ) from None
+            try:
+                self._fs.mkdir(self.path)
+                # the new directory's name must survive a power cut before anything in it matters
+                self._fs.fsync_dir(os.path.dirname(os.path.abspath(self.path)))
+            except OSError as err:
+                raise NotALogError(self.path, f"cannot create the {self.WHAT} directory: {err}") from err
+            # (another process creating the store at the same time leaves these names)
+            own = (MARKER, OPS_DIR, SNAPSHOT_LOCK)
+            extra = [
+                n for n in self._fs.listdir(self.path) if n not in own and not n.startswith(f".{MARKER}.")
+            ]
+            if extra:
+                raise NotALogError(self.path, f"not a {self.WHAT} and not empty (holds {sorted(extra)[:3]})")
+            return True
+        try:
+            body = json.loads(raw)
+            kind, version = body["kind"], body["version"]
+        except (ValueError, KeyError, TypeError) as err:
+            raise CorruptionError(marker, 0, f"not a {MARKER} marker: {err}") from err
+        if kind != self.KIND:
+            raise NotALogError(self.path, f"the marker says {kind!r}, not a {self.WHAT}")
+        if not isinstance(version, int) or version > self.VERSION:
+            raise UnsupportedVersionError(marker, version if isinstance(version, int) else -1, self.VERSION)
+        return False
+
+    def _set_up_compaction(self) -> None:
+        """The op log keeps what the older kept snapshot needs; retention removes the rest."""
+        with contextlib.suppress(SubscriberExistsError):
+            self._log.add_subscriber(SNAPSHOT_SUBSCRIBER, 0)
+        self._log.set_retention(Retention(consumed=True))
+
+    def _snapshot_lsns(self) -> list[int]:
+        """The snapshots in the directory, newest first."""
+        found = (parse_snapshot_name(n) for n in self._fs.listdir(self.path))
+        return sorted((lsn for lsn in found if lsn is not None), reverse=True)
+
+    def _load(self) -> None:
+        """Load the newest snapshot that reads back whole; the caller catches up from the op log."""
+        for _ in range(16):  # bounded: each turn follows a compaction that raced with us
+            state = None
+            listed = self._snapshot_lsns()
+            for lsn in listed:
+                path = os.path.join(self.path, snapshot_name(lsn))
+                try:
+                    state = self._new_state(self._fs.read_file(path, self.SNAPSHOT_SIZE_MAX), path)
+                    break
+                except FileNotFoundError:
+                    continue  # removed by a newer snapshot's cleanup: look again
+                except CorruptionError as err:
+                    _logger.error("%s: snapshot unreadable, trying an older one: %s", self.path, err)
+            start = state.next_lsn if state is not None else 0
+            try:
+                reader = self._log.reader(start)
+            except PositionError as err:
+                if state is None and self._snapshot_lsns() == listed:  # (not a racing compaction)
+                    raise CorruptionError(
+                        self._log.path,
+                        0,
+                        f"the op log starts at lsn {err.first_lsn} and no readable snapshot covers the ops "
+                        f"before it ({len(listed)} snapshots unreadable)",
+                    ) from err
+                continue  # a newer snapshot was written and compacted past ours: load that one
+            if self._reader is not None:
+                self._reader.close()
+            self._reader = reader
+            self._state = state if state is not None else self._new_state(None, self.path)
+            self._snapshot_lsn = start
+            return
+        raise CorruptionError(self.path, 0, "no snapshot and op log position agree after 16 tries")
+
+    # --- catching up ------------------------------------------------------------------------------
+    def _catch_up(self) -> None:
+        """Apply every op in the log that this handle has not applied. Under ``_mutex``."""
+        self._check_open()
+        for _ in range(16):  # bounded: each turn follows a compaction that removed what we needed
+            reader = self._reader
+            assert reader is not None
+            try:
+                state = self._state
+                where = self._log.path
+                for rec in reader:
+                    if rec.lsn < state.next_lsn:
+                        continue  # written and applied by this handle (see _Writer)
+                    op = self._decode_op(rec.payload, f"{where}: lsn {rec.lsn}")
+                    if rec.lsn != state.next_lsn:  # ops quarantined by a repair of the op log
+                        self._lost(state.next_lsn, rec.lsn)
+                        state.next_lsn = rec.lsn
+                    state.apply(rec.lsn, rec.timestamp, op)
+                if reader.gaps:
+                    reader.gaps.clear()
+                break
+            except DataLossError:
+                self._load()  # compaction removed segments we had not read: a snapshot covers them
+        else:
+            raise CorruptionError(self.path, 0, "could not catch up with the op log after 16 reloads")
+
+    def _lost(self, first: int, next_lsn: int) -> None:
+        self._ops_lost += next_lsn - first
+        _logger.error(
+            "%s: ops %d..%d are missing from the op log (quarantined by repair): what they "
+            "changed may be missing or changed back",
+            self.path,
+            first,
+            next_lsn - 1,
+        )
+
+    def _current(self) -> S:
+        with self._mutex:
+            self._catch_up()
+            return self._state
+
+    @contextlib.contextmanager
+    def _decide(self, *, durable: bool = True) -> Iterator[_Writer[S, OpT]]:
+        """The state, current, with the writer lock held: read, decide, write ops that everyone
+        will apply in this order. The fsync comes after the locks are released (group commit);
+        ``durable=False`` returns without waiting for it (the op rides a later fsync)."""
+        with self._mutex:
+            self._check_open()
+            with self._log.exclusive(sync=False) as tail:
+                self._catch_up()
+                writer = _Writer(self, tail)
+                yield writer
+        if writer.written and self._always and durable:
+            self._log.sync()  # the decision is returned only once its op is durable
+        self._maybe_snapshot()  # outside the writer lock: compaction takes it itself
+
+    def _append(self, op: OpT) -> int:
+        """Append an op that needs no decision (it is applied by the fold like any other)."""
+        self._check_open()
+        return self._log.append(self._encode_op(op))
+
+    def _append_many(self, items: list[OpT]) -> list[int]:
+        self._check_open()
+        return self._log.append_many([self._encode_op(op) for op in items])
+
+    def _wait_for_ops(self, timeout_s: float) -> None:
+        """Sleep until an op is appended after what this handle has applied, or ``timeout_s``."""
+        if timeout_s <= 0:
+            return
+        with self._mutex:
+            start = self._state.next_lsn
+        try:
+            waiter = self._log.reader(start)
+        except PositionError:
+            return  # compacted past us: there is news
+        try:
+            waiter.next(timeout=timeout_s)
+        finally:
+            waiter.close()
+
+    # --- snapshots --------------------------------------------------------------------------------
+    def _maybe_snapshot(self) -> None:
+        behind = self._state.next_lsn - self._snapshot_lsn
+        if behind < self._snapshot_ops_min or behind < 2 * self._state_size():
+            return
+        newest = self._snapshot_lsns()[:1]
+        if newest and newest[0] > self._snapshot_lsn:  # another process wrote one: count from it
+            self._snapshot_lsn = newest[0]
+            self._maybe_snapshot()
+        else:
+            try:
+                self.snapshot(wait=False)
+            except OSError as err:  # the op that got us here succeeded; compaction can wait
+                _logger.error("%s: snapshot failed: %s", self.path, err)
+
+    def snapshot(self, *, wait: bool = True) -> int | None:
+        """Write a snapshot of the state now and compact the op log below the older kept one.
+        Returns its lsn, or None if another process is writing one (and ``wait`` is False).
+        Durability: the snapshot is fsynced (and its name in the directory) before any op it
+        covers is removed. Any thread or process (one at a time, by ``DIR/snapshot.lock``)."""
+        fd = self._fs.open(os.path.join(self.path, SNAPSHOT_LOCK), os.O_RDWR | os.O_CREAT)
+        try:
+            if not self._fs.lock(fd, limits.LOCK_TIMEOUT_S_DEFAULT if wait else 0.0):
+                return None
+            with self._mutex:
+                self._check_open()
+                self._snapshot_lsn = self._state.next_lsn  # no second attempt from _catch_up
+                self._catch_up()
+                next_lsn, frozen = self._freeze()
+                self._snapshot_lsn = next_lsn
+            data = self._encode_snapshot(frozen)
+            # replace_file: temp, fsync, rename, fsync dir. A crash anywhere leaves the older
+            # snapshots and the whole op log above them: nothing is removed until this is durable.
+            replace_file(self._fs, self.path, snapshot_name(next_lsn), data)
+            kept = self._snapshot_lsns()[:SNAPSHOTS_KEPT]
+            # The op log must keep every op above the older kept snapshot (the fallback if the
+            # newest cannot be read); retention removes whole segments below this position.
+            self._log.rewind_subscriber(SNAPSHOT_SUBSCRIBER, kept[-1])
+            for lsn in self._snapshot_lsns()[SNAPSHOTS_KEPT:]:
+                with contextlib.suppress(FileNotFoundError):
+                    self._fs.unlink(os.path.join(self.path, snapshot_name(lsn)))
+            self._fs.fsync_dir(self.path)
+            self._log.enforce_retention()
+            return next_lsn
+        finally:
+            self._fs.close(fd)  # closing releases the flock
+
+    # --- closing ----------------------------------------------------------------------------------
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClosedError(self.path, f"{self.WHAT} is closed")
+
+    def close(self) -> None:
+        """Close the store. Idempotent."""
+        with self._mutex:
+            if self._closed:
+                return
+            self._closed = True
+            if self._reader is not None:
+                self._reader.close()
+            self._log.close()
+
+
+class _Writer(Generic[S, OpT]):
+    """Writes ops inside ``FoldedStore._decide`` and applies them at once, as every other process
+    will read them: the op decoded from its own bytes, at its lsn, with the records' timestamp (the
+    reader skips them later). Under the writer lock, after a catch-up: nothing is in between."""
+
+    def __init__(self, store: FoldedStore[S, OpT], tail: Tail) -> None:
+        self._store = store
+        self._tail = tail
+        self.written = False
+
+    def write(self, op: OpT) -> object:
+        """Write ``op`` and apply it; returns what the fold's ``apply`` returned."""
+        return self.write_many([op])[0]
+
+    def write_many(self, items: list[OpT]) -> list[object]:
+        if not items:
+            return []
+        store = self._store
+        payloads = [store._encode_op(op) for op in items]
+        lsns = self._tail.append_many(payloads)
+        self.written = True
+        state = store._state
+        timestamp = self._tail.timestamp
+        out = []
+        for lsn, payload in zip(lsns, payloads, strict=True):
+            assert lsn == state.next_lsn, (lsn, state.next_lsn)
+            out.append(state.apply(lsn, timestamp, store._decode_op(payload, f"{store.path}: lsn {lsn}")))
+        return out
