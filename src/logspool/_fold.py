@@ -24,7 +24,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Generic, Protocol, TypeVar
 
 from . import limits
@@ -91,9 +91,13 @@ class FoldedStore(Generic[S, OpT]):
 
     # --- hooks ------------------------------------------------------------------------------------
     def _new_state(self, snapshot: bytes | None, path: str) -> S:
-        """The state a snapshot file holds (CorruptionError if it does not read back), or the
-        empty state."""
+        """The state a snapshot file's bytes hold (CorruptionError if they do not read back), or
+        the empty state."""
         raise NotImplementedError
+
+    def _read_snapshot(self, path: str) -> S:
+        """The state the snapshot file ``path`` holds (a store may read it as a stream)."""
+        return self._new_state(self._fs.read_file(path, self.SNAPSHOT_SIZE_MAX), path)
 
     def _encode_op(self, op: OpT) -> bytes:
         raise NotImplementedError
@@ -105,8 +109,12 @@ class FoldedStore(Generic[S, OpT]):
         """Under the mutex, caught up: the state's next lsn and what ``_encode_snapshot`` needs."""
         raise NotImplementedError
 
-    def _encode_snapshot(self, frozen: object) -> bytes:
+    def _encode_snapshot(self, frozen: object) -> bytes | Iterable[bytes]:
+        """The snapshot file's bytes, whole or as a stream of pieces."""
         raise NotImplementedError
+
+    def _snapshot_written(self, next_lsn: int, path: str) -> None:
+        """Called once the snapshot ``path`` is durable (before the op log is compacted)."""
 
     def _state_size(self) -> int:
         """How many entries the state holds (a snapshot is written once the op log since the last
@@ -225,7 +233,7 @@ class FoldedStore(Generic[S, OpT]):
             for lsn in listed:
                 path = os.path.join(self.path, snapshot_name(lsn))
                 try:
-                    state = self._new_state(self._fs.read_file(path, self.SNAPSHOT_SIZE_MAX), path)
+                    state = self._read_snapshot(path)
                     break
                 except FileNotFoundError:
                     continue  # removed by a newer snapshot's cleanup: look again
@@ -365,6 +373,7 @@ class FoldedStore(Generic[S, OpT]):
             # replace_file: temp, fsync, rename, fsync dir. A crash anywhere leaves the older
             # snapshots and the whole op log above them: nothing is removed until this is durable.
             replace_file(self._fs, self.path, snapshot_name(next_lsn), data)
+            self._snapshot_written(next_lsn, os.path.join(self.path, snapshot_name(next_lsn)))
             kept = self._snapshot_lsns()[:SNAPSHOTS_KEPT]
             # The op log must keep every op above the older kept snapshot (the fallback if the
             # newest cannot be read); retention removes whole segments below this position.

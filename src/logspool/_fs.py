@@ -15,6 +15,7 @@ import fcntl
 import mmap
 import os
 import time
+from collections.abc import Iterable
 
 from . import limits
 
@@ -167,14 +168,16 @@ def process_alive(pid: int) -> bool:
     return True
 
 
-def replace_file(fs: FileSystem, directory: str, name: str, data: bytes) -> None:
-    """Make ``directory/name`` hold exactly ``data``, atomically and durably: after a crash at any
-    point the file holds the old content or the new, never a mix (checkpoints, the retention file).
+def replace_file(fs: FileSystem, directory: str, name: str, data: bytes | Iterable[bytes]) -> None:
+    """Make ``directory/name`` hold exactly ``data`` (bytes, or pieces written in turn), atomically
+    and durably: after a crash at any point the file holds the old content or the new, never a mix
+    (checkpoints, the retention file, snapshots).
     """
     tmp = os.path.join(directory, f".{name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
     fd = fs.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
     try:
-        fs.write(fd, data)
+        for piece in [data] if isinstance(data, bytes) else data:
+            fs.write(fd, piece)
         fs.fsync(fd)  # crash before here: the old file intact; the .tmp is garbage (repair removes it)
     except BaseException:
         fs.close(fd)

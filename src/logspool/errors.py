@@ -18,7 +18,11 @@
      ├── RecordTooLargeError      also a ValueError: a payload over the log's record_size_max
      ├── CodecMissingError        the log is compressed and the codec's library is not installed
      ├── LeaseExpiredError        a job's lease was lost: taken again by another worker, or gone
-     └── JobNotFoundError         also a KeyError: no such job (or dead letter) in the journal
+     ├── JobNotFoundError         also a KeyError: no such job (or dead letter) in the journal
+     ├── KeyNotFoundError         also a KeyError: no such key in the key-value store
+     ├── KeyExistsError           also a ValueError: the key exists and the call would not overwrite it
+     ├── KeyLockedError           the key is locked by another owner
+     └── ValueTypeError           also a TypeError: the operation does not apply to the value's type
 
 Every error carries its context as attributes as well as in the message, and pickles (errors cross
 processes and Spark executors), which is why each class stores its constructor arguments in ``args``.
@@ -35,6 +39,9 @@ __all__ = [
     "DataLossError",
     "FailedError",
     "JobNotFoundError",
+    "KeyExistsError",
+    "KeyLockedError",
+    "KeyNotFoundError",
     "LeaseExpiredError",
     "LockedError",
     "LogspoolError",
@@ -45,6 +52,7 @@ __all__ = [
     "SubscriberExistsError",
     "SubscriberNotFoundError",
     "UnsupportedVersionError",
+    "ValueTypeError",
 ]
 
 
@@ -274,3 +282,55 @@ class JobNotFoundError(LogspoolError, KeyError):
 
     def __str__(self) -> str:
         return f"{self.path}: no {self.what}"
+
+
+class KeyNotFoundError(LogspoolError, KeyError):
+    """No (live) value under this key in the key-value store."""
+
+    def __init__(self, path: str, key: str) -> None:
+        super().__init__(path, key)
+        self.path = path
+        self.key = key
+
+    def __str__(self) -> str:
+        return f"{self.path}: no key {self.key!r}"
+
+
+class KeyExistsError(LogspoolError, ValueError):
+    """The key holds a value and the call was told not to overwrite it."""
+
+    def __init__(self, path: str, key: str) -> None:
+        super().__init__(path, key)
+        self.path = path
+        self.key = key
+
+    def __str__(self) -> str:
+        return f"{self.path}: key {self.key!r} exists (and overwrite is off)"
+
+
+class KeyLockedError(LogspoolError):
+    """The key is locked by another owner until ``until`` (seconds since the epoch)."""
+
+    def __init__(self, path: str, key: str, owner: str, until: float) -> None:
+        super().__init__(path, key, owner, until)
+        self.path = path
+        self.key = key
+        self.owner = owner
+        self.until = until
+
+    def __str__(self) -> str:
+        return f"{self.path}: key {self.key!r} is locked by {self.owner!r} until {self.until:.3f}"
+
+
+class ValueTypeError(LogspoolError, TypeError):
+    """The operation does not apply to the type of the value the key holds."""
+
+    def __init__(self, path: str, key: str, operation: str, value_type: str) -> None:
+        super().__init__(path, key, operation, value_type)
+        self.path = path
+        self.key = key
+        self.operation = operation
+        self.value_type = value_type
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.operation} does not apply to key {self.key!r}, a {self.value_type} value"

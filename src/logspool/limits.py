@@ -102,3 +102,23 @@ JOB_SEGMENT_SIZE_MAX_DEFAULT = 16 * MIB
 # A take() looks at most this many stale index entries before it rebuilds the index (bounds the
 # loop; stale entries are left by updates and are normally far fewer).
 JOB_STALE_ENTRIES_MAX = 1_000_000
+
+# --- the key-value store (logspool.kv) -------------------------------------------------------------
+# Longest key, in UTF-8 bytes (a range bound or a regex pattern too).
+KV_KEY_SIZE_MAX = 4 * KIB
+# Largest value, in bytes (an op holding it must fit a record of the op log).
+KV_VALUE_SIZE_MAX = 15 * MIB
+# Longest lock owner name, in UTF-8 bytes.
+KV_OWNER_SIZE_MAX = 256
+# Most keys one range or regex query returns (the seed's 64K).
+KV_QUERY_LIMIT_MAX = 65_535
+# A regex query stops after this many seconds by default (it then returns a cursor).
+KV_MATCH_TIMEOUT_S_DEFAULT = 0.1
+# Values at least this large may leave memory when the store is over its memory bound.
+KV_COLD_VALUE_MIN = 128
+# A snapshot is written after at least this many ops (and twice as many ops as keys).
+KV_SNAPSHOT_OPS_MIN = 50_000
+# Expired keys removed per write, at most (the rest by the next writes or by expire()).
+KV_EXPIRE_BATCH = 64
+# LWW tombstones (deleted keys' timestamps) are kept this long after the delete.
+KV_TOMBSTONE_S = 3600.0

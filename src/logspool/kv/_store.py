@@ -1,0 +1,829 @@
+"""The key-value store: typed values with expiry, touch TTL, locks and last-writer-wins, kept as
+ops in a logspool log and shared by any number of processes (the daemon serves it over TCP).
+
+The layout (op log, snapshots, marker) and the machinery of catching up, deciding and compacting
+are ``logspool._fold``'s; the ops and the snapshot are specified in docs/FORMAT.md §15.
+
+Guarantees (docs/KV.md; docs/DURABILITY.md has the tests):
+- Every change is decided under the op log's writer lock after reading every op before it (a
+  lock, an overwrite=False, an ADD see the latest state of every process) and, for persisted
+  values (the default), returns after its op is fsynced, sharing fsyncs between threads.
+- Last writer wins by the request timestamp ``ts`` when callers give one (the seed's rule): a write
+  older than the key's last write, or than its delete, changes nothing. Without ``ts`` a write is
+  stamped now and wins.
+- ``persist=False`` values live in the memory of the process that wrote them (the daemon): the op
+  log records only that the key now holds a memory-only value, so after a restart, or in another
+  process, the key is absent, never an older value.
+- ``memory_max`` bounds the bytes of values held in memory: the least recently used values of at
+  least ``limits.KV_COLD_VALUE_MIN`` bytes leave memory and are read back from the op log or from
+  the snapshot that holds them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import time
+import weakref
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, NamedTuple
+
+from .. import _format as fmt
+from .. import limits
+from .._fold import FoldedStore, _Writer
+from .._fs import FileSystem
+from .._log import Durability
+from .._reader import to_ns
+from ..errors import (
+    CorruptionError,
+    DataLossError,
+    KeyExistsError,
+    KeyLockedError,
+    KeyNotFoundError,
+    PositionError,
+    ValueTypeError,
+)
+from . import _ops as ops
+from ._state import Entry, SnapRef, State
+
+_NS = 1_000_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class Value:
+    """A key's value and what the store knows of it, copied when the call returned. Times are
+    seconds since the epoch; ``value`` is None for a probe (``data=False``) and for a void value."""
+
+    key: str
+    value: ops.Value
+    type: str  # "void", "bytes", "string", "integer", "float", "boolean"
+    size: int  # of the value's bytes
+    created: float
+    modified: float
+    accessed: float
+    expire_at: float | None
+    touch: float | None  # seconds a read extends the expiry by
+    persist: bool
+    version: int  # the lsn of the op that last changed it
+    timestamp: float  # the request timestamp of the last write (last writer wins)
+    locked_by: str | None
+    lock_until: float | None
+
+    def to_json(self) -> dict[str, Any]:
+        value = self.value
+        if isinstance(value, bytes):
+            value = value.decode("latin-1")
+        return {
+            "key": self.key, "value": value, "type": self.type, "size": self.size,
+            "created": self.created, "modified": self.modified, "accessed": self.accessed,
+            "expire_at": self.expire_at, "touch": self.touch, "persist": self.persist,
+            "version": self.version, "timestamp": self.timestamp, "locked_by": self.locked_by,
+            "lock_until": self.lock_until,
+        }  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """One page of a range or regex query: ``cursor`` continues it (None: nothing is left)."""
+
+    items: list[Value]
+    cursor: str | None
+
+    def __iter__(self) -> Iterator[Value]:
+        return iter(self.items)
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+
+@dataclass(frozen=True, slots=True)
+class KVStats:
+    keys: int  # values held, expired ones not yet removed included
+    hot_bytes: int  # bytes of values in memory
+    memory_max: int | None
+    tombstones: int
+    locks: int
+    next_expiry: float | None
+    next_lsn: int
+    ops_lost: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "keys": self.keys, "hot_bytes": self.hot_bytes, "memory_max": self.memory_max,
+            "tombstones": self.tombstones, "locks": self.locks, "next_expiry": self.next_expiry,
+            "next_lsn": self.next_lsn, "ops_lost": self.ops_lost,
+        }  # fmt: skip
+
+
+class _Frozen(NamedTuple):
+    next_lsn: int
+    rows: list[tuple[ops.ValueRow, bytes | int | SnapRef]]  # a value's bytes, or where they are
+    tombstones: list[tuple[str, int]]
+    locks: list[tuple[str, str, int]]
+
+
+class SnapFile:
+    """A snapshot file held open while values that left memory live in it (readable even after
+    a newer snapshot removed its name); closed when the last of them is gone."""
+
+    def __init__(self, fs: FileSystem, path: str) -> None:
+        self.path = path
+        self.fd = fs.open(path, os.O_RDONLY)
+        self.close = weakref.finalize(self, _close_quietly, fs, self.fd)  # idempotent
+
+
+def _close_quietly(fs: FileSystem, fd: int) -> None:
+    with contextlib.suppress(OSError):  # (a test harness that cut the power closed it already)
+        fs.close(fd)
+
+
+class _Stream:
+    """Sequential reads of a file through the I/O seam, in large preads."""
+
+    def __init__(self, fs: FileSystem, fd: int, offset: int) -> None:
+        self._fs, self._fd, self.offset = fs, fd, offset
+        self._buf = b""
+        self._at = 0
+
+    def read(self, n: int) -> bytes:
+        have = len(self._buf) - self._at
+        if have < n:
+            more = self._fs.pread(self._fd, max(n - have, 1 << 20), self.offset + have)
+            self._buf = self._buf[self._at :] + more
+            self._at = 0
+        out = self._buf[self._at : self._at + n]
+        self._at += len(out)
+        self.offset += len(out)
+        return out
+
+
+def _text(value: object, what: str, *, empty: bool = False, size_max: int = limits.KV_KEY_SIZE_MAX) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{what} must be a str, not {type(value).__name__}")
+    try:
+        raw = value.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise ValueError(f"{what} must be valid UTF-8: {err}") from None
+    if not raw and not empty:
+        raise ValueError(f"{what} must not be empty")
+    if len(raw) > size_max:
+        raise ValueError(f"{what} is {len(raw)} bytes in UTF-8, more than the limit of {size_max}")
+    return value
+
+
+def _seconds(value: object, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{what} must be a number of seconds, not {type(value).__name__}")
+    if not 0 < value <= limits.JOB_DURATION_S_MAX:
+        raise ValueError(
+            f"{what} must be > 0 and at most {limits.JOB_DURATION_S_MAX:g} seconds, not {value!r}"
+        )
+    return float(value)
+
+
+def _limit(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= limits.KV_QUERY_LIMIT_MAX:
+        raise ValueError(f"limit must be an integer from 1 to {limits.KV_QUERY_LIMIT_MAX}, not {value!r}")
+    return value
+
+
+class Store(FoldedStore[State, ops.Op]):
+    """A key-value store in a directory. Use ``logspool.kv.open``. See the module docstring.
+
+    Safe to share between threads; any number of processes may open the same directory.
+    """
+
+    KIND = "logspool-kv"
+    VERSION = 1
+    WHAT = "key-value store"
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        create: bool = True,
+        durability: Durability = "always",
+        memory_max: int | None = None,
+        segment_size_max: int | None = None,
+        snapshot_ops_min: int = limits.KV_SNAPSHOT_OPS_MIN,
+        lock_timeout_s: float = limits.LOCK_TIMEOUT_S_DEFAULT,
+        fs: FileSystem | None = None,
+        clock: Callable[[], int] | None = None,
+    ) -> None:
+        if memory_max is not None and (
+            isinstance(memory_max, bool) or not isinstance(memory_max, int) or memory_max < 0
+        ):
+            raise ValueError(f"memory_max must be a number of bytes >= 0 or None, not {memory_max!r}")
+        self.memory_max = memory_max
+        self._frozen_refs: list[tuple[str, int, int, int, int]] = []  # (see _encode_snapshot)
+        self._snap_files: weakref.WeakSet[SnapFile] = weakref.WeakSet()
+        self._open_store(
+            path,
+            create=create,
+            durability=durability,
+            segment_size_max=segment_size_max,
+            snapshot_ops_min=snapshot_ops_min,
+            lock_timeout_s=lock_timeout_s,
+            fs=fs,
+            clock=clock,
+        )
+
+    # --- the fold's hooks -------------------------------------------------------------------------
+    def _new_state(self, snapshot: bytes | None, path: str) -> State:
+        assert snapshot is None  # snapshots are read as streams (_read_snapshot)
+        return State(self.memory_max)
+
+    def _read_snapshot(self, path: str) -> State:
+        """The state of a snapshot file, read as a stream: with a memory bound, large values stay
+        in the file (which this handle keeps open) and are read back when asked for."""
+        snap = self._snap_file(path)
+        stream = _Stream(self._fs, snap.fd, 0)
+        head = ops.decode_snapshot_header(stream.read(ops.SNAPSHOT_HEADER.size), path)
+        stream.read(head.size - ops.SNAPSHOT_HEADER.size)
+        state = State(self.memory_max)
+        state.next_lsn = head.next_lsn
+        counts = {ops.ENTRY_VALUE: 0, ops.ENTRY_TOMBSTONE: 0, ops.ENTRY_LOCK: 0}
+        for _ in range(head.values + head.tombstones + head.locks):
+            offset = stream.offset
+            framing = stream.read(ops.FRAME.size)
+            if len(framing) < ops.FRAME.size:
+                raise CorruptionError(path, offset, "snapshot ends before its last entry")
+            size, crc = ops.FRAME.unpack(framing)
+            body = stream.read(size)
+            if len(body) < size or fmt.crc32(body) != crc:
+                raise CorruptionError(path, offset, "snapshot entry checksum mismatch (or cut short)")
+            kind, content, value_at = ops.decode_entry(body, path, offset)
+            counts[kind] += 1
+            if isinstance(content, ops.ValueRow):
+                value = body[value_at:]
+                ops.decode_value(content.vtype, value, f"{path}: offset {offset}")
+                if self.memory_max is not None and len(value) >= limits.KV_COLD_VALUE_MIN:
+                    ref = SnapRef(snap, offset + ops.FRAME.size, size, value_at)
+                    state.add_row(content._replace(value=value), None, ref)
+                else:
+                    state.add_row(content, value, None)
+            elif kind == ops.ENTRY_TOMBSTONE:
+                key, ts = content  # type: ignore[misc]
+                state.tombstones[key] = ts
+            else:
+                key, owner, until = content  # type: ignore[misc]
+                state.locks[key] = (owner, until)
+        if stream.read(1):
+            raise CorruptionError(path, stream.offset - 1, "bytes after the last snapshot entry")
+        if (counts[ops.ENTRY_VALUE], counts[ops.ENTRY_TOMBSTONE], counts[ops.ENTRY_LOCK]) != (
+            head.values,
+            head.tombstones,
+            head.locks,
+        ):
+            raise CorruptionError(path, 0, f"snapshot entry counts {counts} disagree with its header")
+        return state
+
+    def _encode_op(self, op: ops.Op) -> bytes:
+        return ops.encode(op)
+
+    def _decode_op(self, payload: bytes, where: str) -> ops.Op:
+        return ops.decode(payload, where)
+
+    def _freeze(self) -> tuple[int, object]:
+        state = self._state
+        horizon = state.last_ns - int(limits.KV_TOMBSTONE_S * _NS)
+        for key in [k for k, ts in state.tombstones.items() if ts < horizon]:
+            del state.tombstones[key]
+        rows: list[tuple[ops.ValueRow, bytes | int | SnapRef]] = []
+        tombstones = dict(state.tombstones)
+        for key in state.order:
+            e = state.values[key]
+            if e.volatile:  # a memory-only value is absent after a restart; its timestamp stays
+                tombstones[key] = e.ts
+                continue
+            row = ops.ValueRow(key, e.vtype, b"", e.ts, e.created_ns, e.modified_ns, e.accessed_ns,
+                               e.expire_ns, e.touch_ns, e.version)  # fmt: skip
+            held = e.value if e.value is not None else e.where
+            assert held is not None
+            rows.append((row, held))
+        locks = [(k, o, u) for k, (o, u) in sorted(state.locks.items()) if u > state.last_ns]
+        self._frozen_refs = []
+        return state.next_lsn, _Frozen(state.next_lsn, rows, sorted(tombstones.items()), locks)
+
+    def _encode_snapshot(self, frozen: object) -> Iterable[bytes]:
+        assert isinstance(frozen, _Frozen)
+        next_lsn, rows, tombstones, locks = frozen
+        yield ops.snapshot_header(next_lsn, len(rows), len(tombstones), len(locks))
+        offset = ops.SNAPSHOT_HEADER.size
+        pieces: list[bytes] = []
+        pending = 0
+        for row, held in rows:
+            value = held if isinstance(held, bytes) else self._read_at(held, row.key)
+            body, value_at = ops.value_body(row._replace(value=value))
+            if len(value) >= limits.KV_COLD_VALUE_MIN:  # where it can be read back from
+                self._frozen_refs.append((row.key, row.version, offset + ops.FRAME.size, len(body), value_at))
+            piece = ops.frame(body)
+            offset += len(piece)
+            pieces.append(piece)
+            pending += len(piece)
+            if pending >= 1 << 20:
+                yield b"".join(pieces)
+                pieces, pending = [], 0
+        pieces += [ops.frame(ops.tombstone_body(k, ts)) for k, ts in tombstones]
+        pieces += [ops.frame(ops.lock_body(k, o, u)) for k, o, u in locks]
+        yield b"".join(pieces)
+
+    def _snapshot_written(self, next_lsn: int, path: str) -> None:
+        """Values that may leave memory now point into the new snapshot: the op log below it
+        will be compacted away by a later snapshot."""
+        refs, self._frozen_refs = self._frozen_refs, []
+        if self.memory_max is None or not refs:
+            return
+        snap = self._snap_file(path)
+        with self._mutex:
+            for key, version, body_offset, size, value_at in refs:
+                entry = self._state.values.get(key)
+                if entry is not None and entry.version == version and not entry.volatile:
+                    entry.where = SnapRef(snap, body_offset, size, value_at)
+
+    def _state_size(self) -> int:
+        return len(self._state.values)
+
+    def _snap_file(self, path: str) -> SnapFile:
+        snap = SnapFile(self._fs, path)
+        self._snap_files.add(snap)
+        return snap
+
+    def close(self) -> None:
+        """Close the store (and the snapshot files values were read from). Idempotent."""
+        with self._mutex:
+            super().close()
+            for snap in list(self._snap_files):
+                snap.close()
+
+    # --- values on disk ---------------------------------------------------------------------------
+    def _read_at(self, where: int | SnapRef | None, key: str) -> bytes:
+        """The bytes of a value that left memory. PositionError (or DataLossError) if the op log
+        no longer holds that op (compacted by another process's snapshot)."""
+        if isinstance(where, SnapRef):
+            snap = where.file
+            assert isinstance(snap, SnapFile)
+            raw = self._fs.pread(
+                snap.fd, where.body_size + ops.FRAME.size, where.body_offset - ops.FRAME.size
+            )
+            size, crc = ops.FRAME.unpack_from(raw)
+            body = raw[ops.FRAME.size :]
+            if size != where.body_size or fmt.crc32(body) != crc:
+                raise CorruptionError(snap.path, where.body_offset, f"value of {key!r}: checksum mismatch")
+            return body[where.value_at :]
+        assert isinstance(where, int), where
+        for rec in self._log.read(start=where):
+            if rec.lsn != where:
+                raise PositionError(self._log.path, where, rec.lsn, rec.lsn)  # quarantined by a repair
+            op = ops.decode(rec.payload, f"{self._log.path}: lsn {where}")
+            if not isinstance(op, ops.Set | ops.Update):
+                raise CorruptionError(self._log.path, 0, f"lsn {where} holds no value for {key!r}")
+            return op.value
+        raise PositionError(self._log.path, where, 0, 0)  # (past the end: never for a live value)
+
+    def _bytes(self, entry: Entry) -> bytes:
+        """``entry``'s value bytes, read back from disk if they left memory. Under ``_mutex``."""
+        if entry.value is not None:
+            return entry.value
+        key = entry.key
+        for _ in range(4):  # bounded: each turn follows a compaction by another process
+            try:
+                value = self._read_at(entry.where, key)
+            except (PositionError, DataLossError):
+                self._load()  # the newest snapshot holds what the compacted op log held
+                self._catch_up()
+                found = self._state.values.get(key)
+                if found is None:
+                    raise KeyNotFoundError(self.path, key) from None
+                entry = found
+                if entry.value is not None:
+                    return entry.value
+                continue
+            self._state.loaded(entry, value)
+            return value
+        raise CorruptionError(self.path, 0, f"value of {key!r}: not found on disk after 4 reloads")
+
+    def _value(self, entry: Entry, now: int, data: bool) -> Value:
+        lock = self._state.lock_of(entry.key, now)
+        value = (
+            ops.decode_value(entry.vtype, self._bytes(entry), f"{self.path}: {entry.key!r}") if data else None
+        )
+        return Value(
+            key=entry.key,
+            value=value,
+            type=ops.TYPES[entry.vtype],
+            size=entry.size,
+            created=entry.created_ns / _NS,
+            modified=entry.modified_ns / _NS,
+            accessed=entry.accessed_ns / _NS,
+            expire_at=entry.expire_ns / _NS if entry.expire_ns else None,
+            touch=entry.touch_ns / _NS if entry.touch_ns else None,
+            persist=not entry.volatile,
+            version=entry.version,
+            timestamp=entry.ts / _NS,
+            locked_by=lock[0] if lock else None,
+            lock_until=lock[1] / _NS if lock else None,
+        )
+
+    # --- deciding ---------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _change(self, *, durable: bool = True) -> Iterator[tuple[_Writer[State, ops.Op], int]]:
+        """A decision at time ``now``, after removing (with EXPIRE ops) values that expired."""
+        with self._decide(durable=durable) as w:
+            now = self._clock()
+            w.write_many([ops.Expire(k) for k in self._state.due(now, limits.KV_EXPIRE_BATCH)])
+            yield w, now
+
+    def _unlocked(self, key: str, owner: str | None, now: int) -> None:
+        lock = self._state.lock_of(key, now)
+        if lock is not None and lock[0] != owner:
+            raise KeyLockedError(self.path, key, lock[0], lock[1] / _NS)
+
+    def _stamp(self, key: str, ts: datetime | float | None, now: int) -> int | None:
+        """The request timestamp of a write of ``key``: the caller's (None if it is older than the
+        key's last write: last writer wins), or now (never older than the last write)."""
+        last = self._state.last_ts(key)
+        if ts is None:
+            return now if last is None else max(now, last)
+        stamp = to_ns(ts)
+        return None if last is not None and stamp < last else stamp
+
+    # --- writing ----------------------------------------------------------------------------------
+    def set(
+        self,
+        key: str,
+        value: ops.Value,
+        *,
+        overwrite: bool = True,
+        ttl: float | None = None,
+        expire_at: datetime | float | None = None,
+        touch: float | None = None,
+        persist: bool = True,
+        ts: datetime | float | None = None,
+        owner: str | None = None,
+    ) -> bool:
+        """Set ``key`` to ``value`` (None, bytes, str, int, float or bool: the value's type is kept).
+
+        Returns False, changing nothing, if ``overwrite`` is False and the key holds a value, or
+        if ``ts`` (the request's time) is older than the key's last write or delete (last writer
+        wins). ``ttl`` (seconds) or ``expire_at`` (a time): the value expires then. ``touch``
+        (seconds): every ``get`` extends the expiry to at least that long from then (and the
+        value expires ``touch`` seconds from now if no ttl is given). ``persist=False``: the value
+        lives in this process's memory only (see the module docstring) and the call does not wait
+        for an fsync. KeyLockedError if another ``owner`` holds a lock on the key.
+        Durability: with persist, returns after its op is fsynced.
+        """
+        _text(key, "key")
+        vtype, raw = ops.encode_value(value)
+        if len(raw) > limits.KV_VALUE_SIZE_MAX:
+            raise ValueError(f"value of {len(raw)} bytes is over the limit of {limits.KV_VALUE_SIZE_MAX}")
+        if ttl is not None and expire_at is not None:
+            raise ValueError("give ttl or expire_at, not both")
+        touch_ns = 0 if touch is None else int(_seconds(touch, "touch") * _NS)
+        ttl_ns = None if ttl is None else int(_seconds(ttl, "ttl") * _NS)
+        persist = bool(persist)
+        with self._change(durable=persist) as (w, now):
+            self._unlocked(key, owner, now)
+            if not overwrite and self._state.live(key, now) is not None:
+                return False
+            stamp = self._stamp(key, ts, now)
+            if stamp is None:
+                return False
+            expire = (
+                now + ttl_ns if ttl_ns is not None else (to_ns(expire_at) if expire_at is not None else 0)
+            )
+            if touch_ns and not expire:
+                expire = now + touch_ns
+            w.write(ops.Set(key, vtype, raw, stamp, expire, touch_ns, not persist))
+            if not persist:  # the op holds no bytes: this process keeps them
+                self._state.loaded(self._state.values[key], raw)
+            return True
+
+    def delete(self, key: str, *, ts: datetime | float | None = None, owner: str | None = None) -> bool:
+        """Remove ``key``'s value; True if there was one. With ``ts``, a delete older than the key's
+        last write changes nothing (False), and one newer is remembered (for an hour) so that an
+        older write arriving later loses. KeyLockedError as ``set``. Durable on return."""
+        _text(key, "key")
+        with self._change() as (w, now):
+            self._unlocked(key, owner, now)
+            live = self._state.live(key, now) is not None
+            if not live and ts is None:
+                return False
+            stamp = self._stamp(key, ts, now)
+            if stamp is None:
+                return False
+            w.write(ops.Delete(key, stamp))
+            return live
+
+    def _update(self, w: _Writer[State, ops.Op], entry: Entry, vtype: int, raw: bytes, now: int) -> None:
+        w.write(ops.Update(entry.key, vtype, raw, max(now, entry.ts)))
+
+    def add(self, key: str, amount: int | float = 1, *, owner: str | None = None) -> int | float:
+        """Add ``amount`` to an integer or float value, atomically for every process; returns the
+        new value. A missing key is created holding ``amount``. ValueTypeError for other types (or
+        a float added to an integer); ValueError if an integer leaves 64 bits. KeyLockedError as
+        ``set``. Additions all count: they are not ordered by timestamps. Durable on return."""
+        _text(key, "key")
+        if isinstance(amount, bool) or not isinstance(amount, int | float):
+            raise TypeError(f"amount must be an int or a float, not {type(amount).__name__}")
+        with self._change() as (w, now):
+            self._unlocked(key, owner, now)
+            entry = self._state.live(key, now)
+            if entry is None:
+                vtype, raw = ops.encode_value(amount)
+                w.write(ops.Set(key, vtype, raw, self._stamp(key, None, now) or now, 0, 0, False))
+                return amount
+            current = ops.decode_value(entry.vtype, self._bytes(entry), key)
+            if entry.vtype == ops.INTEGER and isinstance(amount, int):
+                result: int | float = int(current) + amount  # type: ignore[arg-type]
+            elif entry.vtype == ops.FLOAT:
+                result = float(current) + amount  # type: ignore[arg-type]
+            else:
+                kind = "integer (a float amount)" if entry.vtype == ops.INTEGER else ops.TYPES[entry.vtype]
+                raise ValueTypeError(self.path, key, "add", kind)
+            vtype, raw = ops.encode_value(result)
+            self._update(w, entry, vtype, raw, now)
+            return result
+
+    def flip(self, key: str, *, owner: str | None = None) -> bool:
+        """NOT: negate a boolean value atomically; returns the new value. KeyNotFoundError,
+        ValueTypeError for other types, KeyLockedError as ``set``. Durable on return."""
+        _text(key, "key")
+        with self._change() as (w, now):
+            self._unlocked(key, owner, now)
+            entry = self._state.live(key, now)
+            if entry is None:
+                raise KeyNotFoundError(self.path, key)
+            if entry.vtype != ops.BOOLEAN:
+                raise ValueTypeError(self.path, key, "not", ops.TYPES[entry.vtype])
+            result = self._bytes(entry) != b"\x01"
+            self._update(w, entry, ops.BOOLEAN, ops.encode_value(result)[1], now)
+            return result
+
+    def truncate(self, key: str, size: int, *, owner: str | None = None) -> int:
+        """Resize a bytes value to ``size`` bytes (cut, or padded with zero bytes), or cut a string
+        value to ``size`` UTF-8 bytes (ValueError if that splits a character or grows it).
+        Returns the new size. KeyNotFoundError, ValueTypeError, KeyLockedError. Durable on return."""
+        _text(key, "key")
+        if isinstance(size, bool) or not isinstance(size, int) or not 0 <= size <= limits.KV_VALUE_SIZE_MAX:
+            raise ValueError(f"size must be an integer from 0 to {limits.KV_VALUE_SIZE_MAX}, not {size!r}")
+        with self._change() as (w, now):
+            self._unlocked(key, owner, now)
+            entry = self._state.live(key, now)
+            if entry is None:
+                raise KeyNotFoundError(self.path, key)
+            raw = self._bytes(entry)
+            if entry.vtype == ops.BYTES:
+                new = raw[:size] + bytes(max(0, size - len(raw)))
+            elif entry.vtype == ops.STRING:
+                if size > len(raw):
+                    raise ValueError(f"cannot grow string value {key!r} ({len(raw)} bytes) to {size}")
+                new = raw[:size]
+                try:
+                    new.decode("utf-8")
+                except UnicodeDecodeError:
+                    raise ValueError(f"cutting {key!r} at byte {size} would split a character") from None
+            else:
+                raise ValueTypeError(self.path, key, "truncate", ops.TYPES[entry.vtype])
+            self._update(w, entry, entry.vtype, new, now)
+            return size
+
+    def rename(
+        self,
+        key: str,
+        new: str,
+        *,
+        overwrite: bool = False,
+        ts: datetime | float | None = None,
+        owner: str | None = None,
+    ) -> None:
+        """Move ``key``'s value (with its times, expiry and touch) to ``new`` in one op: no process
+        ever sees both or neither. KeyNotFoundError if ``key`` holds no value; KeyExistsError if
+        ``new`` does and ``overwrite`` is False; KeyLockedError if either is locked by another
+        owner. With ``ts`` older than either key's last write, nothing changes (KeyExistsError is
+        not raised; the call returns). Durable on return."""
+        _text(key, "key")
+        _text(new, "new")
+        with self._change() as (w, now):
+            self._unlocked(key, owner, now)
+            self._unlocked(new, owner, now)
+            entry = self._state.live(key, now)
+            if entry is None:
+                raise KeyNotFoundError(self.path, key)
+            if new == key:
+                return
+            if not overwrite and self._state.live(new, now) is not None:
+                raise KeyExistsError(self.path, new)
+            stamp = self._stamp(key, ts, now)
+            stamp_new = self._stamp(new, ts, now)
+            if stamp is None or stamp_new is None:
+                return
+            w.write(ops.Rename(key, new, max(stamp, stamp_new)))
+
+    def lock(self, key: str, owner: str, ttl: float = limits.JOB_LEASE_S_DEFAULT) -> float:
+        """Lock ``key`` for ``owner`` for ``ttl`` seconds (renewed if ``owner`` holds it already):
+        until then only writes that name this owner change the key. Returns when the lock ends.
+        The key need not hold a value. KeyLockedError if another owner holds it. Durable on return."""
+        _text(key, "key")
+        _text(owner, "owner", size_max=limits.KV_OWNER_SIZE_MAX)
+        ttl_ns = int(_seconds(ttl, "ttl") * _NS)
+        with self._change() as (w, now):
+            self._unlocked(key, owner, now)
+            w.write(ops.Lock(key, owner, now + ttl_ns))
+            return (now + ttl_ns) / _NS
+
+    def unlock(self, key: str, owner: str | None = None, *, force: bool = False) -> bool:
+        """Release ``owner``'s lock on ``key`` (any owner's with ``force``); True if a lock was
+        released. KeyLockedError if another owner holds it. Durable on return."""
+        _text(key, "key")
+        with self._change() as (w, now):
+            lock = self._state.lock_of(key, now)
+            if lock is None:
+                return False
+            if lock[0] != owner and not force:
+                raise KeyLockedError(self.path, key, lock[0], lock[1] / _NS)
+            w.write(ops.Unlock(key))
+            return True
+
+    def expire(self) -> int:
+        """Remove every value whose expiry has passed (writes do some of this as they go); returns
+        how many. Durable on return."""
+        removed = 0
+        for _ in range(1 << 40):  # bounded: each turn removes a batch or ends
+            with self._change() as (w, now):
+                due = self._state.due(now, limits.KV_EXPIRE_BATCH)
+                w.write_many([ops.Expire(k) for k in due])
+            removed += len(due)
+            if not due:
+                return removed
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    # --- reading ----------------------------------------------------------------------------------
+    def get(self, key: str, *, data: bool = True, touch: bool = True) -> Value | None:
+        """``key``'s value, or None. ``data=False`` is a probe: everything but the value (and no
+        read from disk). If the value has a touch TTL, the read extends its expiry (``touch=False``
+        does not); that extension is recorded without waiting for an fsync. Reads the op log up
+        to now; takes the writer lock only to record a touch. Any thread or process."""
+        _text(key, "key")
+        with self._mutex:
+            now = self._clock()
+            entry = self._current().live(key, now)
+            if entry is None:
+                return None
+            if touch and entry.touch_ns:
+                wanted = now + entry.touch_ns
+                # recorded when it moves the expiry by at least 1% of the touch TTL (or 1 ms)
+                if wanted - entry.expire_ns >= max(entry.touch_ns // 100, 1_000_000):
+                    with self._change(durable=False) as (w, now):
+                        found = self._state.live(key, now)
+                        if found is None:
+                            return None
+                        w.write(ops.Touch(key, now + found.touch_ns))
+                        entry = found
+            self._state.used(entry, now)
+            return self._value(entry, now, data)
+
+    def __getitem__(self, key: str) -> ops.Value:
+        found = self.get(key)
+        if found is None:
+            raise KeyNotFoundError(self.path, key)
+        return found.value
+
+    def __setitem__(self, key: str, value: ops.Value) -> None:
+        self.set(key, value)
+
+    def __delitem__(self, key: str) -> None:
+        if not self.delete(key):
+            raise KeyNotFoundError(self.path, key)
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and self.get(key, data=False, touch=False) is not None
+
+    def range(
+        self,
+        start: str = "",
+        end: str | None = None,
+        *,
+        limit: int = 100,
+        cursor: str | None = None,
+        data: bool = True,
+    ) -> Page:
+        """The values of the keys from ``start`` (included) to ``end`` (excluded; None: to the
+        last key), in key order (Unicode code points, which is UTF-8 byte order), at most
+        ``limit`` of them. ``cursor`` (a page's) continues after the last key of that page.
+        ``data=False`` probes. Ranges do not extend touch TTLs."""
+        _text(start, "start", empty=True)
+        if end is not None:
+            _text(end, "end", empty=True)
+        if cursor is not None:
+            _text(cursor, "cursor", empty=True)
+        count = _limit(limit)
+        with self._mutex:
+            now = self._clock()
+            state = self._current()
+            after = cursor is not None and cursor >= start
+            i = state.keys_from(cursor if after and cursor is not None else start, after)
+            items: list[Value] = []
+            order = state.order
+            while i < len(order) and len(items) < count:
+                key = order[i]
+                i += 1
+                if end is not None and key >= end:
+                    return Page(items, None)
+                entry = state.live(key, now)
+                if entry is not None:
+                    items.append(self._value(entry, now, data))
+            more = i < len(order) and (end is None or order[i] < end)
+            return Page(items, items[-1].key if more and items else None)
+
+    def match(
+        self,
+        pattern: str,
+        *,
+        limit: int = 100,
+        timeout: float = limits.KV_MATCH_TIMEOUT_S_DEFAULT,
+        cursor: str | None = None,
+        data: bool = True,
+    ) -> Page:
+        """The values of keys in which the regular expression ``pattern`` matches (``re.search``:
+        anchor with ``^`` and ``$``), in key order, at most ``limit`` of them, looking for at most
+        ``timeout`` seconds: a page with a ``cursor`` continues where it stopped. The time is
+        checked between keys (one key is at most 4 KiB)."""
+        _text(pattern, "pattern", size_max=limits.KV_KEY_SIZE_MAX)
+        try:
+            regex = re.compile(pattern)
+        except re.error as err:
+            raise ValueError(f"pattern {pattern!r} is not a regular expression: {err}") from None
+        count = _limit(limit)
+        budget = _seconds(timeout, "timeout")
+        if cursor is not None:
+            _text(cursor, "cursor", empty=True)
+        deadline = time.monotonic() + budget
+        with self._mutex:
+            now = self._clock()
+            state = self._current()
+            order = state.order
+            i = 0 if cursor is None else state.keys_from(cursor, True)
+            items: list[Value] = []
+            last = cursor
+            while i < len(order):
+                if len(items) >= count or time.monotonic() > deadline:
+                    return Page(items, last)
+                key = order[i]
+                i += 1
+                last = key
+                if regex.search(key):
+                    entry = state.live(key, now)
+                    if entry is not None:
+                        items.append(self._value(entry, now, data))
+            return Page(items, None)
+
+    def __len__(self) -> int:
+        """How many keys hold a value now."""
+        with self._mutex:
+            now = self._clock()
+            state = self._current()
+            return sum(1 for k in state.order if state.live(k, now) is not None)
+
+    def stats(self) -> KVStats:
+        with self._mutex:
+            state = self._current()
+            nxt = state.next_expiry()
+            return KVStats(
+                keys=len(state.values),
+                hot_bytes=state.hot_bytes,
+                memory_max=self.memory_max,
+                tombstones=len(state.tombstones),
+                locks=sum(1 for _, until in state.locks.values() if until > self._clock()),
+                next_expiry=None if nxt is None else nxt / _NS,
+                next_lsn=state.next_lsn,
+                ops_lost=self._ops_lost,
+            )
+
+    def wait(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for a change by any process; True if there is one."""
+        with self._mutex:
+            before = self._state.next_lsn
+        self._wait_for_ops(timeout)
+        with self._mutex:
+            return self._current().next_lsn != before
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<logspool.kv.Store {self.path!r}>"
+
+
+def open(path: str | os.PathLike[str], **options: object) -> Store:
+    """Open (and by default create) the key-value store at ``path``. Options are those of ``Store``."""
+    return Store(path, **options)  # type: ignore[arg-type]
+
+
+__all__ = ["KVStats", "Page", "Store", "Value", "open"]
