@@ -653,8 +653,8 @@ class Store(FoldedStore[State, ops.Op]):
         how many. Durable on return."""
         removed = 0
         for _ in range(1 << 40):  # bounded: each turn removes a batch or ends
-            with self._change() as (w, now):
-                due = self._state.due(now, limits.KV_EXPIRE_BATCH)
+            with self._decide() as w:
+                due = self._state.due(self._clock(), limits.KV_EXPIRE_BATCH)
                 w.write_many([ops.Expire(k) for k in due])
             removed += len(due)
             if not due:

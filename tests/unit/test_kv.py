@@ -1,0 +1,348 @@
+"""The key-value store as a user drives it: types, overwrite, last-writer-wins, expiry and touch,
+locks, rename, add/not/truncate, ranges and regex with cursors, memory-only values, the memory
+bound, snapshots, reopening, several processes, and bad input.
+
+Real stores in tmp_path. Time is the one thing the tests move by hand: the store's ``clock`` seam
+(ns since the epoch); everything else (files, the op log, fsync) is real.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from logspool import kv
+from logspool.errors import (
+    CorruptionError,
+    KeyExistsError,
+    KeyLockedError,
+    KeyNotFoundError,
+    NotALogError,
+    ValueTypeError,
+)
+
+NOW = 1_800_000_000
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.ns = NOW * 10**9
+
+    def __call__(self) -> int:
+        return self.ns
+
+    def advance(self, seconds: float) -> None:
+        self.ns += int(seconds * 1e9)
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def store(tmp_path: Path, clock: Clock) -> Iterator[kv.Store]:
+    s = kv.open(tmp_path / "kv", clock=clock)
+    yield s
+    s._state.check()
+    s.close()
+
+
+def test_values_keep_their_type_across_a_reopen(tmp_path: Path) -> None:
+    values = {
+        "v": None,
+        "b": b"\x00\xffraw",
+        "s": "h\u00e9 \u2603",
+        "i": -(2**63),
+        "f": 2.5,
+        "t": True,
+        "n": False,
+    }
+    with kv.open(tmp_path / "kv") as s:
+        for key, value in values.items():
+            s.set(key, value)
+        got = {k: s[k] for k in values}
+        assert got == values and {k: type(v) for k, v in got.items()} == {
+            k: type(v) for k, v in values.items()
+        }
+        assert s.get("i").type == "integer" and s.get("t").type == "boolean" and s.get("v").type == "void"
+    with kv.open(tmp_path / "kv", create=False) as s:
+        assert {k: s[k] for k in values} == values
+        assert len(s) == len(values)
+
+
+def test_set_without_overwrite_leaves_an_existing_value(store: kv.Store) -> None:
+    assert store.set("k", 1, overwrite=False)
+    assert not store.set("k", 2, overwrite=False)
+    assert store["k"] == 1
+    assert store.set("k", 3)
+    assert store["k"] == 3
+
+
+def test_last_writer_wins_by_request_timestamp_even_across_a_delete_and_a_reopen(
+    tmp_path: Path, clock: Clock
+) -> None:
+    with kv.open(tmp_path / "kv", clock=clock) as s:
+        assert s.set("k", "t20", ts=NOW + 20)
+        assert not s.set("k", "t10", ts=NOW + 10)  # older: loses
+        assert s["k"] == "t20"
+        assert s.set("k", "t20b", ts=NOW + 20)  # a tie goes to the later op
+        assert s.delete("k", ts=NOW + 30)
+        assert not s.set("k", "t25", ts=NOW + 25)  # older than the delete
+        assert not s.delete("gone", ts=NOW + 40)  # no value, but the delete is remembered...
+        s.snapshot()
+    with kv.open(tmp_path / "kv", clock=clock) as s:
+        assert not s.set("gone", "t35", ts=NOW + 35)  # ...across a snapshot and a reopen
+        assert s.get("k") is None
+        assert s.set("k", "t31", ts=NOW + 31)
+        assert s.set("k", "now")  # no ts: stamped now (or after the last write), and wins
+        assert s.get("k").timestamp >= NOW + 31
+
+
+def test_values_expire_and_a_write_or_expire_removes_them(store: kv.Store, clock: Clock) -> None:
+    store.set("short", 1, ttl=10)
+    store.set("at", 2, expire_at=NOW + 20)
+    store.set("forever", 3)
+    assert store.get("short").expire_at == NOW + 10
+    assert store.stats().next_expiry == NOW + 10
+    clock.advance(10)
+    assert store.get("short") is None and store.get("at") is not None and len(store) == 2
+    assert store.stats().keys == 3  # not yet removed
+    store.set("other", 4)  # a write removes what expired
+    assert store.stats().keys == 3
+    clock.advance(10)
+    assert store.expire() == 1
+    assert sorted(v.key for v in store.range()) == ["forever", "other"]
+
+
+def test_a_read_extends_a_touch_ttl_and_the_extension_survives_a_reopen(tmp_path: Path, clock: Clock) -> None:
+    with kv.open(tmp_path / "kv", clock=clock) as s:
+        s.set("session", "x", touch=60)
+        assert s.get("session").expire_at == NOW + 60
+        clock.advance(50)
+        assert s.get("session").expire_at == NOW + 110  # read at 50: now + 60
+        clock.advance(50)
+        assert s.get("session", touch=False).expire_at == NOW + 110  # touch=False reads only
+        assert s.get("session", data=False).value is None  # a probe still touches
+        s.set("other", 1)  # (makes the touch durable)
+    with kv.open(tmp_path / "kv", clock=clock) as s:
+        assert s.get("session", touch=False).expire_at == NOW + 160
+        clock.advance(61)
+        assert s.get("session") is None
+
+
+def test_a_lock_keeps_other_owners_out_until_it_ends_or_is_released(store: kv.Store, clock: Clock) -> None:
+    store.set("k", 1)
+    until = store.lock("k", "alice", ttl=30)
+    assert until == NOW + 30
+    with pytest.raises(KeyLockedError) as err:
+        store.set("k", 2, owner="bob")
+    assert err.value.owner == "alice" and err.value.until == NOW + 30 and "alice" in str(err.value)
+    for change in (lambda: store.delete("k"), lambda: store.add("k"), lambda: store.rename("k", "k2"),
+                   lambda: store.lock("k", "bob"), lambda: store.unlock("k", "bob")):  # fmt: skip
+        with pytest.raises(KeyLockedError):
+            change()
+    assert store.add("k", 1, owner="alice") == 2
+    assert store.get("k").locked_by == "alice"
+    clock.advance(30)
+    assert store.get("k").locked_by is None
+    assert store.set("k", 5, owner="bob")  # the lock ended
+    store.lock("k", "bob", ttl=30)
+    assert store.unlock("k", force=True)
+    assert not store.unlock("k", "bob")
+    store.lock("free", "carol")  # a key with no value can be locked
+    with pytest.raises(KeyLockedError):
+        store.set("free", 1)
+
+
+def test_rename_moves_the_value_atomically(store: kv.Store, clock: Clock) -> None:
+    store.set("old", b"v" * 10, ttl=100)
+    store.set("taken", 1)
+    with pytest.raises(KeyExistsError):
+        store.rename("old", "taken")
+    with pytest.raises(KeyNotFoundError):
+        store.rename("missing", "x")
+    store.rename("old", "new")
+    got = store.get("new")
+    assert got.value == b"v" * 10 and got.expire_at == NOW + 100 and store.get("old") is None
+    store.rename("new", "taken", overwrite=True)
+    assert store["taken"] == b"v" * 10 and "new" not in store
+
+
+def test_add_not_and_truncate_check_types(store: kv.Store) -> None:
+    assert store.add("n") == 1 and store.add("n", 41) == 42
+    assert store.add("f", 0.5) == 0.5 and store.add("f", 2) == 2.5
+    with pytest.raises(ValueTypeError):
+        store.add("n", 0.5)  # an integer stays an integer
+    with pytest.raises(ValueError, match="64"):
+        store.add("n", 2**63)
+    store.set("s", "text")
+    with pytest.raises(ValueTypeError) as err:
+        store.add("s")
+    assert err.value.value_type == "string"
+    store.set("t", False)
+    assert store.flip("t") is True and store.flip("t") is False
+    with pytest.raises(KeyNotFoundError):
+        store.flip("missing")
+    with pytest.raises(ValueTypeError):
+        store.flip("n")
+    store.set("b", b"abcdef")
+    assert store.truncate("b", 3) == 3 and store["b"] == b"abc"
+    assert store.truncate("b", 5) == 5 and store["b"] == b"abc\x00\x00"
+    store.set("u", "h\u00e9llo")
+    with pytest.raises(ValueError, match="split a character"):
+        store.truncate("u", 2)
+    assert store.truncate("u", 3) == 3 and store["u"] == "h\u00e9"
+    with pytest.raises(ValueError, match="grow"):
+        store.truncate("u", 10)
+    with pytest.raises(ValueTypeError):
+        store.truncate("n", 1)
+
+
+def test_ranges_page_with_a_cursor_in_key_order(store: kv.Store) -> None:
+    keys = [f"user:{i:03d}" for i in range(250)] + ["a", "zz", "user:\u00e9"]
+    for key in keys:
+        store.set(key, key)
+    seen, cursor = [], None
+    for _ in range(10):
+        page = store.range("user:", "user;", limit=100, cursor=cursor)
+        seen += [v.key for v in page]
+        cursor = page.cursor
+        if cursor is None:
+            break
+    assert seen == sorted(k for k in keys if k.startswith("user:"))
+    assert [v.key for v in store.range("user:248")] == ["user:248", "user:249", "user:\u00e9", "zz"]
+    probe = store.range("a", "b", data=False).items
+    assert [(v.key, v.value, v.size) for v in probe] == [("a", None, 1)]
+    with pytest.raises(ValueError, match="limit"):
+        store.range(limit=0)
+
+
+def test_match_is_bounded_by_limit_and_continues_with_a_cursor(store: kv.Store) -> None:
+    for i in range(30):
+        store.set(f"k{i:02d}", i)
+    page = store.match(r"^k[12]\d$", limit=5)
+    assert [v.value for v in page] == [10, 11, 12, 13, 14] and page.cursor == "k14"
+    rest = store.match(r"^k[12]\d$", limit=100, cursor=page.cursor)
+    assert [v.value for v in rest] == list(range(15, 30)) and rest.cursor is None
+    with pytest.raises(ValueError, match="regular expression"):
+        store.match("(")
+
+
+def test_memory_only_values_are_not_in_the_op_log(tmp_path: Path) -> None:
+    with kv.open(tmp_path / "kv") as s:
+        s.set("keep", "old")
+        s.set("keep", "volatile", persist=False)
+        assert s["keep"] == "volatile" and s.get("keep").persist is False
+        with kv.open(tmp_path / "kv") as other:  # another process's view: the value is not there
+            assert other.get("keep") is None
+        ops_dir = tmp_path / "kv" / "ops"
+        raw = b"".join((ops_dir / n).read_bytes() for n in os.listdir(ops_dir) if n.endswith(".seg"))
+        assert b"volatile" not in raw and b"old" in raw
+    with kv.open(tmp_path / "kv") as s:
+        assert s.get("keep") is None  # never the older persisted value
+
+
+def test_the_memory_bound_holds_and_every_value_reads_back(tmp_path: Path) -> None:
+    bound = 64 * 1024
+    values = {f"k{i:03d}": os.urandom(4000 + i) for i in range(120)}  # ~500 KiB
+    with kv.open(tmp_path / "kv", memory_max=bound, snapshot_ops_min=50) as s:
+        for key, value in values.items():
+            s.set(key, value)
+            assert s.stats().hot_bytes <= bound
+        s.set("small", 1)
+        for key, value in values.items():  # read back from the op log and from snapshots
+            assert s[key] == value
+            assert s.stats().hot_bytes <= bound
+        s._state.check()
+        with kv.open(tmp_path / "kv", memory_max=bound) as other:  # compacts under s's feet
+            for i in range(3):
+                other.set(f"k{i:03d}", b"changed")
+                other.snapshot()
+        values.update({f"k{i:03d}": b"changed" for i in range(3)})
+        assert {k: s[k] for k in values} == values
+    with kv.open(tmp_path / "kv", memory_max=bound) as s:
+        assert s.stats().hot_bytes <= bound
+        assert {k: s[k] for k in values} == values
+        s._state.check()
+    with kv.open(tmp_path / "kv") as s:  # no bound: everything in memory
+        assert s.stats().hot_bytes >= sum(len(v) for v in values.values())
+
+
+def test_snapshots_compact_the_op_log_and_a_corrupt_one_falls_back(tmp_path: Path) -> None:
+    with kv.open(tmp_path / "kv", snapshot_ops_min=100, segment_size_max=4096) as s:
+        for i in range(1000):
+            s.set(f"k{i % 50}", i)
+        s.lock("k1", "me", 3600)
+    names = sorted(n for n in os.listdir(tmp_path / "kv") if n.startswith("snapshot.") and n[-1] != "k")
+    assert len(names) == 2
+    assert len(os.listdir(tmp_path / "kv" / "ops")) < 20  # most segments were removed
+    newest = tmp_path / "kv" / names[-1]
+    data = bytearray(newest.read_bytes())
+    data[-5] ^= 0xFF
+    newest.write_bytes(bytes(data))
+    with kv.open(tmp_path / "kv") as s:  # the older snapshot and the op log above it
+        assert [s[f"k{i}"] for i in range(50)] == [950 + i for i in range(50)]
+        assert s.get("k1").locked_by == "me"
+    for name in names:
+        (tmp_path / "kv" / name).write_bytes(b"junk")
+    with pytest.raises(CorruptionError, match="no readable snapshot"):
+        kv.open(tmp_path / "kv")
+
+
+def _adder(path: str, n: int) -> None:
+    with kv.open(path) as s:
+        for _ in range(n):
+            s.add("counter")
+            s.set("last", os.getpid())
+
+
+def test_several_processes_add_without_losing_an_increment(tmp_path: Path) -> None:
+    path = str(tmp_path / "kv")
+    kv.open(path).close()
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_adder, args=(path, 150)) for _ in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+        assert p.exitcode == 0
+    with kv.open(path) as s:
+        assert s["counter"] == 600
+        assert s["last"] in {p.pid for p in procs}
+
+
+def test_bad_input_gets_a_clear_error(tmp_path: Path, store: kv.Store) -> None:
+    with pytest.raises(ValueError, match="empty"):
+        store.set("", 1)
+    with pytest.raises(ValueError, match="4096"):
+        store.set("k" * 5000, 1)
+    with pytest.raises(TypeError, match="list"):
+        store.set("k", [1])  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="key must be a str"):
+        store.get(b"k")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="ttl or expire_at"):
+        store.set("k", 1, ttl=1, expire_at=NOW)
+    with pytest.raises(ValueError, match="ttl must be > 0"):
+        store.set("k", 1, ttl=-1)
+    with pytest.raises(ValueError, match=r"UTF-8"):
+        store.set("k", "\ud800")
+    with pytest.raises(ValueError, match="memory_max"):
+        kv.open(tmp_path / "m", memory_max=-1)
+    with pytest.raises(NotALogError, match="create=False"):
+        kv.open(tmp_path / "none", create=False)
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "file").write_bytes(b"x")
+    with pytest.raises(NotALogError, match="not empty"):
+        kv.open(tmp_path / "busy")
+    from logspool import jobs
+
+    jobs.open(tmp_path / "j").close()
+    with pytest.raises(NotALogError, match="not a key-value store"):
+        kv.open(tmp_path / "j")
+    with pytest.raises(KeyNotFoundError):
+        store["missing"]
