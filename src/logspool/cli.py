@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from . import _ckpt_tools, _cli_jobs
+from . import _ckpt_tools, _cli_jobs, _cli_server
 from . import _format as fmt
 from ._checkpoint_file import CheckpointFile
 from ._log import Log
@@ -597,6 +597,7 @@ def _parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_ckpt)
 
     _cli_jobs.add_parser(sub)
+    _cli_server.add_parser(sub)
 
     p = sub.add_parser("demo", help="writer processes, a tailing reader, a cutover, info")
     p.add_argument("--dir", default="demo-output/log")

@@ -22,7 +22,8 @@
      ├── KeyNotFoundError         also a KeyError: no such key in the key-value store
      ├── KeyExistsError           also a ValueError: the key exists and the call would not overwrite it
      ├── KeyLockedError           the key is locked by another owner
-     └── ValueTypeError           also a TypeError: the operation does not apply to the value's type
+     ├── ValueTypeError           also a TypeError: the operation does not apply to the value's type
+     └── RemoteError              a server's error this client has no class for, or a broken connection
 
 Every error carries its context as attributes as well as in the message, and pickles (errors cross
 processes and Spark executors), which is why each class stores its constructor arguments in ``args``.
@@ -49,6 +50,7 @@ __all__ = [
     "PositionError",
     "ReadOnlyError",
     "RecordTooLargeError",
+    "RemoteError",
     "SubscriberExistsError",
     "SubscriberNotFoundError",
     "UnsupportedVersionError",
@@ -334,3 +336,17 @@ class ValueTypeError(LogspoolError, TypeError):
 
     def __str__(self) -> str:
         return f"{self.path}: {self.operation} does not apply to key {self.key!r}, a {self.value_type} value"
+
+
+class RemoteError(LogspoolError):
+    """The server replied with an error ``kind`` this client has no class for (or refused the
+    connection: ``AuthError``, ``TooManyConnections``, ``ProtocolError``, ``ConnectionLost``)."""
+
+    def __init__(self, address: str, kind: str, message: str) -> None:
+        super().__init__(address, kind, message)
+        self.address = address
+        self.kind = kind
+        self.message = message
+
+    def __str__(self) -> str:
+        return f"{self.address}: {self.kind}: {self.message}"

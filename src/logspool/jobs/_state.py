@@ -424,8 +424,14 @@ class State:
         """The earliest time (ns) at which ``pick`` may find a job it cannot find now, or None.
         Early rather than late: stale entries can only make a waiter wake and look again."""
         times = [level.waiting[0][0] for level in self._levels.values() if level.waiting]
-        if self._leases:
-            times.append(self._leases[0][0])
+        leases = self._leases
+        while leases:  # (drop the stale head: a lease acked, nacked or extended since)
+            until, job_id = leases[0]
+            job = self.jobs.get(job_id)
+            if job is not None and job.state == LEASED and job.lease_until_ns == until:
+                times.append(until)
+                break
+            heapq.heappop(leases)
         return min(times) if times else None
 
     def _index_size(self) -> int:

@@ -599,12 +599,12 @@ class Store(FoldedStore[State, ops.Op]):
         overwrite: bool = False,
         ts: datetime | float | None = None,
         owner: str | None = None,
-    ) -> None:
+    ) -> bool:
         """Move ``key``'s value (with its times, expiry and touch) to ``new`` in one op: no process
         ever sees both or neither. KeyNotFoundError if ``key`` holds no value; KeyExistsError if
         ``new`` does and ``overwrite`` is False; KeyLockedError if either is locked by another
-        owner. With ``ts`` older than either key's last write, nothing changes (KeyExistsError is
-        not raised; the call returns). Durable on return."""
+        owner. Returns False, changing nothing, if ``ts`` is older than either key's last write
+        (last writer wins). Durable on return."""
         _text(key, "key")
         _text(new, "new")
         with self._change() as (w, now):
@@ -614,14 +614,15 @@ class Store(FoldedStore[State, ops.Op]):
             if entry is None:
                 raise KeyNotFoundError(self.path, key)
             if new == key:
-                return
+                return True
             if not overwrite and self._state.live(new, now) is not None:
                 raise KeyExistsError(self.path, new)
             stamp = self._stamp(key, ts, now)
             stamp_new = self._stamp(new, ts, now)
             if stamp is None or stamp_new is None:
-                return
+                return False
             w.write(ops.Rename(key, new, max(stamp, stamp_new)))
+            return True
 
     def lock(self, key: str, owner: str, ttl: float = limits.JOB_LEASE_S_DEFAULT) -> float:
         """Lock ``key`` for ``owner`` for ``ttl`` seconds (renewed if ``owner`` holds it already):

@@ -1,0 +1,111 @@
+"""``logspool serve`` (the daemon) and ``logspool stats --server ADDR``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import signal
+import ssl
+import sys
+import tomllib
+from typing import Any
+
+from .client import connect, parse_address
+from .server import Limits, Server
+
+
+def _settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The command line over the config file (TOML; keys as the long options, with _)."""
+    conf: dict[str, Any] = {}
+    if args.config:
+        with open(args.config, "rb") as f:
+            conf = tomllib.load(f)
+        known = {"data", "listen", "token", "token_file", "tls_cert", "tls_key", "durability",
+                 "connections_max", "in_flight_max", "frame_size_max", "threads"}  # fmt: skip
+        unknown = sorted(set(conf) - known)
+        if unknown:
+            raise SystemExit(
+                f"logspool serve: unknown settings in {args.config}: {unknown} (known: {sorted(known)})"
+            )
+    for key, value in vars(args).items():
+        if value is not None and key not in ("config", "func", "command"):
+            conf[key] = value
+    if not conf.get("data"):
+        raise SystemExit("logspool serve: --data DIR (or data in --config) is required")
+    return conf
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    conf = _settings(args)
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)  # a client that went away is an error, not death
+    host, port = parse_address(conf.get("listen", "127.0.0.1:7070"))
+    token = conf.get("token")
+    if conf.get("token_file"):
+        with open(conf["token_file"]) as f:
+            token = f.read().strip()
+    token = token or os.environ.get("LOGSPOOL_TOKEN") or None
+    context = None
+    if conf.get("tls_cert"):
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(conf["tls_cert"], conf.get("tls_key"))
+    limits = Limits()
+    for name in ("connections_max", "in_flight_max", "frame_size_max", "threads"):
+        if conf.get(name) is not None:
+            setattr(limits, name, int(conf[name]))
+    if host not in ("127.0.0.1", "::1", "localhost") and token is None:
+        print(f"logspool serve: warning: listening on {host} without a token", file=sys.stderr)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+
+    async def run() -> None:
+        server = Server(conf["data"], host=host, port=port, token=token, ssl_context=context, limits=limits,
+                        durability=conf.get("durability", "always"))  # fmt: skip
+        await server.start()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, lambda: asyncio.ensure_future(server.stop()))
+        print(f"logspool serve: listening on {server.address} (data {server.data})", flush=True)
+        await server.wait_stopped()
+        print("logspool serve: stopped", flush=True)
+
+    asyncio.run(run())
+    return 0
+
+
+def _cmd_stats(args: argparse.Namespace) -> int:
+    token = args.token or os.environ.get("LOGSPOOL_TOKEN")
+    with connect(args.server, token=token, timeout=10) as c:
+        stats = c.stats()
+    if args.json:
+        print(json.dumps(stats, indent=2, sort_keys=True))
+        return 0
+    for key in sorted(stats):
+        print(f"{key:18} {stats[key]}")
+    return 0
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("serve", help="the daemon: serve logs, job journals and key-value stores over TCP")
+    p.add_argument("--data", metavar="DIR", help="where the stores live (DIR/logs, DIR/jobs, DIR/kv)")
+    p.add_argument("--listen", metavar="HOST:PORT", help="address (default 127.0.0.1:7070)")
+    p.add_argument("--config", metavar="FILE", help="a TOML file with these settings")
+    p.add_argument("--token", help="a shared secret clients send in HELLO (or LOGSPOOL_TOKEN)")
+    p.add_argument("--token-file", dest="token_file", metavar="FILE", help="read the token from FILE")
+    p.add_argument("--tls-cert", dest="tls_cert", metavar="PEM", help="serve TLS with this certificate")
+    p.add_argument("--tls-key", dest="tls_key", metavar="PEM", help="its private key")
+    p.add_argument(
+        "--durability", choices=["always", "interval", "os"], help="of the stores (default always)"
+    )
+    p.add_argument("--connections-max", dest="connections_max", type=int)
+    p.add_argument("--in-flight-max", dest="in_flight_max", type=int, help="requests per connection at once")
+    p.add_argument("--frame-size-max", dest="frame_size_max", type=int)
+    p.add_argument("--threads", type=int, help="store calls at once")
+    p.set_defaults(func=_cmd_serve)
+
+    p = sub.add_parser("stats", help="a running daemon's counters: --server HOST:PORT")
+    p.add_argument("--server", required=True, metavar="HOST:PORT")
+    p.add_argument("--token", help="the daemon's token (or LOGSPOOL_TOKEN)")
+    p.add_argument("--json", action="store_true", help="JSON output")
+    p.set_defaults(func=_cmd_stats)

@@ -1,0 +1,633 @@
+"""The daemon: an asyncio server that serves logs, job journals and key-value stores by name.
+
+``logspool serve --data DIR --listen 127.0.0.1:PORT``. Each store lives in ``DIR/logs/NAME``,
+``DIR/jobs/NAME`` or ``DIR/kv/NAME`` and is opened on first use; the daemon is one more process
+sharing them (embedded users may open the same directories). Requests are read as they come and
+run concurrently (pipelining: replies carry the request's id and may come in any order); a
+store call runs in a thread pool so that fsyncs of concurrent requests are shared (group commit).
+A reply is sent after the store call returned, so a durable store's reply means durable.
+
+Safety: listens on 127.0.0.1 by default; an optional shared-secret token (HELLO first, compared
+in constant time) and TLS; limits on frame size, connections and requests in flight per
+connection. A frame that breaks the protocol gets an error reply and closes its connection only.
+SIGTERM (``stop``) stops reading requests, lets those in flight finish and reply, then closes the
+stores: nothing acknowledged is lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import hmac
+import logging
+import os
+import re
+import ssl
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from .. import errors, jobs, kv
+from .._log import Log
+from . import _protocol as p
+from ._protocol import ProtocolError
+
+_logger = logging.getLogger("logspool.server")
+
+NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+READ_LIMIT_MAX = 10_000
+WAIT_S_MAX = 60.0
+KINDS = ("logs", "jobs", "kv")
+
+
+@dataclass
+class Limits:
+    frame_size_max: int = 16 * 1024 * 1024 + 64 * 1024  # a 16 MiB value and its request
+    connections_max: int = 256
+    in_flight_max: int = 64  # requests per connection being served at once
+    threads: int = 32  # store calls at once (a take with wait holds one)
+
+
+@dataclass
+class Counters:
+    connections: int = 0
+    connections_total: int = 0
+    refused: int = 0
+    requests: dict[str, int] = field(default_factory=dict)
+    errors: int = 0
+    protocol_errors: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+
+
+def _name(body: dict[str, Any]) -> str:
+    name = body.get("name")
+    if not isinstance(name, str) or not NAME_RE.fullmatch(name):
+        raise ValueError(f"name must match {NAME_RE.pattern}, not {name!r}")
+    return name
+
+
+def _get(body: dict[str, Any], key: str, kind: type | tuple[type, ...], default: Any = None) -> Any:
+    """Field ``key`` of a request: of type ``kind``, or ``default`` when absent or nil."""
+    value = body.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) and kind in (int, float, (int, float)):
+        raise TypeError(f"field {key!r} must be a number, not a boolean")
+    if not isinstance(value, kind):
+        names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
+        raise TypeError(f"field {key!r} must be {names}, not {type(value).__name__}")
+    return value
+
+
+def _need(body: dict[str, Any], key: str, kind: type | tuple[type, ...]) -> Any:
+    if body.get(key) is None:
+        raise ValueError(f"field {key!r} is missing")
+    return _get(body, key, kind)
+
+
+def value_to_wire(v: kv.Value) -> dict[str, Any]:
+    return {
+        "key": v.key, "value": v.value, "type": v.type, "size": v.size, "created": v.created,
+        "modified": v.modified, "accessed": v.accessed, "expire_at": v.expire_at, "touch": v.touch,
+        "persist": v.persist, "version": v.version, "timestamp": v.timestamp, "locked_by": v.locked_by,
+        "lock_until": v.lock_until,
+    }  # fmt: skip
+
+
+def job_to_wire(j: jobs.Job) -> dict[str, Any]:
+    return {
+        "id": j.id, "key": j.key, "domain": j.domain, "payload": j.payload, "priority": j.priority,
+        "state": j.state, "not_before": j.not_before, "deliveries": j.deliveries, "token": j.token,
+        "lease_until": j.lease_until, "ttl_until": j.ttl_until, "created": j.created,
+        "updated": j.updated, "error": j.error,
+    }  # fmt: skip
+
+
+def _job_ref(body: dict[str, Any]) -> jobs.Job:
+    """The job a request names by id and lease token (all the journal checks)."""
+    return jobs.Job(_need(body, "id", int), "", "", b"", 0, "leased", 0.0, 0, _need(body, "token", int),
+                    None, None, 0.0, 0.0, "")  # fmt: skip
+
+
+def error_body(err: BaseException) -> dict[str, Any]:
+    args: list[Any] = []
+    for arg in getattr(err, "args", ()):
+        if isinstance(arg, str | int | float | bool | bytes) or arg is None:
+            args.append(arg)
+        else:
+            args = []
+            break
+    return {"error": type(err).__name__, "message": str(err), "args": args}
+
+
+class Stores:
+    """The stores of a data directory, opened on first use, shared by every connection."""
+
+    def __init__(self, data: str, durability: str) -> None:
+        self.data = data
+        self.durability = durability
+        self._open: dict[tuple[str, str], Any] = {}
+        self._lock = threading.Lock()
+
+    def get(self, kind: str, name: str) -> Any:
+        with self._lock:
+            found = self._open.get((kind, name))
+            if found is None:
+                path = os.path.join(self.data, kind, name)
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                openers: dict[str, Callable[..., Any]] = {"logs": Log, "jobs": jobs.open, "kv": kv.open}
+                opener = openers[kind]
+                found = opener(path, durability=self.durability)
+                self._open[(kind, name)] = found
+            return found
+
+    def log(self, body: dict[str, Any]) -> Log:
+        return self.get("logs", _name(body))  # type: ignore[no-any-return]
+
+    def jobs(self, body: dict[str, Any]) -> jobs.Journal:
+        return self.get("jobs", _name(body))  # type: ignore[no-any-return]
+
+    def kv(self, body: dict[str, Any]) -> kv.Store:
+        return self.get("kv", _name(body))  # type: ignore[no-any-return]
+
+    def listing(self) -> dict[str, list[str]]:
+        with self._lock:
+            return {k: sorted(n for kind, n in self._open if kind == k) for k in KINDS}
+
+    def close(self) -> None:
+        with self._lock:
+            for store in self._open.values():
+                with contextlib.suppress(Exception):
+                    store.close()
+            self._open.clear()
+
+
+class Server:
+    """``await Server(data).start()``; ``address``; ``await stop()``. See the module docstring."""
+
+    def __init__(
+        self,
+        data: str | os.PathLike[str],
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        token: str | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+        limits: Limits | None = None,
+        durability: str = "always",
+    ) -> None:
+        self.data = os.fspath(data)
+        os.makedirs(self.data, exist_ok=True)
+        self.host, self.port = host, port
+        self._token = token.encode() if token is not None else None
+        self._ssl = ssl_context
+        self.limits = limits or Limits()
+        self.stores = Stores(self.data, durability)
+        self.counters = Counters()
+        self.started = time.time()
+        self._pool = concurrent.futures.ThreadPoolExecutor(self.limits.threads, thread_name_prefix="logspool")
+        self._server: asyncio.Server | None = None
+        self._connections: set[_Connection] = set()
+        self._stopped = asyncio.Event()
+        self._handlers = self._build_handlers()
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    async def start(self) -> Server:
+        self._server = await asyncio.start_server(
+            self._accept,
+            self.host,
+            self.port,
+            ssl=self._ssl,
+            limit=self.limits.frame_size_max + p.HEADER_SIZE,
+        )
+        sock = self._server.sockets[0]
+        self.port = sock.getsockname()[1]
+        _logger.info("serving %s on %s", self.data, self.address)
+        return self
+
+    async def wait_stopped(self) -> None:
+        await self._stopped.wait()
+
+    async def stop(self, timeout_s: float = 30.0) -> None:
+        """Stop accepting, stop reading requests, let those in flight reply, close the stores."""
+        if self._server is not None:
+            self._server.close()
+        conns = list(self._connections)
+        for conn in conns:
+            conn.stop_reading()
+        if conns:
+            await asyncio.wait([asyncio.ensure_future(c.done.wait()) for c in conns], timeout=timeout_s)
+        self._pool.shutdown(wait=True)
+        self.stores.close()
+        self._stopped.set()
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        conn = _Connection(self, reader, writer)
+        if len(self._connections) >= self.limits.connections_max:
+            self.counters.refused += 1
+            body = {"error": "TooManyConnections", "message": f"at most {self.limits.connections_max}",
+                    "args": []}  # fmt: skip
+            await conn.send(p.REPLY, p.NOP, 0, body, p.FLAG_ERROR)
+            await conn.close()
+            return
+        self._connections.add(conn)
+        self.counters.connections = len(self._connections)
+        self.counters.connections_total += 1
+        try:
+            await conn.serve()
+        finally:
+            self._connections.discard(conn)
+            self.counters.connections = len(self._connections)
+
+    async def call(self, fn: Callable[[], Any]) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self._pool, fn)
+
+    def check_token(self, token: object) -> bool:
+        if self._token is None:
+            return True
+        return isinstance(token, str) and hmac.compare_digest(token.encode(), self._token)
+
+    # --- commands ---------------------------------------------------------------------------------
+    def _build_handlers(self) -> dict[int, Callable[[dict[str, Any]], dict[str, Any]]]:
+        s = self.stores
+        num = (int, float)
+
+        def kv_set(b: dict[str, Any]) -> dict[str, Any]:
+            ok = s.kv(b).set(
+                _need(b, "key", str), b.get("value"), overwrite=_get(b, "overwrite", bool, True),
+                ttl=_get(b, "ttl", num), expire_at=_get(b, "expire_at", num), touch=_get(b, "touch", num),
+                persist=_get(b, "persist", bool, True), ts=_get(b, "ts", num), owner=_get(b, "owner", str),
+            )  # fmt: skip
+            return {"ok": ok}
+
+        def kv_get(b: dict[str, Any]) -> dict[str, Any]:
+            got = s.kv(b).get(_need(b, "key", str), data=_get(b, "data", bool, True),
+                              touch=_get(b, "touch", bool, True))  # fmt: skip
+            return {"value": None if got is None else value_to_wire(got)}
+
+        def kv_page(page: kv.Page) -> dict[str, Any]:
+            return {"items": [value_to_wire(v) for v in page], "cursor": page.cursor}
+
+        def kv_range(b: dict[str, Any]) -> dict[str, Any]:
+            return kv_page(s.kv(b).range(
+                _get(b, "start", str, ""), _get(b, "end", str), limit=_get(b, "limit", int, 100),
+                cursor=_get(b, "cursor", str), data=_get(b, "data", bool, True),
+            ))  # fmt: skip
+
+        def kv_match(b: dict[str, Any]) -> dict[str, Any]:
+            return kv_page(s.kv(b).match(
+                _need(b, "pattern", str), limit=_get(b, "limit", int, 100),
+                timeout=min(_get(b, "timeout", num, 0.1), 1.0), cursor=_get(b, "cursor", str),
+                data=_get(b, "data", bool, True),
+            ))  # fmt: skip
+
+        def log_read(b: dict[str, Any]) -> dict[str, Any]:
+            log = s.log(b)
+            start = _position(b.get("start", "earliest"))
+            limit = min(_get(b, "limit", int, 1000), READ_LIMIT_MAX)
+            bytes_max = _get(b, "bytes_max", int, 4 * 1024 * 1024)
+            since = _get(b, "since", num)
+            records: list[list[Any]] = []
+            size = 0
+            reader = log.reader(start, since=since)
+            try:
+                for rec in reader:
+                    records.append([rec.lsn, rec.timestamp, rec.payload])
+                    size += len(rec.payload)
+                    if len(records) >= limit or size >= bytes_max:
+                        break
+            finally:
+                reader.close()
+            nxt = records[-1][0] + 1 if records else log.info().next_lsn
+            return {"records": records, "next": nxt}
+
+        def log_info(b: dict[str, Any]) -> dict[str, Any]:
+            i = s.log(b).info()
+            return {
+                "first_lsn": i.first_lsn,
+                "next_lsn": i.next_lsn,
+                "size": i.size,
+                "segments": len(i.segments),
+            }
+
+        def log_append(b: dict[str, Any]) -> dict[str, Any]:
+            records = _need(b, "records", list)
+            if not all(isinstance(r, bytes) for r in records):
+                raise TypeError("field 'records' must be a list of bytes")
+            lsns = s.log(b).append_many(records)
+            return {"first": lsns[0] if lsns else None, "count": len(lsns)}
+
+        def job_put(b: dict[str, Any]) -> dict[str, Any]:
+            op = s.jobs(b).put(
+                _need(b, "key", str), _get(b, "payload", bytes, b""), priority=_get(b, "priority", int),
+                not_before=_get(b, "not_before", num), delay=_get(b, "delay", num), ttl=_get(b, "ttl", num),
+                domain=_get(b, "domain", str), priority_merge=_get(b, "priority_merge", str, "replace"),
+                not_before_merge=_get(b, "not_before_merge", str, "replace"),
+            )  # fmt: skip
+            return {"lsn": op}
+
+        def job_take(b: dict[str, Any]) -> dict[str, Any]:
+            got = s.jobs(b).take(_get(b, "lease", num, 30.0), wait=min(_get(b, "wait", num, 0.0), WAIT_S_MAX))
+            if isinstance(got, jobs.Job):
+                return {"job": job_to_wire(got)}
+            return {"job": None, "next_at": got.next_at}
+
+        def job_ack(b: dict[str, Any]) -> dict[str, Any]:
+            s.jobs(b).ack(_job_ref(b))
+            return {}
+
+        def job_nack(b: dict[str, Any]) -> dict[str, Any]:
+            s.jobs(b).nack(_job_ref(b), delay=_get(b, "delay", num, 0.0), error=_get(b, "error", str, ""))
+            return {}
+
+        def job_extend(b: dict[str, Any]) -> dict[str, Any]:
+            return {"job": job_to_wire(s.jobs(b).extend(_job_ref(b), _get(b, "lease", num, 30.0)))}
+
+        def stats(b: dict[str, Any]) -> dict[str, Any]:
+            c = self.counters
+            return {
+                "address": self.address, "data": self.data, "uptime": time.time() - self.started,
+                "connections": c.connections, "connections_total": c.connections_total, "refused": c.refused,
+                "requests": dict(c.requests), "errors": c.errors, "protocol_errors": c.protocol_errors,
+                "bytes_in": c.bytes_in, "bytes_out": c.bytes_out, "stores": self.stores.listing(),
+            }  # fmt: skip
+
+        return {
+            p.PING: lambda b: {"time": time.time()},
+            p.STATS: stats,
+            p.KV_SET: kv_set,
+            p.KV_GET: kv_get,
+            p.KV_DELETE: lambda b: {
+                "ok": s.kv(b).delete(_need(b, "key", str), ts=_get(b, "ts", num), owner=_get(b, "owner", str))
+            },
+            p.KV_ADD: lambda b: {
+                "value": s.kv(b).add(
+                    _need(b, "key", str), _get(b, "amount", num, 1), owner=_get(b, "owner", str)
+                )
+            },
+            p.KV_NOT: lambda b: {"value": s.kv(b).flip(_need(b, "key", str), owner=_get(b, "owner", str))},
+            p.KV_TRUNCATE: lambda b: {
+                "size": s.kv(b).truncate(
+                    _need(b, "key", str), _need(b, "size", int), owner=_get(b, "owner", str)
+                )
+            },
+            p.KV_LOCK: lambda b: {
+                "until": s.kv(b).lock(_need(b, "key", str), _need(b, "owner", str), _get(b, "ttl", num, 30.0))
+            },
+            p.KV_UNLOCK: lambda b: {
+                "ok": s.kv(b).unlock(
+                    _need(b, "key", str), _get(b, "owner", str), force=_get(b, "force", bool, False)
+                )
+            },
+            p.KV_RENAME: lambda b: {
+                "ok": s.kv(b).rename(
+                    _need(b, "key", str),
+                    _need(b, "new", str),
+                    overwrite=_get(b, "overwrite", bool, False),
+                    ts=_get(b, "ts", num),
+                    owner=_get(b, "owner", str),
+                )
+            },
+            p.KV_RANGE: kv_range,
+            p.KV_MATCH: kv_match,
+            p.KV_STATS: lambda b: s.kv(b).stats().to_json(),
+            p.LOG_APPEND: log_append,
+            p.LOG_READ: log_read,
+            p.LOG_INFO: log_info,
+            p.JOB_PUT: job_put,
+            p.JOB_TAKE: job_take,
+            p.JOB_ACK: job_ack,
+            p.JOB_NACK: job_nack,
+            p.JOB_EXTEND: job_extend,
+            p.JOB_STATS: lambda b: s.jobs(b).stats().to_json(),
+            p.JOB_GET: lambda b: {"jobs": [job_to_wire(j) for j in s.jobs(b).get(_need(b, "key", str))]},
+        }
+
+
+class _Connection:
+    def __init__(self, server: Server, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.server = server
+        self.reader = reader
+        self.writer = writer
+        self.peer = str(writer.get_extra_info("peername"))
+        self.authed = server._token is None
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.listens: dict[int, asyncio.Task[None]] = {}
+        self.slots = asyncio.Semaphore(server.limits.in_flight_max)
+        self.done = asyncio.Event()
+        self._reading = True
+
+    def stop_reading(self) -> None:
+        """No more requests (shutdown): the read loop ends after the frames already received."""
+        self._reading = False
+        self.reader.feed_eof()
+        for task in self.listens.values():
+            task.cancel()
+
+    async def send(
+        self, kind: int, command: int, request_id: int, body: dict[str, Any], flags: int = 0
+    ) -> None:
+        try:
+            frame = p.encode_frame(kind, command, request_id, body, flags)
+        except (TypeError, ValueError) as err:  # (a server bug: say so rather than hang the client)
+            frame = p.encode_frame(kind, command, request_id, error_body(err), p.FLAG_ERROR)
+        self.server.counters.bytes_out += len(frame)
+        self.writer.write(frame)
+        with contextlib.suppress(ConnectionError):
+            await self.writer.drain()
+
+    async def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.writer.close()
+            await self.writer.wait_closed()
+
+    async def refuse(self, request_id: int, kind: str, message: str) -> None:
+        """An error reply, then the connection closes (a protocol error, a failed HELLO)."""
+        self.server.counters.protocol_errors += 1
+        _logger.warning("%s: closing the connection: %s: %s", self.peer, kind, message)
+        await self.send(
+            p.REPLY, p.NOP, request_id, {"error": kind, "message": message, "args": []}, p.FLAG_ERROR
+        )
+
+    async def serve(self) -> None:
+        limits = self.server.limits
+        counters = self.server.counters
+        try:
+            while self._reading:
+                try:
+                    raw = await self.reader.readexactly(p.HEADER_SIZE)
+                    head = p.decode_header(raw, limits.frame_size_max)
+                    data = await self.reader.readexactly(head.size)
+                    counters.bytes_in += p.HEADER_SIZE + head.size
+                    if head.kind != p.REQUEST:
+                        raise ProtocolError(f"a client sends requests, not {p.KINDS[head.kind]} frames")
+                    body = p.decode_body(data)
+                except (asyncio.IncompleteReadError, ConnectionError):
+                    break  # the client went away (or shutdown stopped the reading)
+                except ProtocolError as err:
+                    await self.refuse(raw_id(raw), "ProtocolError", str(err))
+                    break
+                if head.command == p.QUIT:
+                    await self.send(p.REPLY, p.QUIT, head.request_id, {})
+                    break
+                if not self.authed:
+                    if head.command == p.HELLO and self.server.check_token(body.get("token")):
+                        self.authed = True
+                        await self.send(p.REPLY, p.HELLO, head.request_id, hello_body(self.server))
+                        continue
+                    await self.refuse(head.request_id, "AuthError", "a valid token is needed (HELLO first)")
+                    break
+                await self.slots.acquire()
+                task = asyncio.create_task(self.handle(head.command, head.request_id, body))
+                self.tasks.add(task)
+                task.add_done_callback(self._finished)
+        finally:
+            for task in self.listens.values():
+                task.cancel()
+            if self.tasks:  # requests in flight finish (and reply if the client is still there)
+                await asyncio.wait(set(self.tasks))
+            await self.close()
+            self.done.set()
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        self.tasks.discard(task)
+        self.slots.release()
+
+    async def handle(self, command: int, request_id: int, body: dict[str, Any]) -> None:
+        server = self.server
+        name = p.COMMANDS.get(command, str(command))
+        server.counters.requests[name] = server.counters.requests.get(name, 0) + 1
+        try:
+            if command == p.HELLO:
+                reply = hello_body(server)
+            elif command == p.LISTEN:
+                reply = self.listen(request_id, body)
+            elif command == p.UNLISTEN:
+                task = self.listens.pop(_need(body, "id", int), None)
+                if task is not None:
+                    task.cancel()
+                reply = {"ok": task is not None}
+            elif command in server._handlers:
+                handler = server._handlers[command]
+                reply = await server.call(lambda: handler(body))
+            else:
+                raise ValueError(f"unknown command {command}")
+            await self.send(p.REPLY, command, request_id, reply)
+        except Exception as err:
+            server.counters.errors += 1
+            if not isinstance(err, errors.LogspoolError | ValueError | TypeError | KeyError):
+                _logger.exception("%s: %s failed", self.peer, name)
+            await self.send(p.REPLY, command, request_id, error_body(err), p.FLAG_ERROR)
+
+    # --- LISTEN -----------------------------------------------------------------------------------
+    def listen(self, request_id: int, body: dict[str, Any]) -> dict[str, Any]:
+        """Start a subscription: events carry this request's id until UNLISTEN or disconnection."""
+        kind = _need(body, "kind", str)
+        if request_id in self.listens:
+            raise ValueError(f"request id {request_id} is already listening")
+        if kind == "log":
+            log = self.server.stores.log(body)
+            reader = log.reader(
+                _position(body.get("start", "latest"))
+            )  # errors (a bad position) are the LISTEN's reply
+            batch = min(_get(body, "batch", int, 1000), READ_LIMIT_MAX)
+            loop = self._log_events(request_id, _Tail(reader), batch)
+        elif kind == "kv":
+            store = self.server.stores.kv(body)
+            keys = _need(body, "keys", list)
+            if not keys or not all(isinstance(k, str) for k in keys):
+                raise TypeError("field 'keys' must be a non-empty list of strings")
+            loop = self._kv_events(request_id, store, keys)
+        else:
+            raise ValueError(f"kind must be 'log' or 'kv', not {kind!r}")
+        self.listens[request_id] = asyncio.create_task(loop)
+        return {"ok": True}
+
+    async def _log_events(self, request_id: int, reader: _Tail, batch: int) -> None:
+        try:
+            while True:
+                records = await self.server.call(lambda: reader.batch(batch))
+                if records:
+                    await self.send(p.EVENT, p.LISTEN, request_id, {"records": records})
+        except asyncio.CancelledError:
+            await self.send(p.EVENT, p.LISTEN, request_id, {}, p.FLAG_END)
+        except Exception as err:
+            await self.send(p.EVENT, p.LISTEN, request_id, error_body(err), p.FLAG_END | p.FLAG_ERROR)
+        finally:
+            await self.server.call(reader.close)  # (after a batch still running in its thread)
+
+    async def _kv_events(self, request_id: int, store: kv.Store, keys: list[str]) -> None:
+        def versions() -> dict[str, int | None]:
+            out: dict[str, int | None] = {}
+            for key in keys:
+                got = store.get(key, data=False, touch=False)
+                out[key] = None if got is None else got.version
+            return out
+
+        try:
+            seen = await self.server.call(versions)
+            while True:
+                await self.server.call(lambda: store.wait(0.5))
+                now = await self.server.call(versions)
+                for key in keys:
+                    if now[key] != seen[key]:
+                        await self.send(p.EVENT, p.LISTEN, request_id, {"key": key, "version": now[key]})
+                seen = now
+        except asyncio.CancelledError:
+            await self.send(p.EVENT, p.LISTEN, request_id, {}, p.FLAG_END)
+
+
+class _Tail:
+    """A log reader for a LISTEN, used from pool threads one at a time."""
+
+    def __init__(self, reader: Any) -> None:
+        self._reader = reader
+        self._lock = threading.Lock()
+
+    def batch(self, size: int) -> list[list[Any]]:
+        """Up to ``size`` records, waiting up to half a second for the first."""
+        with self._lock:
+            rec = self._reader.next(timeout=0.5)
+            if rec is None:
+                return []
+            out = [[rec.lsn, rec.timestamp, rec.payload]]
+            while len(out) < size:
+                rec = self._reader.next(timeout=0)
+                if rec is None:
+                    break
+                out.append([rec.lsn, rec.timestamp, rec.payload])
+            return out
+
+    def close(self) -> None:
+        with self._lock:
+            self._reader.close()
+
+
+def _position(value: object) -> int | Literal["earliest", "latest"]:
+    if value == "earliest" or value == "latest":
+        return value
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"field 'start' must be an lsn, 'earliest' or 'latest', not {value!r}")
+    return value
+
+
+def raw_id(raw: bytes) -> int:
+    """The request id of a header that failed its checks (0 if it is too short to have one)."""
+    return int.from_bytes(raw[8:12], "big") if len(raw) >= 12 else 0
+
+
+def hello_body(server: Server) -> dict[str, Any]:
+    from .. import __version__
+
+    limits = server.limits
+    return {
+        "server": "logspool", "version": __version__, "protocol": p.VERSION,
+        "frame_size_max": limits.frame_size_max, "in_flight_max": limits.in_flight_max,
+    }  # fmt: skip
