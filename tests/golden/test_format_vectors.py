@@ -197,3 +197,56 @@ def test_golden_job_journal_v1_opens_with_its_jobs(tmp_path: Path) -> None:
             "c:1": (b"three", 128, 0, ""),
             "https://a.example/2": (b"four", 128, 0, ""),
         }
+
+
+def test_kv_op_and_snapshot_vectors(tmp_path: Path) -> None:
+    from logspool import kv
+    from logspool.kv import _ops as kops
+
+    v = vectors()
+    t = 1795000000000000000
+    put = kops.Set("user:1", kops.STRING, b"hi", t, t + 60 * 10**9, 30 * 10**9, False)
+    assert kops.decode(v["kv-set"], "vector") == put and kops.encode(put) == v["kv-set"]
+    rename = kops.Rename("user:1", "user:2", t + 1)
+    assert kops.decode(v["kv-rename"], "vector") == rename and kops.encode(rename) == v["kv-rename"]
+    lock = kops.Lock("user:2", "w1", t + 30 * 10**9)
+    assert kops.decode(v["kv-lock"], "vector") == lock and kops.encode(lock) == v["kv-lock"]
+    # the snapshot vector read by the store itself, as the newest snapshot of a store
+    with kv.open(tmp_path / "s") as store:
+        (tmp_path / "s" / "snapshot.0000000000000009").write_bytes(v["kv-snapshot"])
+        state = store._read_snapshot(str(tmp_path / "s" / "snapshot.0000000000000009"))
+    entry = state.values["n"]
+    assert (entry.vtype, entry.value, entry.ts, entry.created_ns, entry.modified_ns, entry.accessed_ns) == (
+        kops.INTEGER, (42).to_bytes(8, "little"), t, t, t + 1, t + 2)  # fmt: skip
+    assert (entry.expire_ns, entry.touch_ns, entry.version, state.next_lsn) == (0, 0, 7, 9)
+    assert state.tombstones == {"gone": t + 3} and state.locks == {"n": ("w1", t + 4)}
+
+
+def test_protocol_vectors() -> None:
+    from logspool.server import _protocol as p
+
+    text = (ROOT / "docs" / "PROTOCOL.md").read_text()
+    found = {
+        n: bytes.fromhex(b.replace("\n", " "))
+        for n, b in re.findall(r"```hex ([a-z-]+)\n(.*?)```", text, re.S)
+    }
+    expected = {
+        "hello": p.Frame(p.REQUEST, p.HELLO, 0, 1, {"token": "s3cret"}),
+        "set": p.Frame(p.REQUEST, p.KV_SET, 0, 2, {"name": "cfg", "key": "n", "value": 42, "ttl": 1.5}),
+        "set-reply": p.Frame(p.REPLY, p.KV_SET, 0, 2, {"ok": True}),
+        "error-reply": p.Frame(
+            p.REPLY,
+            p.KV_NOT,
+            p.FLAG_ERROR,
+            3,
+            {"error": "KeyNotFoundError", "message": "no key 'b'", "args": ["cfg", "b"]},
+        ),
+        "event": p.Frame(p.EVENT, p.LISTEN, 0, 4, {"records": [[0, 5, b"x"]]}),
+    }
+    assert sorted(found) == sorted(expected)
+    for name, frame in expected.items():
+        assert list(p.decode_frames(found[name], 1 << 20)) == [frame], name
+        assert (
+            p.encode_frame(frame.kind, frame.command, frame.request_id, frame.body, frame.flags)
+            == found[name]
+        )
