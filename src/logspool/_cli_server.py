@@ -86,6 +86,23 @@ def _cmd_stats(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_forward(args: argparse.Namespace) -> int:
+    from .forward import forward
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    token = args.token or os.environ.get("LOGSPOOL_TOKEN")
+    fwd = forward(args.source, args.to, producer=args.producer, token=token, batch=args.batch)
+    signal.signal(signal.SIGTERM, lambda *_: fwd.stop())
+    try:
+        stats = fwd.run(idle_exit=args.idle_exit)
+    except KeyboardInterrupt:
+        stats = fwd.stats
+    finally:
+        fwd.close()
+    print(json.dumps(stats.__dict__, sort_keys=True), flush=True)
+    return 0
+
+
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("serve", help="the daemon: serve logs, job journals and key-value stores over TCP")
     p.add_argument("--data", metavar="DIR", help="where the stores live (DIR/logs, DIR/jobs, DIR/kv)")
@@ -103,6 +120,15 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--frame-size-max", dest="frame_size_max", type=int)
     p.add_argument("--threads", type=int, help="store calls at once")
     p.set_defaults(func=_cmd_serve)
+
+    p = sub.add_parser("forward", help="send a local log's records to a daemon's log, exactly once")
+    p.add_argument("--from", dest="source", required=True, metavar="DIR", help="the local log")
+    p.add_argument("--to", required=True, metavar="HOST:PORT/NAME", help="the daemon and its log")
+    p.add_argument("--producer", help="this source's id at the daemon (default: host and real path)")
+    p.add_argument("--token", help="the daemon's token (or LOGSPOOL_TOKEN)")
+    p.add_argument("--batch", type=int, default=1000, help="records per request (default 1000)")
+    p.add_argument("--idle-exit", dest="idle_exit", type=float, help="stop after this many idle seconds")
+    p.set_defaults(func=_cmd_forward)
 
     p = sub.add_parser("stats", help="a running daemon's counters: --server HOST:PORT")
     p.add_argument("--server", required=True, metavar="HOST:PORT")

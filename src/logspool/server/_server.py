@@ -19,7 +19,10 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import hashlib
 import hmac
+import itertools
+import json
 import logging
 import os
 import re
@@ -131,6 +134,7 @@ class Stores:
         self.data = data
         self.durability = durability
         self._open: dict[tuple[str, str], Any] = {}
+        self._locks: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
 
     def get(self, kind: str, name: str) -> Any:
@@ -139,11 +143,17 @@ class Stores:
             if found is None:
                 path = os.path.join(self.data, kind, name)
                 os.makedirs(os.path.dirname(path), exist_ok=True)
-                openers: dict[str, Callable[..., Any]] = {"logs": Log, "jobs": jobs.open, "kv": kv.open}
+                openers: dict[str, Callable[..., Any]] = {"logs": Log, "jobs": jobs.open, "kv": kv.open,
+                                                          "forward": kv.open}  # fmt: skip
                 opener = openers[kind]
                 found = opener(path, durability=self.durability)
                 self._open[(kind, name)] = found
             return found
+
+    def lock_for(self, name: str) -> threading.Lock:
+        """The lock that orders forwarded appends into the log ``name``."""
+        with self._lock:
+            return self._locks.setdefault(name, threading.Lock())
 
     def log(self, body: dict[str, Any]) -> Log:
         return self.get("logs", _name(body))  # type: ignore[no-any-return]
@@ -164,6 +174,59 @@ class Stores:
                 with contextlib.suppress(Exception):
                     store.close()
             self._open.clear()
+
+
+def _digest(payloads: list[bytes]) -> str:
+    h = hashlib.sha256()
+    for payload in payloads:
+        h.update(len(payload).to_bytes(8, "big"))
+        h.update(payload)
+    return h.hexdigest()
+
+
+def forward_into(
+    log: Log, table: kv.Store, lock: threading.Lock, producer: str, first: int, records: list[bytes]
+) -> dict[str, Any]:
+    """Append the records a forwarder sends (source lsns ``first``...) unless they were appended
+    before: idempotent by (producer, source lsn), across crashes of the daemon.
+
+    ``table`` (a key-value store beside the log) holds, per producer, ``done``: the source lsn up
+    to which records are in the log, and while an append is under way ``pending``: its source
+    range, where it starts in the log and a digest of its payloads. Written durably before the
+    append; cleared after. A pending left by a crash is resolved by reading the log where it
+    would be: the same digest means it landed.
+    """
+    with lock:
+        found = table.get(producer)
+        state: dict[str, Any] = (
+            json.loads(str(found.value)) if found is not None else {"done": 0, "pending": None}
+        )
+        pending = state["pending"]
+        if pending is not None:
+            start, count, at, digest = pending
+            landed = (
+                [r.payload for r in itertools.islice(log.read(at), count)]
+                if at >= log.info().first_lsn
+                else []
+            )
+            if len(landed) == count and _digest(landed) == digest:
+                state["done"] = max(state["done"], start + count)
+            state["pending"] = None
+            table.set(producer, json.dumps(state))
+        done = int(state["done"])
+        gap = max(0, first - done)  # records the source no longer had (its retention): not ours to fill
+        new = records[max(0, done - first) :]
+        if new:
+            begin = max(first, done)
+            with log.exclusive() as tail:  # the log's next lsn is ours until the block ends
+                state["pending"] = [begin, len(new), tail.next_lsn, _digest(new)]
+                table.set(producer, json.dumps(state))  # durable before the records are
+                tail.append_many(new)
+            state["done"] = begin + len(new)
+            state["pending"] = None
+            table.set(producer, json.dumps(state))
+        done_now = int(state["done"])
+        return {"next": done_now, "gap": gap, "appended": len(new)}
 
 
 class Server:
@@ -324,6 +387,19 @@ class Server:
             lsns = s.log(b).append_many(records)
             return {"first": lsns[0] if lsns else None, "count": len(lsns)}
 
+        def log_forward(b: dict[str, Any]) -> dict[str, Any]:
+            records = _need(b, "records", list)
+            if not all(isinstance(r, bytes) for r in records):
+                raise TypeError("field 'records' must be a list of bytes")
+            producer = _need(b, "producer", str)
+            if not producer or len(producer.encode()) > 1024:
+                raise ValueError("field 'producer' must be 1 to 1024 bytes of UTF-8")
+            first = _need(b, "first", int)
+            if first < 0:
+                raise ValueError(f"field 'first' must be an lsn >= 0, not {first}")
+            name = _name(b)
+            return forward_into(s.log(b), s.get("forward", name), s.lock_for(name), producer, first, records)
+
         def job_put(b: dict[str, Any]) -> dict[str, Any]:
             op = s.jobs(b).put(
                 _need(b, "key", str), _get(b, "payload", bytes, b""), priority=_get(b, "priority", int),
@@ -401,6 +477,7 @@ class Server:
             p.LOG_APPEND: log_append,
             p.LOG_READ: log_read,
             p.LOG_INFO: log_info,
+            p.LOG_FORWARD: log_forward,
             p.JOB_PUT: job_put,
             p.JOB_TAKE: job_take,
             p.JOB_ACK: job_ack,
