@@ -25,7 +25,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, Self, TypeVar
 
 from . import limits
 from ._fs import REAL, FileSystem, replace_file
@@ -401,6 +401,12 @@ class FoldedStore(Generic[S, OpT]):
             if self._reader is not None:
                 self._reader.close()
             self._log.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 class _Writer(Generic[S, OpT]):

@@ -218,6 +218,19 @@ class RemoteLog(_Remote):
         return self._call(p.LOG_INFO, lambda b: b)
 
 
+class _Named:
+    """``kv(name)``, ``jobs(name)``, ``log(name)``: the stores of both clients."""
+
+    def kv(self: Any, name: str) -> RemoteKV:
+        return RemoteKV(self, name)
+
+    def jobs(self: Any, name: str) -> RemoteJournal:
+        return RemoteJournal(self, name)
+
+    def log(self: Any, name: str) -> RemoteLog:
+        return RemoteLog(self, name)
+
+
 # --- the sync client --------------------------------------------------------------------------------
 class Subscription:
     """Events of a LISTEN (``Client.subscribe`` and ``Client.watch``): iterate, or ``next(timeout)``."""
@@ -264,7 +277,7 @@ class Subscription:
             self.ended = True
 
 
-class Client:
+class Client(_Named):
     """A connection to a logspool daemon, shared by threads. Use ``connect``."""
 
     def __init__(self, address: str, *, token: str | None = None, timeout: float = TIMEOUT_S_DEFAULT,
@@ -382,15 +395,6 @@ class Client:
                 out.append(err)
         return out
 
-    def kv(self, name: str) -> RemoteKV:
-        return RemoteKV(self, name)
-
-    def jobs(self, name: str) -> RemoteJournal:
-        return RemoteJournal(self, name)
-
-    def log(self, name: str) -> RemoteLog:
-        return RemoteLog(self, name)
-
     def _listen(self, body: dict[str, Any]) -> Subscription:
         fut: concurrent.futures.Future[Any]
         with self._lock:  # registered before the first event can arrive
@@ -451,7 +455,7 @@ def connect(address: str, **options: Any) -> Client:
 
 
 # --- the asyncio client -------------------------------------------------------------------------
-class AsyncClient:
+class AsyncClient(_Named):
     """The asyncio client: the same objects, with coroutine methods. Use ``connect_async``."""
 
     def __init__(self, address: str, *, token: str | None = None, timeout: float = TIMEOUT_S_DEFAULT,
@@ -513,15 +517,6 @@ class AsyncClient:
             return post(reply)
 
         return run()
-
-    def kv(self, name: str) -> RemoteKV:
-        return RemoteKV(self, name)
-
-    def jobs(self, name: str) -> RemoteJournal:
-        return RemoteJournal(self, name)
-
-    def log(self, name: str) -> RemoteLog:
-        return RemoteLog(self, name)
 
     async def ping(self) -> float:
         return float(await self._request(p.PING, {}, lambda b: b["time"]))

@@ -13,6 +13,7 @@ that opens to such a state too.
 from __future__ import annotations
 
 import contextlib
+import errno
 import gc
 import os
 import random
@@ -22,20 +23,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 import logspool
+from tests.clock import Clock
 from tests.crash.faultfs import Fault, FaultFS, PowerLoss, materialize
 
 STATES_PER_CUT = 2 * int(os.environ.get("LOGSPOOL_TORTURE", "1"))
 NS = 10**9
 NAME = "j"  # the store's directory under a run's root
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.ns = 1_800_000_000 * NS
-
-    def __call__(self) -> int:
-        return self.ns
 
 
 Summary = tuple[object, ...]
@@ -150,3 +146,27 @@ def io_error_sweep(subject: Subject, base: Path, states: dict[int, Summary], err
             violations.append(f"fault at {n} ({fs.kinds[n - 1] if n <= len(fs.kinds) else '?'}): {problem}")
         shutil.rmtree(work)
     return violations
+
+
+class Sweeps:
+    """The sweeps as tests: a test module defines ``class TestX(Sweeps)`` with ``SUBJECT`` set."""
+
+    SUBJECT: Subject
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def states(cls, tmp_path_factory: pytest.TempPathFactory) -> dict[int, Summary]:
+        return reference(cls.SUBJECT, tmp_path_factory.mktemp("ref"))
+
+    def test_power_loss_at_every_operation_leaves_a_prefix_with_every_acknowledged_op(
+        self, fast_dir: Path, states: dict[int, Summary]
+    ) -> None:
+        violations, total = power_loss_sweep(self.SUBJECT, fast_dir, states)
+        assert violations == []
+        assert total > 100
+
+    @pytest.mark.parametrize("err", [errno.EIO, errno.ENOSPC], ids=["EIO", "ENOSPC"])
+    def test_an_io_error_at_every_operation_fails_the_call_and_the_store_reopens(
+        self, fast_dir: Path, states: dict[int, Summary], err: int
+    ) -> None:
+        assert io_error_sweep(self.SUBJECT, fast_dir, states, err) == []

@@ -8,17 +8,15 @@ made it. So no acknowledged op is lost and an acked job never comes back.
 
 from __future__ import annotations
 
-import errno
 from pathlib import Path
-
-import pytest
 
 from logspool import jobs
 from logspool.jobs import _ops as ops
 from logspool.jobs._state import State
+from tests.clock import Clock
 from tests.crash import fold_torture as torture
 from tests.crash.faultfs import FaultFS
-from tests.crash.fold_torture import NS, Clock, Summary
+from tests.crash.fold_torture import NS, Summary
 
 
 def workload(root: Path, fs: FaultFS | None, acked: list[int], *, snapshots: bool) -> None:
@@ -88,21 +86,5 @@ def summary(state: State) -> Summary:
 SUBJECT = torture.Subject(workload, summary, State, ops.decode, jobs.open)
 
 
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[int, Summary]:
-    return torture.reference(SUBJECT, tmp_path_factory.mktemp("ref"))
-
-
-def test_power_loss_at_every_operation_leaves_a_prefix_with_every_acknowledged_op(
-    fast_dir: Path, reference: dict[int, Summary]
-) -> None:
-    violations, total = torture.power_loss_sweep(SUBJECT, fast_dir, reference)
-    assert violations == []
-    assert total > 100
-
-
-@pytest.mark.parametrize("err", [errno.EIO, errno.ENOSPC], ids=["EIO", "ENOSPC"])
-def test_an_io_error_at_every_operation_fails_the_call_and_the_journal_reopens(
-    fast_dir: Path, reference: dict[int, Summary], err: int
-) -> None:
-    assert torture.io_error_sweep(SUBJECT, fast_dir, reference, err) == []
+class TestJobJournal(torture.Sweeps):
+    SUBJECT = SUBJECT

@@ -10,18 +10,16 @@ as every call that returned had made it, with the same values, read back from wh
 
 from __future__ import annotations
 
-import errno
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from logspool import kv
 from logspool.kv import _ops as ops
 from logspool.kv._state import State
+from tests.clock import Clock
 from tests.crash import fold_torture as torture
 from tests.crash.faultfs import FaultFS
-from tests.crash.fold_torture import NS, Clock, Summary
+from tests.crash.fold_torture import NS, Summary
 
 
 def workload(root: Path, fs: FaultFS | None, acked: list[int], *, snapshots: bool) -> None:
@@ -112,21 +110,5 @@ def open_and_read(path: Path, **options: Any) -> kv.Store:
 SUBJECT = torture.Subject(workload, summary, State, ops.decode, open_and_read)
 
 
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[int, Summary]:
-    return torture.reference(SUBJECT, tmp_path_factory.mktemp("ref"))
-
-
-def test_power_loss_at_every_operation_leaves_a_prefix_with_every_acknowledged_op(
-    fast_dir: Path, reference: dict[int, Summary]
-) -> None:
-    violations, total = torture.power_loss_sweep(SUBJECT, fast_dir, reference)
-    assert violations == []
-    assert total > 100
-
-
-@pytest.mark.parametrize("err", [errno.EIO, errno.ENOSPC], ids=["EIO", "ENOSPC"])
-def test_an_io_error_at_every_operation_fails_the_call_and_the_store_reopens(
-    fast_dir: Path, reference: dict[int, Summary], err: int
-) -> None:
-    assert torture.io_error_sweep(SUBJECT, fast_dir, reference, err) == []
+class TestKeyValueStore(torture.Sweeps):
+    SUBJECT = SUBJECT

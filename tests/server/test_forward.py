@@ -95,7 +95,8 @@ def test_records_wait_for_a_daemon_that_is_down_and_arrive_once_through_kill_9s(
         out = fwd.communicate(timeout=30)[0].decode()
         d.kill()
     stats = json.loads(out.strip().splitlines()[-1])
-    assert stats["position"] == 900 and stats["sent"] == 900
+    # (a batch the daemon appended before it was killed, and so before its reply, is resent: skipped)
+    assert stats["position"] == 900 and stats["sent"] + stats["skipped"] == 900
 
 
 def test_a_forwarder_killed_again_and_again_sends_each_record_once(tmp_path: Path, running: Running) -> None:

@@ -17,17 +17,7 @@ import pytest
 import logspool
 from logspool import jobs
 from logspool.errors import JobNotFoundError, LeaseExpiredError, NotALogError
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.ns = 1_800_000_000 * 10**9
-
-    def __call__(self) -> int:
-        return self.ns
-
-    def advance(self, seconds: float) -> None:
-        self.ns += int(seconds * 1e9)
+from tests.clock import Clock
 
 
 @pytest.fixture

@@ -24,19 +24,8 @@ from logspool.errors import (
     NotALogError,
     ValueTypeError,
 )
-
-NOW = 1_800_000_000
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.ns = NOW * 10**9
-
-    def __call__(self) -> int:
-        return self.ns
-
-    def advance(self, seconds: float) -> None:
-        self.ns += int(seconds * 1e9)
+from tests.clock import START_S as NOW
+from tests.clock import Clock
 
 
 @pytest.fixture

@@ -587,12 +587,6 @@ class Journal(FoldedStore[State, ops.Op]):
             return len(ids)
 
     # --- closing ----------------------------------------------------------------------------------
-    def __enter__(self) -> Journal:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     def __repr__(self) -> str:
         return f"<logspool.jobs.Journal {self.path!r}>"
 

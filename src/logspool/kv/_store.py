@@ -812,12 +812,6 @@ class Store(FoldedStore[State, ops.Op]):
         with self._mutex:
             return self._current().next_lsn != before
 
-    def __enter__(self) -> Store:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     def __repr__(self) -> str:
         return f"<logspool.kv.Store {self.path!r}>"
 
