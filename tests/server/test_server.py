@@ -7,6 +7,7 @@ A real server (tests/server/conftest.py) and the real client; stores are real di
 from __future__ import annotations
 
 import asyncio
+import shutil
 import socket
 import ssl
 import struct
@@ -201,6 +202,7 @@ def test_a_token_is_required_when_set(tmp_path: Path) -> None:
         r.stop()
 
 
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="the openssl command makes the test certificate")
 def test_tls(tmp_path: Path) -> None:
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
     subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key),
