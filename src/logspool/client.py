@@ -459,12 +459,14 @@ class AsyncClient(_Named):
     """The asyncio client: the same objects, with coroutine methods. Use ``connect_async``."""
 
     def __init__(self, address: str, *, token: str | None = None, timeout: float = TIMEOUT_S_DEFAULT,
-                 ssl_context: ssl.SSLContext | None = None) -> None:  # fmt: skip
+                 ssl_context: ssl.SSLContext | None = None, reconnect: bool = True) -> None:  # fmt: skip
         self.address = address
         self._host, self._port = parse_address(address)
         self._token = token
         self.timeout = timeout
         self._ssl = ssl_context
+        self._reconnect = reconnect
+        self._closed = False
         self._ids = itertools.count(1)
         self._pending: dict[int, asyncio.Future[tuple[int, dict[str, Any]]]] = {}
         self._writer: asyncio.StreamWriter | None = None
@@ -502,7 +504,13 @@ class AsyncClient(_Named):
     def _request(self, command: int, body: dict[str, Any], post: Post) -> Awaitable[Any]:
         async def run() -> Any:
             if self._writer is None or self._reader_task is None or self._reader_task.done():
-                raise _lost(self.address, "not connected")
+                if self._closed or not self._reconnect or command == p.HELLO:
+                    raise _lost(self.address, "not connected")
+                try:
+                    await self._open()  # the connection broke earlier: a new one for this call
+                except OSError as err:
+                    raise _lost(self.address, err) from err
+            assert self._writer is not None
             request_id = next(self._ids) & 0xFFFFFFFF
             fut: asyncio.Future[tuple[int, dict[str, Any]]] = asyncio.get_running_loop().create_future()
             self._pending[request_id] = fut
@@ -525,6 +533,7 @@ class AsyncClient(_Named):
         return dict(await self._request(p.STATS, {}, lambda b: b))
 
     async def close(self) -> None:
+        self._closed = True
         if self._writer is not None:
             self._writer.close()
             with contextlib.suppress(OSError):

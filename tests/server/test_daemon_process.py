@@ -5,6 +5,7 @@ was acknowledged and what was sent."""
 
 from __future__ import annotations
 
+import asyncio
 import random
 import signal
 import threading
@@ -117,5 +118,27 @@ def test_sigterm_replies_to_what_is_in_flight_and_stops_cleanly(tmp_path: Path) 
         assert "stopped" in d.output()
         d.start()
         check(d, load)
+    finally:
+        d.kill()
+
+
+def test_both_clients_reconnect_after_the_daemon_restarts(tmp_path: Path) -> None:
+    d = Daemon(tmp_path / "data").start()
+    try:
+        sync = client.connect(d.address, timeout=10)
+        sync.kv("k").set("a", 1)
+
+        async def go() -> None:
+            ac = await client.connect_async(d.address, timeout=10)
+            await ac.kv("k").set("b", 2)
+            d.kill()
+            await asyncio.sleep(0.3)  # the client sees the connection close
+            d.start()
+            assert await ac.kv("k").add("b") == 3  # a new connection for this call
+            await ac.close()
+
+        asyncio.run(go())
+        assert sync.kv("k").add("a") == 2  # the sync client too
+        sync.close()
     finally:
         d.kill()
