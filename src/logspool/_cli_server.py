@@ -24,7 +24,7 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
         with open(args.config, "rb") as f:
             conf = tomllib.load(f)
         known = {"data", "listen", "token", "token_file", "tls_cert", "tls_key", "durability",
-                 "connections_max", "in_flight_max", "frame_size_max", "threads"}  # fmt: skip
+                 "connections_max", "in_flight_max", "frame_size_max", "threads", "metrics"}  # fmt: skip
         unknown = sorted(set(conf) - known)
         if unknown:
             raise SystemExit(
@@ -63,6 +63,10 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         server = Server(conf["data"], host=host, port=port, token=token, ssl_context=context, limits=limits,
                         durability=conf.get("durability", "always"))  # fmt: skip
         await server.start()
+        if conf.get("metrics"):
+            m_host, m_port = parse_address(conf["metrics"])
+            m_port = await server.start_metrics(m_host, m_port)
+            print(f"logspool serve: Prometheus metrics at http://{m_host}:{m_port}/metrics", flush=True)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, lambda: asyncio.ensure_future(server.stop()))
@@ -119,6 +123,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--in-flight-max", dest="in_flight_max", type=int, help="requests per connection at once")
     p.add_argument("--frame-size-max", dest="frame_size_max", type=int)
     p.add_argument("--threads", type=int, help="store calls at once")
+    p.add_argument("--metrics", metavar="HOST:PORT", help="serve Prometheus text at http://HOST:PORT/metrics")
     p.set_defaults(func=_cmd_serve)
 
     p = sub.add_parser("forward", help="send a local log's records to a daemon's log, exactly once")

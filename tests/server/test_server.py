@@ -14,6 +14,8 @@ import struct
 import subprocess
 import threading
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -312,3 +314,18 @@ def test_the_server_survives_a_client_that_vanishes_mid_request(running: Running
         assert c.kv("k").get("x") is None and c.ping() > 0
     assert logspool.__version__
     assert jobs.Job
+
+
+def test_prometheus_metrics(running: Running) -> None:
+    async def start() -> int:
+        return await running.server.start_metrics()
+
+    port = asyncio.run_coroutine_threadsafe(start(), running.loop).result(10)
+    with client.connect(running.address) as c:
+        c.kv("m").set("a", 1)
+        c.kv("m").get("a")
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    assert 'logspool_requests_total{command="kv.set"} 1' in text
+    assert "# TYPE logspool_connections gauge" in text and "logspool_connections_total 1" in text
+    with pytest.raises(urllib.error.HTTPError):
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/other", timeout=10)

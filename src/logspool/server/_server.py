@@ -254,6 +254,7 @@ class Server:
         self.started = time.time()
         self._pool = concurrent.futures.ThreadPoolExecutor(self.limits.threads, thread_name_prefix="logspool")
         self._server: asyncio.Server | None = None
+        self._metrics: asyncio.Server | None = None
         self._connections: set[_Connection] = set()
         self._stopped = asyncio.Event()
         self._handlers = self._build_handlers()
@@ -275,6 +276,40 @@ class Server:
         _logger.info("serving %s on %s", self.data, self.address)
         return self
 
+    async def start_metrics(self, host: str = "127.0.0.1", port: int = 0) -> int:
+        """Serve the counters as Prometheus text at ``http://HOST:PORT/metrics``; returns the port."""
+        self._metrics = await asyncio.start_server(self._metrics_request, host, port)
+        return int(self._metrics.sockets[0].getsockname()[1])
+
+    def metrics_text(self) -> str:
+        c = self.counters
+        metrics = [
+            ("connections", "gauge", c.connections),
+            ("connections_total", "counter", c.connections_total),
+            ("connections_refused_total", "counter", c.refused),
+            ("errors_total", "counter", c.errors),
+            ("protocol_errors_total", "counter", c.protocol_errors),
+            ("bytes_in_total", "counter", c.bytes_in),
+            ("bytes_out_total", "counter", c.bytes_out),
+        ]
+        lines: list[str] = []
+        for name, kind, value in metrics:
+            lines += [f"# TYPE logspool_{name} {kind}", f"logspool_{name} {value}"]
+        lines.append("# TYPE logspool_requests_total counter")
+        lines += [f'logspool_requests_total{{command="{k}"}} {v}' for k, v in sorted(c.requests.items())]
+        return "\n".join(lines) + "\n"
+
+    async def _metrics_request(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(Exception):
+            line = await asyncio.wait_for(reader.readline(), 5)
+            ok = line.split(b" ")[1:2] == [b"/metrics"]
+            body = self.metrics_text().encode() if ok else b"not found: GET /metrics\n"
+            status = b"200 OK" if ok else b"404 Not Found"
+            writer.write(b"HTTP/1.0 " + status + b"\r\nContent-Type: text/plain; version=0.0.4\r\n"
+                         + b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)  # fmt: skip
+            await writer.drain()
+        writer.close()
+
     async def wait_stopped(self) -> None:
         await self._stopped.wait()
 
@@ -282,6 +317,8 @@ class Server:
         """Stop accepting, stop reading requests, let those in flight reply, close the stores."""
         if self._server is not None:
             self._server.close()
+        if self._metrics is not None:
+            self._metrics.close()
         conns = list(self._connections)
         for conn in conns:
             conn.stop_reading()
