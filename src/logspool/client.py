@@ -219,7 +219,18 @@ class RemoteLog(_Remote):
 
 
 class _Named:
-    """``kv(name)``, ``jobs(name)``, ``log(name)``: the stores of both clients."""
+    """What both clients share: their settings, and ``kv(name)``, ``jobs(name)``, ``log(name)``."""
+
+    def __init__(self, address: str, *, token: str | None = None, timeout: float = TIMEOUT_S_DEFAULT,
+                 ssl_context: ssl.SSLContext | None = None, reconnect: bool = True) -> None:  # fmt: skip
+        self.address = address
+        self._host, self._port = parse_address(address)
+        self._token = token
+        self.timeout = timeout
+        self._ssl = ssl_context
+        self._reconnect = reconnect
+        self._closed = False
+        self._ids = itertools.count(1)
 
     def kv(self: Any, name: str) -> RemoteKV:
         return RemoteKV(self, name)
@@ -280,20 +291,13 @@ class Subscription:
 class Client(_Named):
     """A connection to a logspool daemon, shared by threads. Use ``connect``."""
 
-    def __init__(self, address: str, *, token: str | None = None, timeout: float = TIMEOUT_S_DEFAULT,
-                 ssl_context: ssl.SSLContext | None = None, reconnect: bool = True) -> None:  # fmt: skip
-        self.address = address
-        self._host, self._port = parse_address(address)
-        self._token = token
-        self.timeout = timeout
-        self._ssl = ssl_context
-        self._reconnect = reconnect
-        self._ids = itertools.count(1)
+    def __init__(self, address: str, **options: Any) -> None:
+        super().__init__(address, **options)
         self._lock = threading.Lock()  # sending, connecting
         self._pending: dict[int, concurrent.futures.Future[tuple[int, dict[str, Any]]]] = {}
         self._subs: dict[int, Subscription] = {}
         self._sock: socket.socket | None = None
-        self._closed = False
+        self._refused: Exception | None = None
         self.hello: dict[str, Any] = {}
         self._connect()
 
@@ -329,6 +333,7 @@ class Client(_Named):
                     fut.set_result((head.flags, body))
                 elif head.flags & p.FLAG_ERROR:  # a refusal not tied to a request (id 0)
                     why = error_from(self.address, body)
+                    self._refused = why
                     break
         except (OSError, ValueError, p.ProtocolError) as err:
             why = err
@@ -353,6 +358,9 @@ class Client(_Named):
             request_id = next(self._ids) & 0xFFFFFFFF
             frame = p.encode_frame(p.REQUEST, command, request_id, body)
             if self._sock is None:
+                if self._refused is not None:  # the server refused the connection (before a reply)
+                    refused, self._refused = self._refused, None
+                    raise refused
                 if not self._reconnect:
                     raise _lost(self.address, "not connected")
                 self._lock.release()
@@ -458,16 +466,8 @@ def connect(address: str, **options: Any) -> Client:
 class AsyncClient(_Named):
     """The asyncio client: the same objects, with coroutine methods. Use ``connect_async``."""
 
-    def __init__(self, address: str, *, token: str | None = None, timeout: float = TIMEOUT_S_DEFAULT,
-                 ssl_context: ssl.SSLContext | None = None, reconnect: bool = True) -> None:  # fmt: skip
-        self.address = address
-        self._host, self._port = parse_address(address)
-        self._token = token
-        self.timeout = timeout
-        self._ssl = ssl_context
-        self._reconnect = reconnect
-        self._closed = False
-        self._ids = itertools.count(1)
+    def __init__(self, address: str, **options: Any) -> None:
+        super().__init__(address, **options)
         self._pending: dict[int, asyncio.Future[tuple[int, dict[str, Any]]]] = {}
         self._writer: asyncio.StreamWriter | None = None
         self._reader_task: asyncio.Task[None] | None = None

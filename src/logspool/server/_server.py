@@ -622,7 +622,7 @@ class _Connection:
             if command == p.HELLO:
                 reply = hello_body(server)
             elif command == p.LISTEN:
-                reply = self.listen(request_id, body)
+                reply = await self.listen(request_id, body)
             elif command == p.UNLISTEN:
                 task = self.listens.pop(_need(body, "id", int), None)
                 if task is not None:
@@ -641,7 +641,7 @@ class _Connection:
             await self.send(p.REPLY, command, request_id, error_body(err), p.FLAG_ERROR)
 
     # --- LISTEN -----------------------------------------------------------------------------------
-    def listen(self, request_id: int, body: dict[str, Any]) -> dict[str, Any]:
+    async def listen(self, request_id: int, body: dict[str, Any]) -> dict[str, Any]:
         """Start a subscription: events carry this request's id until UNLISTEN or disconnection."""
         kind = _need(body, "kind", str)
         if request_id in self.listens:
@@ -658,7 +658,9 @@ class _Connection:
             keys = _need(body, "keys", list)
             if not keys or not all(isinstance(k, str) for k in keys):
                 raise TypeError("field 'keys' must be a non-empty list of strings")
-            loop = self._kv_events(request_id, store, keys)
+            watched = _Watched(store, keys)
+            await self.server.call(watched.changed)  # the versions now, before the reply
+            loop = self._kv_events(request_id, watched)
         else:
             raise ValueError(f"kind must be 'log' or 'kv', not {kind!r}")
         self.listens[request_id] = asyncio.create_task(loop)
@@ -677,25 +679,33 @@ class _Connection:
         finally:
             await self.server.call(reader.close)  # (after a batch still running in its thread)
 
-    async def _kv_events(self, request_id: int, store: kv.Store, keys: list[str]) -> None:
-        def versions() -> dict[str, int | None]:
-            out: dict[str, int | None] = {}
-            for key in keys:
-                got = store.get(key, data=False, touch=False)
-                out[key] = None if got is None else got.version
-            return out
-
+    async def _kv_events(self, request_id: int, watched: _Watched) -> None:
         try:
-            seen = await self.server.call(versions)
             while True:
-                await self.server.call(lambda: store.wait(0.5))
-                now = await self.server.call(versions)
-                for key in keys:
-                    if now[key] != seen[key]:
-                        await self.send(p.EVENT, p.LISTEN, request_id, {"key": key, "version": now[key]})
-                seen = now
+                await self.server.call(lambda: watched.store.wait(0.5))
+                for key, version in await self.server.call(watched.changed):
+                    await self.send(p.EVENT, p.LISTEN, request_id, {"key": key, "version": version})
         except asyncio.CancelledError:
             await self.send(p.EVENT, p.LISTEN, request_id, {}, p.FLAG_END)
+
+
+class _Watched:
+    """The versions of the keys a kv LISTEN watches, as last seen."""
+
+    def __init__(self, store: kv.Store, keys: list[str]) -> None:
+        self.store = store
+        self.seen: dict[str, int | None] = dict.fromkeys(keys)
+
+    def changed(self) -> list[tuple[str, int | None]]:
+        """The keys whose version changed since the last call, with their version now."""
+        out = []
+        for key, before in self.seen.items():
+            got = self.store.get(key, data=False, touch=False)
+            now = None if got is None else got.version
+            if now != before:
+                out.append((key, now))
+                self.seen[key] = now
+        return out
 
 
 class _Tail:
