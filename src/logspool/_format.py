@@ -14,6 +14,7 @@ Invariants (checked at import, below):
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import mmap
@@ -357,8 +358,14 @@ def decode_json_file(magic: bytes, buf: bytes, path: str, what: str) -> tuple[in
 
 # --- checkpoint (a durable subscriber's position) ------------------------------------------------
 CHECKPOINT_MAGIC = b"LOGSPCKP"
-# magic, version, reserved, name size, lsn, committed_ns, created_ns; then the name, then crc32
+# Version 1 (read only): the whole file is one record: magic, version, reserved, name size, lsn,
+# committed_ns, created_ns; then the name, then crc32.
 CHECKPOINT_HEADER = struct.Struct("<8sHHIQQQ")
+# Version 2: the file holds two slots, each a record with a generation: magic, version, reserved,
+# name size, generation, lsn, committed_ns, created_ns; then the name, then crc32. A commit
+# overwrites the slot the newest generation is not in (docs/FORMAT.md §6.2).
+CHECKPOINT_SLOT_HEADER = struct.Struct("<8sHHIQQQQ")
+CHECKPOINT_SLOT_ALIGN = 512
 CHECKPOINT_PREFIX = "cp."
 
 
@@ -368,6 +375,7 @@ class Checkpoint:
     lsn: int  # the next lsn the subscriber reads: every lsn below it is consumed
     committed_ns: int
     created_ns: int
+    generation: int = 0  # counts commits (version 2); 0 in a version-1 file
 
 
 def checkpoint_name(subscriber: str) -> str:
@@ -388,21 +396,37 @@ def is_checkpoint_name(name: str) -> bool:
     )
 
 
-def encode_checkpoint(cp: Checkpoint) -> bytes:
+def checkpoint_slot_size(name: str) -> int:
+    """Bytes per slot of a version-2 checkpoint file of ``name``: its record rounded up to 512."""
+    record = CHECKPOINT_SLOT_HEADER.size + len(name.encode()) + 4
+    return -(-record // CHECKPOINT_SLOT_ALIGN) * CHECKPOINT_SLOT_ALIGN
+
+
+def encode_checkpoint_slot(cp: Checkpoint) -> bytes:
+    """The record of ``cp`` (generation >= 1) as it is written into a slot."""
+    if cp.generation < 1:
+        raise ValueError(f"a checkpoint generation is >= 1, not {cp.generation}")
     name = cp.name.encode()
-    head = CHECKPOINT_HEADER.pack(
-        CHECKPOINT_MAGIC, VERSION_1, 0, len(name), cp.lsn, cp.committed_ns, cp.created_ns
+    head = CHECKPOINT_SLOT_HEADER.pack(
+        CHECKPOINT_MAGIC, VERSION_2, 0, len(name), cp.generation, cp.lsn, cp.committed_ns, cp.created_ns
     )
     return head + name + struct.pack("<I", crc32(name, crc32(head)))
 
 
-def decode_checkpoint(buf: bytes, path: str) -> Checkpoint:
+def encode_checkpoint(cp: Checkpoint) -> bytes:
+    """A whole version-2 checkpoint file: ``cp`` in slot 0 (generation 1 if it has none), zeros
+    in slot 1."""
+    if cp.generation < 1:
+        cp = dataclasses.replace(cp, generation=1)
+    record = encode_checkpoint_slot(cp)
+    return record + bytes(2 * checkpoint_slot_size(cp.name) - len(record))
+
+
+def _decode_checkpoint_v1(buf: bytes, path: str) -> Checkpoint:
     size = CHECKPOINT_HEADER.size
     if len(buf) < size + 4:
         raise CorruptionError(path, 0, f"checkpoint file is {len(buf)} bytes, too short")
-    magic, version, _r, name_size, lsn, committed, created = CHECKPOINT_HEADER.unpack_from(buf, 0)
-    if magic != CHECKPOINT_MAGIC:
-        raise CorruptionError(path, 0, f"bad checkpoint magic {magic!r}")
+    _magic, _version, _r, name_size, lsn, committed, created = CHECKPOINT_HEADER.unpack_from(buf, 0)
     if size + name_size + 4 != len(buf):
         raise CorruptionError(path, 12, f"checkpoint name size {name_size} does not match file size")
     (found,) = struct.unpack_from("<I", buf, size + name_size)
@@ -413,13 +437,69 @@ def decode_checkpoint(buf: bytes, path: str) -> Checkpoint:
             size + name_size,
             f"checkpoint checksum mismatch (expected 0x{expected:08x}, found 0x{found:08x})",
         )
-    if version > FORMAT_VERSION:
-        raise UnsupportedVersionError(path, version, FORMAT_VERSION)
     try:
         name = buf[size : size + name_size].decode()
     except UnicodeDecodeError as err:
         raise CorruptionError(path, size, f"checkpoint name is not UTF-8: {err}") from err
     return Checkpoint(name, lsn, committed, created)
+
+
+def _decode_checkpoint_slot(buf: bytes, offset: int, slot_size: int, path: str) -> Checkpoint | str:
+    """The checkpoint in the slot at ``offset``, or why it holds none (never written, torn)."""
+    size = CHECKPOINT_SLOT_HEADER.size
+    head = buf[offset : offset + size]
+    if head[:8] != CHECKPOINT_MAGIC:
+        return "empty" if not any(head) else f"bad magic {head[:8]!r}"
+    _m, version, _r, name_size, gen, lsn, committed, created = CHECKPOINT_SLOT_HEADER.unpack(head)
+    if size + name_size + 4 > slot_size:
+        return f"name size {name_size} does not fit the {slot_size}-byte slot"
+    end = offset + size + name_size
+    (found,) = struct.unpack_from("<I", buf, end)
+    if found != crc32(buf[offset:end]):
+        return "checksum mismatch"  # torn by a crash during a commit, or damaged
+    if version > FORMAT_VERSION:  # whole, and written by a newer logspool
+        raise UnsupportedVersionError(path, version, FORMAT_VERSION)
+    if version != VERSION_2:
+        return f"version {version} in a two-slot file"
+    try:
+        name = buf[offset + size : end].decode()
+    except UnicodeDecodeError:
+        return "name is not UTF-8"
+    if gen < 1:
+        return f"generation {gen}"
+    return Checkpoint(name, lsn, committed, created, gen)
+
+
+def decode_checkpoint(buf: bytes, path: str) -> Checkpoint:
+    """The position a checkpoint file holds: for version 2, the valid slot of the newest
+    generation (the other may be torn by a crash during a commit). CorruptionError if none."""
+    if len(buf) >= 10 and buf[:8] == CHECKPOINT_MAGIC and buf[8:10] == VERSION_1.to_bytes(2, "little"):
+        return _decode_checkpoint_v1(buf, path)
+    slot = len(buf) // 2
+    if len(buf) < 2 * CHECKPOINT_SLOT_ALIGN or len(buf) % (2 * CHECKPOINT_SLOT_ALIGN):
+        if len(buf) >= 10 and buf[:8] == CHECKPOINT_MAGIC:
+            (version,) = struct.unpack_from("<H", buf, 8)
+            if version > FORMAT_VERSION:
+                raise UnsupportedVersionError(path, version, FORMAT_VERSION)
+        raise CorruptionError(path, 0, f"checkpoint file is {len(buf)} bytes: not two 512-byte-aligned slots")
+    found = [_decode_checkpoint_slot(buf, k * slot, slot, path) for k in (0, 1)]
+    valid = [cp for cp in found if isinstance(cp, Checkpoint)]
+    if not valid:
+        raise CorruptionError(path, 0, f"no valid checkpoint slot (slot 0: {found[0]}; slot 1: {found[1]})")
+    if len(valid) == 2 and valid[0].name != valid[1].name:
+        raise CorruptionError(
+            path, 0, f"the slots name two subscribers: {valid[0].name!r}, {valid[1].name!r}"
+        )
+    return max(valid, key=lambda cp: cp.generation)
+
+
+def checkpoint_slots(buf: bytes, path: str) -> list[Checkpoint | None]:
+    """What each slot of a version-2 checkpoint file holds (None: nothing valid)."""
+    slot = len(buf) // 2
+    return [
+        cp if isinstance(cp := _decode_checkpoint_slot(buf, k * slot, slot, path), Checkpoint) else None
+        for k in (0, 1)
+    ]
 
 
 # --- retention policy file -------------------------------------------------------------------------

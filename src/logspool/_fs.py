@@ -79,6 +79,11 @@ class FileSystem:
     def fsync(self, fd: int) -> None:
         os.fsync(fd)
 
+    def fdatasync(self, fd: int) -> None:
+        """fsync the data of a file rewritten in place (its size unchanged): the inode's times
+        are left to the next journal commit, which saves a second write of the metadata."""
+        os.fdatasync(fd)
+
     def fsync_dir(self, path: str) -> None:
         """fsync a directory, making the creation, rename or removal of its entries durable."""
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)

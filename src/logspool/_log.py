@@ -427,9 +427,10 @@ class Log:
         self._set_segment_deadline(header.created_ns)
         self._index_due = 0
         self._open_index()
-        self._scan_from(data[fmt.SEGMENT_HEADER_SIZE :], fmt.SEGMENT_HEADER_SIZE)
-        # The scan may have cut a tail or crossed a seal: index what is now the active segment.
-        self._rewrite_index_if_needed(self._fs.pread(self._seg_fd, self._seg_end, 0))
+        infos = self._scan_from(data[fmt.SEGMENT_HEADER_SIZE :], fmt.SEGMENT_HEADER_SIZE)
+        # The scan may have cut a tail or crossed a seal: index what is now the active segment
+        # (from the records the scan parsed: no second parse).
+        self._rewrite_index_if_needed(infos)
         # The sync mark never claims more than this segment holds (a copied or restored directory
         # may carry a mark from elsewhere).
         self._lower_sync_mark(self._seg_base, self._seg_end)
@@ -464,9 +465,10 @@ class Log:
         finally:
             self._fs.close(fd)
 
-    def _scan_from(self, data: bytes, base: int) -> None:
+    def _scan_from(self, data: bytes, base: int) -> list[seg.RecordInfo]:
         """Adopt the records of the active segment in ``data``, which holds its bytes from file
-        offset ``base`` to the end, cutting a torn tail. Follows seals into the next segment."""
+        offset ``base`` to the end, cutting a torn tail. Follows seals into the next segment.
+        Returns the records of the segment it ends in, up to its end."""
         offset = 0
         for _ in range(1 << 20):  # bounded: one turn per segment crossed
             infos: list[seg.RecordInfo] = []
@@ -483,7 +485,7 @@ class Log:
                 self._last_ts = max(self._last_ts, infos[-1].timestamp)
             if stop.kind == seg.END:
                 self._seg_end = stop.pos
-                return
+                return infos
             if stop.kind == seg.SEAL:
                 # Sealed by another process (or by a crash mid-rotation): move to the next one.
                 self._seg_end = stop.pos
@@ -492,7 +494,7 @@ class Log:
                 if not self._fs.exists(next_path):
                     # A crash between the seal and the next segment: the sealed segment's index
                     # may not have been fsynced with it. Make it whole and durable first.
-                    if self._rewrite_index_if_needed(self._fs.pread(self._seg_fd, self._seg_end, 0)):
+                    if self._rewrite_index_if_needed(infos):
                         self._fs.fsync(self._idx_fd)
                     self._create_segment(next_base, max(self._last_ts, time.time_ns()))
                 self._switch_to(next_base)
@@ -516,7 +518,7 @@ class Log:
             self._fs.truncate(self._seg_fd, cut)  # crash here: the same cut is made on next open
             self._sync_if_durable(self._seg_fd)
             self._seg_end = cut
-            return
+            return [info for info in infos if info.offset < cut]
         raise AssertionError("segment chain did not end")
 
     def _catch_up(self) -> None:
@@ -591,12 +593,10 @@ class Log:
         self._idx_fd = self._fs.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND)
         self._index_ok = True
 
-    def _rewrite_index_if_needed(self, data: bytes) -> bool:
-        """Make the active segment's index exactly what its records imply (after recovery).
-        True if it had to be rewritten."""
-        expected = seg.index_bytes(
-            data, self._seg_end, self._seg_base, self.record_size_max, self.meta.index_interval
-        )
+    def _rewrite_index_if_needed(self, infos: list[seg.RecordInfo]) -> bool:
+        """Make the active segment's index exactly what its records (``infos``, all of them,
+        from a scan) imply (after recovery). True if it had to be rewritten."""
+        expected = seg.index_bytes_of(infos, self._seg_base, self.meta.index_interval)
         current = self._fs.pread(self._idx_fd, len(expected) + 1, 0)
         if current != expected:
             # The index is derived: no fsync needed, a crash here is repaired the same way.
@@ -1050,11 +1050,11 @@ class Log:
         Durability: returns after its checkpoint is fsynced. SubscriberExistsError if it exists.
         """
         self._check_open()
-        cps = self._checkpoints()
         name = self._durable_name(name)
-        if cps.read(name) is not None:
-            raise SubscriberExistsError(self.path, name)
-        return cps.write(name, cps.resolve(start, since)).lsn
+        with self._checkpoints() as cps:
+            if cps.read(name) is not None:
+                raise SubscriberExistsError(self.path, name)
+            return cps.write(name, cps.resolve(start, since)).lsn
 
     def remove_subscriber(self, name: str) -> None:
         """Delete the durable subscriber ``name`` (it no longer holds back retention)."""
@@ -1068,24 +1068,24 @@ class Log:
         the first record at or after ``since``; return its new lsn. Durable on return. A process
         reading as that subscriber keeps its own position until it reopens (or commits over it)."""
         self._check_open()
-        cps = self._checkpoints()
         name = self._durable_name(name)
-        cp = cps.read(name)
-        if cp is None:
-            raise SubscriberNotFoundError(self.path, name)
-        return cps.write(name, cps.resolve(start, since), cp.created_ns).lsn
+        with self._checkpoints() as cps:
+            cp = cps.read(name)
+            if cp is None:
+                raise SubscriberNotFoundError(self.path, name)
+            return cps.write(name, cps.resolve(start, since), cp.created_ns).lsn
 
     def copy_subscriber(self, source: str, target: str) -> int:
         """Create ``target`` at the position of ``source``; return that lsn. Durable on return."""
         self._check_open()
-        cps = self._checkpoints()
         source, target = self._durable_name(source), self._durable_name(target)
-        cp = cps.read(source)
-        if cp is None:
-            raise SubscriberNotFoundError(self.path, source)
-        if cps.read(target) is not None:
-            raise SubscriberExistsError(self.path, target)
-        return cps.write(target, cp.lsn).lsn
+        with self._checkpoints() as cps:
+            cp = cps.read(source)
+            if cp is None:
+                raise SubscriberNotFoundError(self.path, source)
+            if cps.read(target) is not None:
+                raise SubscriberExistsError(self.path, target)
+            return cps.write(target, cp.lsn).lsn
 
     def subscribers(self) -> list[SubscriberInfo]:
         """Every durable subscriber with its lag (records, bytes, age). Any thread; no lock."""

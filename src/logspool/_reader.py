@@ -88,6 +88,7 @@ class Reader:
         self._pos = 0
         self._lsn = 0
         self._need = 0
+        self._chunk = limits.READ_CHUNK_FIRST  # grows to READ_CHUNK_SIZE: a first record comes fast
         # Records read but not yet returned, as an iterator over a list: ``__iter__`` hands them
         # out with ``yield from`` (no Python code per record), and its length hint says how many
         # are left, so ``position`` stays exact when a caller stops half-way.
@@ -287,7 +288,8 @@ class Reader:
             if not self._open_segment():
                 return False
             start_pos = self._pos
-            request = max(limits.READ_CHUNK_SIZE, self._need)
+            request = max(self._chunk, self._need)
+            self._chunk = min(2 * self._chunk, limits.READ_CHUNK_SIZE)
             data = self._fs.pread(self._fd, request, start_pos)
             out: list[fmt.Record] = []
             gaps: list[Gap] = []

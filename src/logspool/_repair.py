@@ -336,7 +336,7 @@ class _Repair:
 
     def move_checkpoint(self, path: str, cp: fmt.Checkpoint, lsn: int, why: str) -> None:
         if not self.dry:
-            moved = fmt.Checkpoint(cp.name, lsn, time.time_ns(), cp.created_ns)
+            moved = fmt.Checkpoint(cp.name, lsn, time.time_ns(), cp.created_ns, cp.generation + 1)
             replace_file(self.fs, self.root, os.path.basename(path), fmt.encode_checkpoint(moved))
         self.act(MOVE_CHECKPOINT, path, f"subscriber {cp.name!r} {why}: moved to lsn {lsn}")
 

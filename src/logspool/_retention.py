@@ -174,7 +174,7 @@ def enforce(
     removals' directory entries are fsynced."""
     now = time.time_ns() if now_ns is None else now_ns
     expired: list[str] = []
-    cps = checkpoints.all()
+    cps = checkpoints.all(floor=True)  # positions a power cut cannot take back (docs/FORMAT.md §6.2)
     if policy.subscriber_idle_max_s is not None:
         idle_ns = int(policy.subscriber_idle_max_s * 1e9)
         for cp in cps:

@@ -194,9 +194,14 @@ def _stop_at(buf: bytes, pos: int, lsn: int, size_max: int, base: int) -> Stop:
 def index_bytes(data: bytes, end: int, base: int, size_max: int, interval: int) -> bytes:
     """The index file a segment's records imply (docs/FORMAT.md §5.2), byte for byte: ``data`` holds
     the segment from offset 0, and its records up to ``end`` are indexed."""
-    out = bytearray(encode_index_header(base, interval))
     infos: list[RecordInfo] = []
     parse(data[:end], SEGMENT_HEADER_SIZE, base, size_max, None, infos)
+    return index_bytes_of(infos, base, interval)
+
+
+def index_bytes_of(infos: list[RecordInfo], base: int, interval: int) -> bytes:
+    """The index file of a segment whose records are ``infos`` (in order, from its first)."""
+    out = bytearray(encode_index_header(base, interval))
     due = 0
     for info in infos:
         if info.offset >= due:

@@ -1,19 +1,21 @@
 """Subscribers: readers whose position is checkpointed under a name (JLog's ``cp.`` files).
 
 A durable subscriber has a checkpoint file ``DIR/cp.<sha256 of its name>`` (docs/FORMAT.md §6.2)
-holding the next lsn it reads. ``commit`` replaces that file atomically and durably (write a
-temporary, fsync, rename, fsync the directory), so after a crash it holds the old position or the
-new one, never a mix; delivery is at-least-once: whatever was handed out after the last commit is
-handed out again. Names starting with ``~`` are transient (JLog): no checkpoint, they start at the
-latest record and what is appended while they are away is not kept for them.
+holding the next lsn it reads, in one of two slots. ``commit`` overwrites the slot that does not
+hold the last durable position (one ``pwrite``, then one ``fdatasync`` unless ``durable=False``),
+so a crash or power cut during a commit leaves that position intact, and a reader takes the valid
+slot with the newest generation. Delivery is at-least-once: whatever was handed out after the
+last commit is handed out again. Names starting with ``~`` are transient (JLog): no checkpoint,
+they start at the latest record and what is appended while they are away is not kept for them.
 
-Concurrency: checkpoints may be read and written by any thread or process; two processes
-committing the same subscriber race, and the last rename wins (each commit is whole). One
+Concurrency: checkpoints may be read and written by any thread or process. Each commit is whole;
+two processes committing the same subscriber at once race and the newer generation wins. One
 ``Subscriber`` object is used by one thread at a time, like any reader.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from dataclasses import dataclass
@@ -27,6 +29,7 @@ from ._reader import OnDataLoss, Position, Reader, list_segments
 from .errors import CorruptionError, DataLossError, PositionError, SubscriberNotFoundError
 
 TRANSIENT_PREFIX = "~"
+CHECKPOINT_FILE_MAX = 4096 + limits.SUBSCRIBER_NAME_SIZE_MAX
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,13 +73,39 @@ def is_transient(name: str) -> bool:
     return name.startswith(TRANSIENT_PREFIX)
 
 
+class _Slots:
+    """An open version-2 checkpoint file that commits write into in place."""
+
+    __slots__ = ("fd", "generation", "image", "size", "stable")
+
+    def __init__(self, fd: int, size: int, stable: int) -> None:
+        self.fd = fd
+        self.size = size  # of one slot
+        self.stable = stable  # the slot holding the newest position known durable: never overwritten
+        self.image = b""  # the file's bytes after our last commit: if unchanged, no decoding
+        self.generation = 0  # the newest generation in ``image``
+
+
 class Checkpoints:
-    """The checkpoint files of one log directory."""
+    """The checkpoint files of one log directory. ``close()`` closes the files kept open for
+    commits (a context manager too)."""
 
     def __init__(self, path: str, fs: FileSystem, size_max: int) -> None:
         self.path = path
         self.fs = fs
         self.size_max = size_max
+        self._slots: dict[str, _Slots] = {}
+
+    def __enter__(self) -> Checkpoints:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        for slots in self._slots.values():
+            self.fs.close(slots.fd)
+        self._slots.clear()
 
     def _file(self, name: str) -> str:
         return os.path.join(self.path, fmt.checkpoint_name(name))
@@ -85,7 +114,7 @@ class Checkpoints:
         """The checkpoint of ``name``, or None if it has none. CorruptionError if damaged."""
         path = self._file(check_name(name))
         try:
-            raw = self.fs.read_file(path, 4096 + limits.SUBSCRIBER_NAME_SIZE_MAX)
+            raw = self.fs.read_file(path, CHECKPOINT_FILE_MAX)
         except FileNotFoundError:
             return None
         except ValueError as err:
@@ -95,12 +124,69 @@ class Checkpoints:
             raise CorruptionError(path, 40, f"checkpoint holds the name {cp.name!r}, not {name!r}")
         return cp
 
-    def write(self, name: str, lsn: int, created_ns: int | None = None) -> fmt.Checkpoint:
-        """Durably set ``name``'s position to ``lsn`` (atomic: old or new after a crash)."""
+    def write(
+        self, name: str, lsn: int, created_ns: int | None = None, *, durable: bool = True
+    ) -> fmt.Checkpoint:
+        """Set ``name``'s position to ``lsn``: durable on return, or with ``durable=False`` in
+        the page cache only (it survives the process, not a power cut, which may bring back an
+        earlier position, never one before the last durable commit)."""
         now = time.time_ns()
-        cp = fmt.Checkpoint(name, lsn, now, created_ns if created_ns is not None else now)
+        slots = self._open_slots(name)
+        if slots is not None:
+            size = slots.size
+            raw = self.fs.pread(slots.fd, 2 * size, 0)
+            newest = slots.generation
+            if raw != slots.image:  # written by another handle since (or the first commit)
+                held = fmt.checkpoint_slots(raw, self._file(name))
+                newest = max((cp.generation for cp in held if cp is not None and cp.name == name), default=0)
+            if newest:
+                created = created_ns if created_ns is not None else now
+                cp = fmt.Checkpoint(name, lsn, now, created, newest + 1)
+                target = 1 - slots.stable
+                record = fmt.encode_checkpoint_slot(cp)
+                self.fs.pwrite(slots.fd, record, target * size)
+                at = target * size
+                slots.image = raw[:at] + record + raw[at + len(record) :]
+                slots.generation = cp.generation
+                if durable:
+                    self.fs.fdatasync(slots.fd)
+                    slots.stable = target
+                return cp
+        # No checkpoint yet, a version-1 file or a damaged one: replace the whole file.
+        cp = fmt.Checkpoint(name, lsn, now, created_ns if created_ns is not None else now, 1)
         replace_file(self.fs, self.path, fmt.checkpoint_name(name), fmt.encode_checkpoint(cp))
         return cp
+
+    def _open_slots(self, name: str) -> _Slots | None:
+        """The open version-2 file of ``name`` (opened now if need be), or None if there is none.
+
+        On opening, one fdatasync makes what the file holds durable, so that the slot holding
+        the newest position can be treated as stable from then on."""
+        slots = self._slots.get(name)
+        if slots is not None:
+            if os.fstat(slots.fd).st_nlink > 0:
+                return slots
+            del self._slots[name]  # removed, or replaced by a whole new file: open the new one
+            self.fs.close(slots.fd)
+        size = fmt.checkpoint_slot_size(name)
+        try:
+            fd = self.fs.open(self._file(name), os.O_RDWR)
+        except FileNotFoundError:
+            return None
+        try:
+            held: list[fmt.Checkpoint | None] = [None, None]
+            if self.fs.size(fd) == 2 * size:
+                held = fmt.checkpoint_slots(self.fs.pread(fd, 2 * size, 0), self._file(name))
+            if not any(cp is not None and cp.name == name for cp in held):
+                self.fs.close(fd)  # a version-1 file, or damaged
+                return None
+            self.fs.fdatasync(fd)
+        except BaseException:
+            self.fs.close(fd)
+            raise
+        gens = [-1 if cp is None else cp.generation for cp in held]
+        slots = self._slots[name] = _Slots(fd, size, gens.index(max(gens)))
+        return slots
 
     def remove(self, name: str) -> None:
         try:
@@ -109,8 +195,12 @@ class Checkpoints:
             raise SubscriberNotFoundError(self.path, name) from None
         self.fs.fsync_dir(self.path)  # without this the removal can be undone by a power failure
 
-    def all(self) -> list[fmt.Checkpoint]:
-        """Every durable subscriber's checkpoint, by name. CorruptionError if one is damaged."""
+    def all(self, *, floor: bool = False) -> list[fmt.Checkpoint]:
+        """Every durable subscriber's checkpoint, by name. CorruptionError if one is damaged.
+
+        ``floor``: each position is the lowest its file can hold after a power cut: the lower of
+        the two slots (the slot not written last holds the last durable commit, and a commit
+        made with ``durable=False`` may be undone). Retention removes segments on these."""
         names = [n for n in self.fs.listdir(self.path) if fmt.is_checkpoint_name(n)]
         if len(names) > limits.SUBSCRIBER_COUNT_MAX:
             raise CorruptionError(self.path, 0, f"{len(names)} checkpoint files, more than the limit")
@@ -118,7 +208,7 @@ class Checkpoints:
         for file_name in names:
             path = os.path.join(self.path, file_name)
             try:
-                raw = self.fs.read_file(path, 4096 + limits.SUBSCRIBER_NAME_SIZE_MAX)
+                raw = self.fs.read_file(path, CHECKPOINT_FILE_MAX)
             except FileNotFoundError:
                 continue  # removed while we listed
             except ValueError as err:
@@ -126,6 +216,9 @@ class Checkpoints:
             cp = fmt.decode_checkpoint(raw, path)
             if fmt.checkpoint_name(cp.name) != file_name:
                 raise CorruptionError(path, 40, f"checkpoint of {cp.name!r} stored under the wrong name")
+            if floor and cp.generation:
+                lowest = min(held.lsn for held in fmt.checkpoint_slots(raw, path) if held is not None)
+                cp = dataclasses.replace(cp, lsn=lowest)
             out.append(cp)
         return sorted(out, key=lambda c: c.name)
 
@@ -200,10 +293,13 @@ class Subscriber(Reader):
             self._created_ns = time.time_ns()
             self.commit(self.position)
 
-    def commit(self, lsn: int | None = None) -> None:
-        """Make ``lsn`` (default: the current position) the durable position of this subscriber.
+    def commit(self, lsn: int | None = None, *, durable: bool = True) -> None:
+        """Make ``lsn`` (default: the current position) the position of this subscriber.
 
-        Durability: returns after the checkpoint file and its directory entry are fsynced.
+        Durability: returns after the checkpoint is fsynced (one ``fdatasync``). With
+        ``durable=False`` it is written to the page cache only: it survives the death of the
+        process but a power cut may bring back any earlier position since the last durable
+        commit (never one before it), so those records are delivered again.
         A transient subscriber has nothing to commit: this does nothing.
         """
         if self.transient:
@@ -212,7 +308,7 @@ class Subscriber(Reader):
             lsn = self.position
         elif isinstance(lsn, bool) or not isinstance(lsn, int) or lsn < 0:
             raise ValueError(f"a commit lsn must be an int >= 0, not {lsn!r}")
-        self._checkpoints.write(self.name, lsn, self._created_ns)
+        self._checkpoints.write(self.name, lsn, self._created_ns, durable=durable)
         self.committed_lsn = lsn
 
     def _before_fill(self) -> None:
@@ -224,9 +320,12 @@ class Subscriber(Reader):
         super().seek(start)
 
     def close(self) -> None:
-        if self._auto_commit and not self._closed and self.position != self.committed_lsn:
-            self.commit()
-        super().close()
+        try:
+            if self._auto_commit and not self._closed and self.position != self.committed_lsn:
+                self.commit()
+        finally:
+            self._checkpoints.close()
+            super().close()
 
 
 def subscriber_info(checkpoints: Checkpoints, cp: fmt.Checkpoint, first: int, head: int) -> SubscriberInfo:

@@ -46,6 +46,8 @@ ZSTD_LEVEL_DEFAULT = 3
 SYNC_INTERVAL_MS_DEFAULT = 100
 # Readers read segments in chunks of this many bytes (one pread per chunk).
 READ_CHUNK_SIZE = 1 * MIB
+# A reader's first read: smaller, so that the first record of a large log is parsed sooner.
+READ_CHUNK_FIRST = 64 * KIB
 # How long a writer waits for the writer lock before LockedError (seconds). A writer holds the lock
 # only for one write (or one exclusive() block), so a minute means something is stuck.
 LOCK_TIMEOUT_S_DEFAULT = 60.0

@@ -88,12 +88,33 @@ def test_golden_v1_log_reads_and_verifies(tmp_path: Path) -> None:
     )
 
 
-def test_checkpoint_vector() -> None:
+def test_checkpoint_vectors() -> None:
+    # Version 1: read, never written.
     v = vectors()["checkpoint"]
     cp = fmt.decode_checkpoint(v, "vector")
     assert cp == fmt.Checkpoint("billing", 42, 1795000000000000000, 1794999999000000000)
-    assert fmt.encode_checkpoint(cp) == v
     assert int.from_bytes(v[-4:], "little") == 0xD5E14725
+    # Version 2: two 512-byte slots; the newer generation wins, a torn one falls back.
+    a, b = vectors()["checkpoint-slot-a"], vectors()["checkpoint-slot-b"]
+    created = 1794999999000000000
+    assert a == fmt.encode_checkpoint_slot(fmt.Checkpoint("billing", 40, created + 10**9 + 2, created, 2))
+    assert b == fmt.encode_checkpoint_slot(fmt.Checkpoint("billing", 42, created + 10**9 + 3, created, 3))
+    assert (int.from_bytes(a[-4:], "little"), int.from_bytes(b[-4:], "little")) == (0x9AB05848, 0x52856897)
+    assert fmt.checkpoint_slot_size("billing") == 512
+    file = bytearray(1024)
+    file[: len(a)] = a
+    file[512 : 512 + len(b)] = b
+    cp = fmt.decode_checkpoint(bytes(file), "vector")
+    assert (cp.lsn, cp.generation, cp.committed_ns) == (42, 3, 1795000000000000003)
+    for at in range(len(b)):  # a slot torn anywhere in its record: the other one holds
+        torn = bytearray(file)
+        torn[512 + at] ^= 0x10
+        assert fmt.decode_checkpoint(bytes(torn), "vector").lsn == 40
+    swapped = bytes(file[512:]) + bytes(file[:512])  # which slot holds which does not matter
+    assert fmt.decode_checkpoint(swapped, "vector").lsn == 42
+    whole = fmt.encode_checkpoint(fmt.Checkpoint("billing", 42, 1, created))
+    assert len(whole) == 1024 and whole[: len(b)] != b and not any(whole[512:])
+    assert fmt.decode_checkpoint(whole, "vector").generation == 1
     name = "cp.0c95c7ece1ce1a9750275ef1c6d7ad6b278f70d66592207783ffe7d58474cc01"
     assert fmt.checkpoint_name("billing") == name and fmt.is_checkpoint_name(name)
 

@@ -170,7 +170,9 @@ def test_a_damaged_checkpoint_is_reported_not_reset(log_dir: str) -> None:
         f.seek(16)
         f.write(b"\xff")
     with logspool.open(log_dir, durability="os") as log:
-        with pytest.raises(logspool.CorruptionError, match="checkpoint checksum mismatch") as exc:
+        with pytest.raises(
+            logspool.CorruptionError, match=r"no valid checkpoint slot \(slot 0: checksum mismatch"
+        ) as exc:
             log.subscribe("s")
         assert exc.value.path == path
 
@@ -201,3 +203,107 @@ def test_a_transient_subscriber_may_ask_for_earliest(log_dir: str) -> None:
         sub = log.subscribe("~replay", start="earliest")
         assert [r.lsn for r in sub] == [0, 1, 2]
         sub.close()
+
+
+def _slots(path: str) -> list[fmt.Checkpoint | None]:
+    with open(path, "rb") as f:
+        return fmt.checkpoint_slots(f.read(), path)
+
+
+def test_commits_overwrite_the_slot_that_is_not_stable(log_dir: str) -> None:
+    """Durable commits alternate slots; non-durable ones only ever write the slot that does not
+    hold the last durable position, so a torn write can never take that position away."""
+    with logspool.open(log_dir, durability="os") as log:
+        log.append_many(payloads(50))
+        sub = log.subscribe("s")
+        path = os.path.join(log_dir, fmt.checkpoint_name("s"))
+        assert os.path.getsize(path) == 1024
+        sub.commit(3)
+        stable = next(cp for cp in _slots(path) if cp is not None and cp.lsn == 3)
+        for lsn in range(4, 14):
+            sub.commit(lsn, durable=False)
+            held = _slots(path)
+            assert stable in held, f"commit {lsn} overwrote the stable slot"
+            assert max(cp.generation for cp in held if cp) == stable.generation + lsn - 3
+        sub.commit(20)  # durable: it goes where the non-durable ones went, and becomes stable
+        held = _slots(path)
+        assert stable in held and {cp.lsn for cp in held if cp} == {3, 20}
+        sub.commit(21, durable=False)
+        assert {cp.lsn for cp in _slots(path) if cp} == {20, 21}
+        sub.close()
+        assert log.subscribe("s").position == 21  # the newest generation wins
+
+
+def test_a_torn_slot_falls_back_to_the_other(log_dir: str) -> None:
+    with logspool.open(log_dir, durability="os") as log:
+        log.append_many(payloads(10))
+        with log.subscribe("s") as sub:
+            sub.commit(4)
+            sub.commit(7, durable=False)
+        path = os.path.join(log_dir, fmt.checkpoint_name("s"))
+        newest = max(
+            (k for k in (0, 1)), key=lambda k: (_slots(path)[k] or fmt.Checkpoint("", 0, 0, 0)).generation
+        )
+        with open(path, "r+b") as f:  # the in-flight write torn by a power cut: half its sector
+            f.seek(newest * 512 + 20)
+            f.write(b"\x00" * 200)
+        with log.subscribe("s") as sub:
+            assert sub.position == 4
+            sub.commit(8)  # and commits go on from there
+        with log.subscribe("s") as sub:
+            assert sub.position == 8
+
+
+def test_a_version_1_checkpoint_is_read_then_upgraded(log_dir: str) -> None:
+    with logspool.open(log_dir, durability="os") as log:
+        log.append_many(payloads(10))
+    head = fmt.CHECKPOINT_HEADER.pack(fmt.CHECKPOINT_MAGIC, 1, 0, 3, 6, 10**18, 10**18 - 5)
+    v1 = head + b"old" + fmt.crc32(b"old", fmt.crc32(head)).to_bytes(4, "little")
+    path = os.path.join(log_dir, fmt.checkpoint_name("old"))
+    with open(path, "wb") as f:
+        f.write(v1)
+    with logspool.open(log_dir, durability="os") as log:
+        assert [(s.name, s.lsn, s.created_ns) for s in log.subscribers()] == [("old", 6, 10**18 - 5)]
+        with log.subscribe("old") as sub:
+            assert sub.position == 6
+            sub.next(timeout=0)
+            sub.commit()
+            sub.commit(durable=False)  # the second commit writes in place
+        assert os.path.getsize(path) == 1024
+        cp = log.subscribers()[0]
+        assert (cp.lsn, cp.created_ns) == (7, 10**18 - 5)
+        assert logspool.verify(log_dir).ok
+
+
+def test_a_commit_after_another_handle_removed_or_rewound_it(log_dir: str) -> None:
+    with logspool.open(log_dir, durability="os") as log, logspool.open(log_dir, durability="os") as other:
+        log.append_many(payloads(30))
+        sub = log.subscribe("s")
+        sub.commit(5)
+        other.rewind_subscriber("s", 2)  # written in place by another handle: a newer generation
+        assert {s.name: s.lsn for s in other.subscribers()}["s"] == 2
+        sub.commit(9, durable=False)  # newer still: it wins
+        assert {s.name: s.lsn for s in other.subscribers()}["s"] == 9
+        other.remove_subscriber("s")
+        sub.commit(11)  # the file is gone: the commit creates it again, as before
+        assert {s.name: s.lsn for s in other.subscribers()}["s"] == 11
+        sub.close()
+
+
+def test_retention_keeps_what_a_power_cut_could_bring_back(log_dir: str) -> None:
+    """A commit with ``durable=False`` can be undone by a power cut, back to the last durable
+    one, so retention removes segments only below the lower of the two slots."""
+    with logspool.open(log_dir, durability="os", segment_size_max=4096) as log:
+        log.append_many([b"x" * 100] * 200)
+        with log.subscribe("s") as sub:
+            sub.commit(40)
+            sub.commit(150, durable=False)
+            report = log.enforce_retention(logspool.Retention(consumed=True))
+            assert report.removed and report.removed[-1].next_lsn <= 40
+            kept = log.info().first_lsn
+            sub.commit(160)  # durable, into the slot 150 was in: 40 is still the other slot
+            assert not log.enforce_retention(logspool.Retention(consumed=True)).removed
+            sub.commit(170)  # the slot holding 40 is overwritten only now that 160 is durable
+            report = log.enforce_retention(logspool.Retention(consumed=True))
+            assert report.removed and report.removed[-1].next_lsn <= 160 and log.info().first_lsn > kept
+            assert [s.lsn for s in log.subscribers()] == [170]  # what readers see: the newest
