@@ -211,7 +211,8 @@ class Queuelib(System):
     name = "queuelib FifoDiskQueue"
     process_safe = False
     settings: ClassVar[dict[str, str | None]] = {
-        "fast": "FifoDiskQueue(path): push / pop; its head and tail are saved at close()",
+        "fast": "FifoDiskQueue(path): push / pop; pushes are buffered in the process, and its head "
+        "and tail are saved at close()",
         "durable": None,  # never fsyncs
     }
 
@@ -431,6 +432,32 @@ def case_append(system: type[System], mode: str, size: int, n: int) -> tuple[flo
         return rate, problems
 
 
+def _put_and_die(system: type[System], d: str, mode: str, size: int, n: int) -> None:
+    s = system(d, mode)
+    for i in range(n):
+        s.put(make_payload(0, i, size))
+    os._exit(0)  # as kill -9 would: no close, no flush of user-space buffers, no atexit
+
+
+def case_process_death(system: type[System], mode: str, size: int, n: int) -> tuple[float, str]:
+    """A process puts n records and dies without closing; the share of them a reopen gets back
+    (each put had returned). The rate is that share in percent."""
+    ctx = multiprocessing.get_context("fork")
+    with scratch() as d:
+        child = ctx.Process(target=_put_and_die, args=(system, d, mode, size, n))
+        child.start()
+        child.join(timeout=600)
+        s = system(d, mode)
+        check = Check()
+        for _ in range(n * 2 + 10):
+            p = s.get()
+            if p is None:
+                break
+            check.add(p)
+        s.close()
+        return 100.0 * len(check.seen) / n, check.problems(n)
+
+
 def case_consume(system: type[System], mode: str, size: int, n: int) -> tuple[float, str]:
     with scratch() as d:
         s = system(d, "fast")
@@ -630,9 +657,11 @@ class Case:
 
 
 def plan(quick: bool) -> list[Case]:
-    scale = 1 if quick else 5
+    scale = 1 if quick else 3
     return [
         Case("append", "append, no per-record fsync", "fast", case_append, 4000 * scale),
+        Case("process_death", "records kept when the process dies after its puts returned", "fast",
+             case_process_death, 1000, needs_get=True, baseline_ok=False),
         Case("append_durable", "append, durable per record", "durable", case_append, 200 * scale),
         Case("consume", "consume with ack, no fsync", "fast", case_consume, 3000 * scale, needs_get=True,
              baseline_ok=False),
@@ -650,11 +679,11 @@ def plan(quick: bool) -> list[Case]:
 def run_case(case: Case, system: type[System], size: int, runs: int) -> dict[str, Outcome]:
     if case.fn is None:
         return case_open(system, size, case.n, runs)
-    out = Outcome()
+    out = Outcome(unit="%" if case.key == "process_death" else "records/s")
     if system.settings.get(case.mode) is None:
         out.note = "not offered"
         return {case.key: out}
-    for _ in range(runs):
+    for _ in range(1 if case.key == "process_death" else runs):
         try:
             rate, problems = case.fn(system, case.mode, size, case.n)
         except Exception as err:

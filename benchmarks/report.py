@@ -26,6 +26,8 @@ def human(value: float, unit: str) -> str:
         return f"{value * 1000:,.1f} ms"
     if unit == "bytes":
         return f"{value / 2**20:,.1f} MiB"
+    if unit == "%":
+        return f"{value:.0f}%"
     if unit == "bytes/record":
         return f"{value:,.0f} B"
     return f"{value:,.0f}/s"
@@ -53,9 +55,10 @@ def _row(entry: dict[str, Any], system: str, size: int) -> dict[str, Any] | None
     return next((r for r in entry["rows"] if r["system"] == system and r["size"] == size), None)
 
 
-def standing(entry: dict[str, Any], systems: dict[str, Any], higher: bool) -> list[str]:
-    """For each size: logspool's rank among the peers (records kept whole only) and its ratio
-    to the best of them and to the raw loop."""
+def standing(entry: dict[str, Any], systems: dict[str, Any], higher: bool, unsafe: set[str]) -> list[str]:
+    """For each size: logspool's rank among the peers that kept every record (in this case, and
+    when their process died: not ``unsafe``) and its ratio to the best of them and to the raw
+    loop."""
     out = []
     for size in _sizes(entry):
         ours = _row(entry, "Logspool", size)
@@ -67,6 +70,7 @@ def standing(entry: dict[str, Any], systems: dict[str, Any], higher: bool) -> li
             if r["size"] == size
             and r["system"] != "Logspool"
             and not systems[r["system"]].baseline
+            and r["system"] not in unsafe
             and "median" in r
             and not r["note"]
         ]
@@ -88,6 +92,8 @@ def standing(entry: dict[str, Any], systems: dict[str, Any], higher: bool) -> li
 CASE_NOTES = {
     "append": "One process puts N records one call at a time, then closes. Nothing is fsynced per record.",
     "append_durable": "One process puts N records; each call returns after the record is on disk (fsync).",
+    "process_death": "A process puts N records in the fast setting and exits with os._exit (as kill -9 "
+    "would: no close, no flush of user-space buffers); a reopen counts what it gets back.",
     "consume": "N records are there; one process takes and acknowledges them one at a time.",
     "consume_durable": "The same, each acknowledgement fsynced before the next take.",
     "mpmc": "4 processes put N records in all while 1 process consumes them, all at once; the rate "
@@ -128,6 +134,15 @@ def write_report(results: dict[str, Any], systems: dict[str, Any]) -> None:
         lines.append(f"| {cls.name} | {fast} | {durable} | {multi} |")
     lines.append("")
     cases = results["cases"]
+    unsafe = {r["system"] for r in cases.get("process_death", {}).get("rows", []) if r["note"]}
+    if unsafe:
+        names = ", ".join(systems[u].name for u in sorted(unsafe))
+        lines += [
+            f"Standings below rank logspool among the systems that kept every record, in the case "
+            f"and when their process died; {names} lost records when its process died and is "
+            "shown but not ranked.",
+            "",
+        ]
     for key, entry in cases.items():
         if key in ("memory", "disk"):
             continue
@@ -158,7 +173,7 @@ def write_report(results: dict[str, Any], systems: dict[str, Any]) -> None:
                     cells.append(figure(row) if row else "-")
             lines.append(f"| {name} | " + " | ".join(cells) + f" | {'; '.join(notes)} |")
         lines.append("")
-        stand = standing(entry, systems, higher)
+        stand = standing(entry, systems, higher, unsafe)
         if stand:
             lines += ["Standing: " + ". ".join(stand) + ".", ""]
         chart = chart_case(key, title, entry, systems, higher)
