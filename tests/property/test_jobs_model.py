@@ -81,10 +81,16 @@ class JournalModel(RuleBasedStateMachine):
     def active(self, key: str) -> MJob | None:
         return next((j for j in self.live(key) if j.state == "leased"), None)
 
+    def forget_empty_pairs(self) -> None:
+        """Fairness memory goes with the last job of its (priority, domain) pair."""
+        pairs = {(j.priority, j.domain) for j in self.jobs.values()}
+        self.served = {pd: n for pd, n in self.served.items() if pd in pairs}
+
     def model_take(self) -> MJob | None:
         for j in list(self.jobs.values()):  # TTLs first
             if j.state == "pending" and j.ttl_until and j.ttl_until <= self.now:
                 del self.jobs[j.id]
+        self.forget_empty_pairs()
         for _ in range(100):
             ready = [
                 j
@@ -224,6 +230,7 @@ class JournalModel(RuleBasedStateMachine):
     # --- invariants -------------------------------------------------------------------------------
     @invariant()
     def same_jobs(self) -> None:
+        self.forget_empty_pairs()  # (after each rule: no rule empties a pair and fills it again)
         for key in KEYS:
             got = [(j.id, j.state, j.payload, j.priority, j.deliveries) for j in self.journal.get(key)]
             want = [(j.id, j.state, j.payload, j.priority, j.deliveries) for j in self.live(key)]

@@ -121,6 +121,10 @@ class State:
         self.dead: set[int] = set()
         self.counters = dict.fromkeys(COUNTERS, 0)
         self.served: dict[tuple[int, str], int] = {}
+        # (priority, domain) -> how many jobs have it: the fairness memory of a pair is forgotten
+        # with its last job, in the fold itself, so a state loaded from a snapshot is the state
+        # the whole op log folds to (a domain that comes back counts as never served)
+        self._pair_jobs: dict[tuple[int, str], int] = {}
         self.max_deliveries = 0  # 0 until the first CONFIG op: the journal's default applies
         self.next_lsn = 0
         if snapshot is not None:
@@ -131,6 +135,7 @@ class State:
             for row in snapshot.jobs:
                 job = JobEntry(row)
                 self.jobs[job.id] = job
+                self._count_pair((job.priority, job.domain), 1)
                 if job.state == DEAD_LETTER:
                     self.dead.add(job.id)
                 else:
@@ -140,10 +145,8 @@ class State:
 
     # --- snapshot ---------------------------------------------------------------------------------
     def snapshot(self, max_deliveries_default: int) -> ops.Snapshot:
-        """The state as a snapshot. Fairness memory of (priority, domain) pairs with no job left
-        is dropped: a domain that comes back is then treated as never served, which is fair."""
-        live = {(j.priority, j.domain) for j in self.jobs.values()}
-        served = {pd: lsn for pd, lsn in self.served.items() if pd in live}
+        """The state as a snapshot (the fairness memory holds only pairs that have jobs)."""
+        served = {pd: lsn for pd, lsn in self.served.items() if pd in self._pair_jobs}
         rows = [j.row() for j in sorted(self.jobs.values(), key=lambda j: j.id)]
         return ops.Snapshot(
             self.next_lsn, self.max_deliveries or max_deliveries_default, dict(self.counters), served, rows
@@ -211,6 +214,9 @@ class State:
             job.payload = op.payload
             job.domain = op.domain
             job.priority = _merge(op.priority_merge, job.priority, op.priority)
+            if (job.priority, job.domain) != old[:2]:
+                self._count_pair((job.priority, job.domain), 1)
+                self._count_pair(old[:2], -1)
             job.not_before_ns = _merge(op.not_before_merge, job.not_before_ns, op.not_before_ns)
             job.ttl_until_ns = op.ttl_until_ns
             job.updated_ns = ts
@@ -224,6 +230,7 @@ class State:
             )  # fmt: skip
             job = JobEntry(row)
             self.jobs[lsn] = job
+            self._count_pair((job.priority, job.domain), 1)
             if slots is None:
                 self.keys[op.key] = [NONE, lsn]
             else:
@@ -297,8 +304,17 @@ class State:
 
     def _remove(self, job: JobEntry) -> None:
         del self.jobs[job.id]
+        self._count_pair((job.priority, job.domain), -1)
         self.dead.discard(job.id)
         self._unlink_key(job)
+
+    def _count_pair(self, pair: tuple[int, str], delta: int) -> None:
+        count = self._pair_jobs.get(pair, 0) + delta
+        if count:
+            self._pair_jobs[pair] = count
+        else:
+            del self._pair_jobs[pair]
+            self.served.pop(pair, None)
 
     def _unlink_key(self, job: JobEntry) -> None:
         """Take ``job`` out of its key's slots; a pending job it blocked becomes runnable."""
@@ -455,3 +471,8 @@ class State:
             else:
                 assert self.keys[job.key][0 if job.state == LEASED else 1] == job.id, job.id
         assert all(self.jobs[i].state == DEAD_LETTER for i in self.dead)
+        pairs: dict[tuple[int, str], int] = {}
+        for job in self.jobs.values():
+            pairs[(job.priority, job.domain)] = pairs.get((job.priority, job.domain), 0) + 1
+        assert pairs == self._pair_jobs
+        assert self.served.keys() <= pairs.keys()
