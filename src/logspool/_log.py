@@ -109,6 +109,21 @@ def _as_bytes(payload: object) -> bytes:
     raise TypeError(f"payload must be bytes, bytearray or memoryview, not {type(payload).__name__}")
 
 
+class _Pending:
+    """An append waiting in a handle's write queue for the thread with the write role."""
+
+    __slots__ = ("data", "error", "flags", "lead", "lsn", "wake")
+
+    def __init__(self, data: bytes, flags: int) -> None:
+        self.data = data
+        self.flags = flags
+        self.wake = threading.Lock()  # held until the leader has done with this append
+        self.wake.acquire()
+        self.lsn = -1
+        self.error: BaseException | None = None
+        self.lead = False  # woken to take the write role, not written
+
+
 # Every open handle, so that a forked child marks them unusable (the hot path tests one flag,
 # not os.getpid(); _check_usable then names fork as the reason).
 _HANDLES: weakref.WeakSet[Log] = weakref.WeakSet()
@@ -178,6 +193,13 @@ class Log:
         _HANDLES.add(self)
         self._lock = threading.Lock()
         self._exclusive_owner: int | None = None
+        # The write queue (threads of this handle appending at once; see append): one thread has
+        # the write role (``_wq_busy``), the others wait in ``_wq`` to be written by it.
+        self._wq_mutex = threading.Lock()
+        self._wq: list[_Pending] = []
+        self._wq_busy = False
+        self._queued = durability == "always"
+        self._batch_first = -1  # under _lock: the first lsn of the batch being written
         self._sync_cond = threading.Condition(threading.Lock())
         self._sync_running = False
         self._sync_waiters = 0
@@ -611,7 +633,10 @@ class Log:
 
         Durability: with ``"always"`` returns after the record is fsynced (sharing the fsync with
         concurrent appenders); ``"interval"`` and ``"os"`` return once it is in the page cache.
-        Concurrency: any thread; any number of processes with their own handles.
+        Concurrency: any thread; any number of processes with their own handles. With
+        ``"always"``, threads of one handle that append at once are written together: one thread
+        writes the records queued behind it in one write and one fsync (docs/DESIGN.md, "write
+        queue").
         """
         data = payload if type(payload) is bytes else _as_bytes(payload)
         if len(data) > self.record_size_max:
@@ -621,43 +646,135 @@ class Log:
             packed = self._compressor.compress(data)
             if packed is not None:
                 data, flags = packed, fmt.FLAG_ZSTD
+        if not self._usable:  # before the queue: a forked child must not wait on its parent's
+            self._check_usable()
         if self._exclusive_owner is not None:
             self._refuse_inside_exclusive()
-        # The hot path, written out: the same steps as _writer_locked + _write_records, without a
-        # generator or a list per call (docs/DESIGN.md, "append cost"). Everything that is not a
-        # plain record in the middle of a segment (a rotation, an index entry) goes the long way.
+        if self._queued:
+            return self._append_queued(data, flags)
         with self._lock:
-            if not self._usable:
-                self._check_usable()
-            fs = self._fs
-            fs.lock_blocking(self._lock_fd)
-            try:
-                if fs.size(self._seg_fd) != self._seg_end:
-                    self._catch_up()
-                offset = self._seg_end
-                now = time.time_ns()
-                if (
-                    offset + len(data) > self._plain_end_max
-                    or offset >= self._index_due
-                    or now >= self._seg_deadline_ns
-                ):
-                    lsn = self._write_records((data,), (flags,))
-                else:
-                    lsn = self._next_lsn
-                    ts = now if now > self._last_ts else self._last_ts
-                    rec = fmt.encode_record(lsn, ts, self._durable_lsn, data, flags)
-                    self._write_at_end(rec, "writing records")
-                    self._seg_end = offset + len(rec)
-                    self._next_lsn = lsn + 1
-                    self._written = (self._seg_fd, lsn + 1, self._seg_base, offset + len(rec))
-                    self._last_ts = ts
-            finally:
-                fs.unlock(self._lock_fd)
-        if self.durability == "always":
-            self._await_durable(lsn + 1)
+            lsn = self._write_one_locked(data, flags, ())
         if self._retention_due:
             self._retain_after_rotation()
         return lsn
+
+    def _write_one_locked(self, data: bytes, flags: int, batch: list[_Pending] | tuple[()]) -> int:
+        """Under ``_lock``: take the flock, catch up, write ``data`` (then the payloads queued in
+        ``batch``, which the caller fills under the flock if it passes a list); the first lsn.
+
+        The hot path, written out: the same steps as _writer_locked + _write_records, without a
+        generator or a list per call (docs/DESIGN.md, "append cost"). Everything that is not a
+        plain record in the middle of a segment (a rotation, an index entry, a batch) goes the
+        long way.
+        """
+        if not self._usable:
+            self._check_usable()
+        fs = self._fs
+        fs.lock_blocking(self._lock_fd)
+        try:
+            if fs.size(self._seg_fd) != self._seg_end:
+                self._catch_up()
+            if self._wq and type(batch) is list:  # (a hint; taken under the mutex)
+                with self._wq_mutex:
+                    batch.extend(self._wq)
+                    self._wq.clear()
+            if batch:
+                self._batch_first = self._next_lsn
+                return self._write_records(
+                    [data, *(p.data for p in batch)], [flags, *(p.flags for p in batch)]
+                )
+            offset = self._seg_end
+            now = time.time_ns()
+            if (
+                offset + len(data) > self._plain_end_max
+                or offset >= self._index_due
+                or now >= self._seg_deadline_ns
+            ):
+                return self._write_records((data,), (flags,))
+            lsn = self._next_lsn
+            ts = now if now > self._last_ts else self._last_ts
+            rec = fmt.encode_record(lsn, ts, self._durable_lsn, data, flags)
+            self._write_at_end(rec, "writing records")
+            self._seg_end = offset + len(rec)
+            self._next_lsn = lsn + 1
+            self._written = (self._seg_fd, lsn + 1, self._seg_base, offset + len(rec))
+            self._last_ts = ts
+            return lsn
+        finally:
+            fs.unlock(self._lock_fd)
+
+    def _append_queued(self, data: bytes, flags: int) -> int:
+        """``append`` with durability "always": through the write queue. One thread at a time has
+        the write role; the others queue their record and wait. The leader writes its record and
+        every one queued (one write), fsyncs, and keeps the role through the fsync, so what queues
+        meanwhile becomes the next batch (LevelDB's writer queue)."""
+        mine = None
+        with self._wq_mutex:
+            if self._wq_busy:
+                mine = _Pending(data, flags)
+                self._wq.append(mine)
+            else:
+                self._wq_busy = True
+        if mine is not None:
+            mine.wake.acquire()  # released once: written (or failed) by a leader, or made leader
+            if not mine.lead:
+                if mine.error is not None:
+                    raise self._batch_error(mine.error)
+                return mine.lsn
+        batch: list[_Pending] = []
+        first = -1
+        end = -1  # the batch's lsns below this are in the log; the rest failed with ``error``
+        error: BaseException | None = None
+        try:
+            with self._lock:
+                try:
+                    first = self._write_one_locked(data, flags, batch)
+                    end = first + 1 + len(batch)
+                except AppendError as err:
+                    # A batch that met a rotation is written segment by segment: the part written
+                    # before the failure stays, and its appends succeed once it is durable.
+                    if not batch or self._next_lsn <= self._batch_first:
+                        raise
+                    first, end, error = self._batch_first, self._next_lsn, err
+            self._await_durable(end)
+        except BaseException as err:
+            error, end = err, -1  # (an fsync that failed: none of the batch is acknowledged)
+            raise
+        finally:
+            self._pass_write_role(batch, first, end, error)
+        if self._retention_due:
+            self._retain_after_rotation()
+        return first
+
+    def _pass_write_role(
+        self, batch: list[_Pending], first: int, end: int, error: BaseException | None
+    ) -> None:
+        """Wake the next queued thread as leader (first, so its write starts at once), then the
+        appends of ``batch`` (lsns from ``first + 1``): those below ``end`` with their lsn, the
+        others with ``error``."""
+        with self._wq_mutex:
+            leader = None
+            if self._wq:
+                leader = self._wq.pop(0)
+                leader.lead = True
+            else:
+                self._wq_busy = False
+        if leader is not None:
+            leader.wake.release()
+        for i, pending in enumerate(batch, start=first + 1):
+            if i < end:
+                pending.lsn = i
+            else:
+                pending.error = error or AssertionError("a queued append was not written")
+            pending.wake.release()
+
+    def _batch_error(self, err: BaseException) -> BaseException:
+        """The error for an append that was queued in a batch whose write or fsync failed (a new
+        exception per thread, so their tracebacks do not mix)."""
+        if isinstance(err, ClosedError):  # FailedError included: the handle is stopped
+            return type(err)(self.path, f"the batch holding this append failed: {err.reason}")
+        reason = err.reason if isinstance(err, AppendError) else repr(err)
+        return AppendError(self.path, f"written in one batch with other threads' appends: {reason}")
 
     def append_many(self, payloads: Iterable[bytes]) -> list[int]:
         """Append records in order under one lock hold and one fsync; return their lsns.
