@@ -132,6 +132,11 @@ _HANDLES: weakref.WeakSet[Log] = weakref.WeakSet()
 def _after_fork_in_child() -> None:
     for handle in list(_HANDLES):
         handle._usable = False
+        if handle._single and handle._lock_fd >= 0:
+            # The child's copy of a single writer's lock fd shares the parent's flock: closed
+            # (not unlocked), so that the lock ends with the parent, not with the last child.
+            fd, handle._lock_fd, handle._single = handle._lock_fd, -1, False
+            os.close(fd)
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
@@ -156,6 +161,7 @@ class Log:
         index_interval: int | None = None,
         record_size_max: int | None = None,
         lock_timeout_s: float = limits.LOCK_TIMEOUT_S_DEFAULT,
+        single_writer: bool = False,
         segment_age_max_s: float | None = None,
         compression: str | None = None,
         compression_level: int | None = None,
@@ -181,6 +187,13 @@ class Log:
         self._segment_age_max_ns = None if segment_age_max_s is None else int(segment_age_max_s * 1e9)
         self._seg_deadline_ns = _NEVER_NS
         self.readonly = readonly
+        if single_writer and readonly:
+            raise ValueError("single_writer=True needs a handle that writes, not readonly=True")
+        # The handle holds the writer flock from open to close: no other process appends (they
+        # wait, or fail with LockedError), so appends skip the flock, the size check and the
+        # sync lock (docs/DESIGN.md, "single writer"). Readers, subscribers and retention go on.
+        self.single_writer = bool(single_writer)
+        self._single = False  # True once the lifetime flock is held
         self._fs = fs or REAL
         self._sync_interval_s = sync_interval_ms / 1000.0
         self._lock_timeout_s = lock_timeout_s
@@ -361,6 +374,17 @@ class Log:
                 self.path, f"cannot open {lock_path} for writing ({err}); open with readonly=True"
             ) from err
         self._open_sync_file()
+        if self.single_writer:
+            if not self._fs.lock(self._lock_fd, self._lock_timeout_s):
+                raise LockedError(self.path, self._lock_timeout_s)
+            self._single = True
+            try:
+                self._recover()
+            except BaseException:
+                self._single = False
+                self._fs.unlock(self._lock_fd)
+                raise
+            return
         with self._writer_locked(self._lock_timeout_s):
             self._recover()
 
@@ -371,6 +395,9 @@ class Log:
             self._refuse_inside_exclusive()
         with self._lock:
             self._check_usable()
+            if self._single:  # held for the handle's life
+                yield
+                return
             if timeout_s is None:
                 self._fs.lock_blocking(self._lock_fd)
             elif not self._fs.lock(self._lock_fd, timeout_s):
@@ -536,8 +563,7 @@ class Log:
                 base,
             )
             # Never acknowledged: a crash left it half-written. Cut it (and anything after it).
-            self._lower_sync_mark(self._seg_base, cut)
-            self._fs.truncate(self._seg_fd, cut)  # crash here: the same cut is made on next open
+            self._cut_active(cut)  # crash here: the same cut is made on next open
             self._sync_if_durable(self._seg_fd)
             self._seg_end = cut
             return [info for info in infos if info.offset < cut]
@@ -670,9 +696,11 @@ class Log:
         if not self._usable:
             self._check_usable()
         fs = self._fs
-        fs.lock_blocking(self._lock_fd)
+        single = self._single
+        if not single:
+            fs.lock_blocking(self._lock_fd)
         try:
-            if fs.size(self._seg_fd) != self._seg_end:
+            if not single and fs.size(self._seg_fd) != self._seg_end:
                 self._catch_up()
             if self._wq and type(batch) is list:  # (a hint; taken under the mutex)
                 with self._wq_mutex:
@@ -701,7 +729,8 @@ class Log:
             self._last_ts = ts
             return lsn
         finally:
-            fs.unlock(self._lock_fd)
+            if not single:
+                fs.unlock(self._lock_fd)
 
     def _append_queued(self, data: bytes, flags: int) -> int:
         """``append`` with durability "always": through the write queue. One thread at a time has
@@ -868,9 +897,7 @@ class Log:
             # Part of it may be in the file. Cut it back so that nothing partial is ever
             # visible; if even that fails, stop (the next writer's catch-up cuts the torn tail).
             try:
-                # A concurrent fsync leader may have counted the partial bytes as synced.
-                self._lower_sync_mark(self._seg_base, self._seg_end)
-                self._fs.truncate(self._seg_fd, self._seg_end)
+                self._cut_active(self._seg_end)
             except OSError as err2:
                 self._fail(err2)
                 raise FailedError(self.path, f"{what} failed ({err}), not undone ({err2})") from err
@@ -982,6 +1009,21 @@ class Log:
         fs = self._fs
         sync_map = self._sync_map
         assert sync_map is not None  # a writer maps it on open; it is unmapped on close only
+        if self._single:
+            # Nobody else writes while this handle holds the writer flock for its life: no other
+            # fsync can have covered these bytes, and the mark is raised to ``end``, this handle's
+            # own last write, not to the size (so a cut can never be under it). The sync lock is
+            # taken only to change the mark, for a writer handle opened before this one.
+            fs.fsync(fd)
+            for other in fds:
+                fs.fsync(other)
+            fs.lock_blocking(self._sync_fd)
+            try:
+                if fmt.read_sync_mark(sync_map) < (base, end):
+                    fmt.write_sync_mark(sync_map, base, end)
+            finally:
+                fs.unlock(self._sync_fd)
+            return
         fs.lock_shared(self._sync_fd)
         try:
             if fmt.read_sync_mark(sync_map) >= (base, end):
@@ -998,6 +1040,16 @@ class Log:
                 fmt.write_sync_mark(sync_map, base, size)
         finally:
             fs.unlock(self._sync_fd)
+
+    def _cut_active(self, offset: int) -> None:
+        """Under the writer lock: truncate the active segment at ``offset``, with the sync mark
+        lowered to it before and after (FORMAT.md §8.1). After as well: a leader in another
+        handle may have measured the size, cut bytes included, before the truncate, and raised
+        the mark over them after the first lowering; the next record written there would then be
+        acknowledged without an fsync (tests/crash/test_group_commit.py)."""
+        self._lower_sync_mark(self._seg_base, offset)
+        self._fs.truncate(self._seg_fd, offset)
+        self._lower_sync_mark(self._seg_base, offset)
 
     def _lower_sync_mark(self, base: int, offset: int) -> None:
         """Before cutting segment ``base`` at ``offset`` (under the writer lock): the mark must not
@@ -1336,6 +1388,9 @@ class Log:
             if self._sync_map is not None:
                 self._sync_map.close()
                 self._sync_map = None
+            if self._single and self._lock_fd >= 0:
+                self._single = False
+                self._fs.unlock(self._lock_fd)  # (explicitly: a forked child may share the fd)
             for fd in (self._lock_fd, self._sync_fd):
                 if fd >= 0:
                     self._fs.close(fd)

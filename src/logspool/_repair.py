@@ -376,6 +376,7 @@ class _SegmentFile:
         if not self.r.dry:
             self.r.lower_sync_mark(self.base, offset)
             self.r.fs.truncate(self.fd, offset)
+            self.r.lower_sync_mark(self.base, offset)  # again: see Log._cut_active
         self.data = self.data[:offset]
         self.changed = True
 

@@ -9,9 +9,12 @@ each other exactly as two processes' do.
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 import threading
+
+import pytest
 
 import logspool
 from logspool import _format as fmt
@@ -39,6 +42,12 @@ class SyncTracker(FileSystem):
         with self.mutex:
             path = self.paths[fd]
             self.durable[path] = max(self.durable.get(path, 0), size)
+
+    def truncate(self, fd: int, size: int) -> None:
+        super().truncate(fd, size)
+        with self.mutex:  # bytes written past the cut later were never fsynced
+            path = self.paths[fd]
+            self.durable[path] = min(self.durable.get(path, 0), size)
 
     def snapshot(self) -> dict[str, int]:
         with self.mutex:
@@ -120,3 +129,46 @@ def test_a_cut_tail_lowers_the_sync_mark(log_dir: str) -> None:
     assert before < end <= after  # covered by a real fsync, not by the stale mark
     with open(os.path.join(log_dir, fmt.SYNC_NAME), "rb") as f:
         assert fmt.read_sync_mark(f.read()) <= (0, os.path.getsize(seg_path))
+
+
+def test_a_leader_that_measured_a_partial_record_cannot_leave_the_mark_over_the_cut(log_dir: str) -> None:
+    """A write fails half-way; before the writer cuts the partial bytes, another handle's fsync
+    measures the segment (partial bytes included) and raises the mark. The cut must not leave
+    the mark above it: the next record written there would be acknowledged without an fsync."""
+
+    class Interleaved(SyncTracker):
+        full = False
+        between: threading.Thread | None = None
+
+        def write(self, fd: int, data: bytes) -> None:
+            if self.full and len(data) > 1000:
+                os.write(fd, data[: len(data) // 2])
+                raise OSError(errno.ENOSPC, "No space left on device")
+            super().write(fd, data)
+
+        def truncate(self, fd: int, size: int) -> None:
+            if self.between is not None:  # the other handle's leader runs now, to its end
+                thread, self.between = self.between, None
+                thread.start()
+                thread.join()
+            super().truncate(fd, size)
+
+    fs = Interleaved()
+    seg_path = os.path.realpath(os.path.join(log_dir, fmt.segment_name(0)))
+    with (
+        logspool.open(log_dir, durability="always", fs=fs) as writer,
+        logspool.open(log_dir, durability="os", fs=fs) as other,
+    ):
+        other.append(b"written, not yet synced")
+        fs.full = True
+        fs.between = threading.Thread(target=other.sync)
+        with pytest.raises(logspool.AppendError):
+            writer.append(b"x" * 4000)
+        fs.full = False
+        assert fs.between is None  # the interleaving happened
+        before = fs.snapshot().get(seg_path, 0)
+        lsn = writer.append(b"small, where the partial record was")
+        after = fs.snapshot().get(seg_path, 0)
+    path, end = _record_ends(log_dir)[lsn]
+    assert path == seg_path
+    assert before < end <= after, "acknowledged on the word of a mark raised over cut bytes"

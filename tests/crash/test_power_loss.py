@@ -40,12 +40,19 @@ def payload(i: int) -> bytes:
 Workload = Callable[[str, FaultFS, list[bytes], list[bytes]], None]
 
 
-def appends(durability: str, n: int = 40) -> Workload:
+def appends(durability: str, n: int = 40, *, single_writer: bool = False) -> Workload:
     """Appends ``n`` records; ``attempted`` gets each payload before its call, ``acked`` after the
     call that made it durable returned."""
 
     def run(path: str, fs: FaultFS, attempted: list[bytes], acked: list[bytes]) -> None:
-        log = logspool.open(path, fs=fs, durability=durability, segment_size_max=4096, index_interval=512)
+        log = logspool.open(
+            path,
+            fs=fs,
+            durability=durability,
+            segment_size_max=4096,
+            index_interval=512,
+            single_writer=single_writer,
+        )
         i = 0
         while i < n:
             batch = [payload(j) for j in range(i, min(n, i + (3 if i % 4 == 1 else 1)))]
@@ -112,11 +119,15 @@ def sweep(workload: Workload, base: Path, seed: int) -> tuple[int, int]:
     return total, states
 
 
-@pytest.mark.parametrize("durability", ["always", "os"])
+@pytest.mark.parametrize(
+    ("durability", "single_writer"),
+    [("always", False), ("os", False), ("always", True), ("os", True)],
+    ids=["always", "os", "always-single-writer", "os-single-writer"],
+)
 def test_power_loss_at_every_operation_keeps_every_acknowledged_record(
-    fast_dir: Path, durability: str
+    fast_dir: Path, durability: str, single_writer: bool
 ) -> None:
-    cuts, states = sweep(appends(durability), fast_dir, seed=1)
+    cuts, states = sweep(appends(durability, single_writer=single_writer), fast_dir, seed=1)
     assert cuts > 60 and states == cuts * STATES_PER_CUT
 
 
