@@ -62,9 +62,9 @@ def raw_loop(n: int, *, fsync: bool) -> Callable[[str], int]:
     return run
 
 
-def append_one(n: int, durability: str) -> Callable[[str], int]:
+def append_one(n: int, durability: str, *, single_writer: bool = False) -> Callable[[str], int]:
     def run(d: str) -> int:
-        with logspool.open(d + "/log", durability=durability) as log:
+        with logspool.open(d + "/log", durability=durability, single_writer=single_writer) as log:
             append = log.append
             for _ in range(n):
                 append(PAYLOAD)
@@ -84,9 +84,9 @@ def append_many(n: int, batch: int) -> Callable[[str], int]:
     return run
 
 
-def threads_durable(n_each: int, threads: int) -> Callable[[str], int]:
+def threads_durable(n_each: int, threads: int, *, single_writer: bool = False) -> Callable[[str], int]:
     def run(d: str) -> int:
-        with logspool.open(d + "/log", durability="always") as log:
+        with logspool.open(d + "/log", durability="always", single_writer=single_writer) as log:
 
             def work() -> None:
                 for _ in range(n_each):
@@ -199,10 +199,22 @@ def main() -> int:
     cases: list[tuple[str, Callable[[], dict[str, float]]]] = [
         ("baseline: os.write loop", lambda: measure(raw_loop(n, fsync=False), runs)),
         ("logspool append, durability=os", lambda: measure(append_one(n, "os"), runs)),
+        (
+            "logspool append, os, single_writer",
+            lambda: measure(append_one(n, "os", single_writer=True), runs),
+        ),
         ("logspool append_many(1000), os", lambda: measure(append_many(n * 5, 1000), runs)),
         ("baseline: os.write+os.fsync loop", lambda: measure(raw_loop(n_sync, fsync=True), runs)),
         ("logspool append, always, 1 thread", lambda: measure(append_one(n_sync, "always"), runs)),
+        (
+            "logspool append, always, 1 thread, single_writer",
+            lambda: measure(append_one(n_sync, "always", single_writer=True), runs),
+        ),
         ("logspool append, always, 8 threads", lambda: measure(threads_durable(n_sync, 8), runs)),
+        (
+            "logspool append, always, 8 threads, single_writer",
+            lambda: measure(threads_durable(n_sync, 8, single_writer=True), runs),
+        ),
         ("logspool append, os, 4 processes", lambda: measure_procs(processes(n // 4, 4, "os"), runs)),
         (
             "baseline: write+fsync, 8 processes",
@@ -219,10 +231,14 @@ def main() -> int:
         print(f"{name:<40} {r['median']:>12,.0f}/s  (min {r['min']:,.0f}, max {r['max']:,.0f})", flush=True)  # type: ignore[index]
     # The disk's fsync rate drifts by 20% from minute to minute on this VM: compare "always" with
     # the fsync loop in alternating pairs, and report the median of the per-pair ratios.
-    ratios = paired_ratio(append_one(n_sync, "always"), raw_loop(n_sync, fsync=True), runs * 2)
-    results["always, 1 thread / fsync loop, paired runs"] = ratios
-    name = "always 1 thread / fsync loop (paired)"
-    print(f"{name:<40} {ratios['median']:>12.2f}x  (min {ratios['min']:.2f}, max {ratios['max']:.2f})")
+    for single in (False, True):
+        ratios = paired_ratio(
+            append_one(n_sync, "always", single_writer=single), raw_loop(n_sync, fsync=True), runs * 2
+        )
+        label = ", single_writer" if single else ""
+        results[f"always, 1 thread{label} / fsync loop, paired runs"] = ratios
+        name = f"always 1 thread{label} / fsync loop (paired)"
+        print(f"{name:<40} {ratios['median']:>12.2f}x  (min {ratios['min']:.2f}, max {ratios['max']:.2f})")
     read, peaks = read_rate(1_000_000 if not args.quick else 300_000, runs)
     results["logspool sequential read"] = read
     results["reader peak memory (bytes) by log size"] = peaks

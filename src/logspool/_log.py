@@ -3,12 +3,14 @@
 Guarantees (docs/DURABILITY.md has the full argument):
 - ``durability="always"`` (default): ``append`` returns after the record is fsynced. Concurrent
   appenders in one process share one fsync (group commit: the first to need a sync becomes the
-  leader and covers everyone whose write came before its fsync began).
+  leader and covers everyone whose write came before its fsync began); threads appending through
+  one handle queue, and the thread with the write role writes them all in one write.
 - ``"interval"``: a background thread fsyncs at most every ``sync_interval_ms``; a power failure
   loses at most the records appended in that window (plus one fsync's duration).
 - ``"os"``: the page cache only: survives a crash of the process, not of the machine.
 - Lsns start at 0 and are contiguous across segments and processes. Writers serialise on an
-  exclusive flock of ``DIR/lock``, held for one write; readers take no lock.
+  exclusive flock of ``DIR/lock``, held for one write (or, with ``single_writer=True``, from open
+  to close); readers take no lock.
 - An fsync or write error that cannot be undone makes the handle fail-stop (FailedError).
 
 Invariants of the writer state (all under ``_lock`` and the flock, except where noted):
@@ -187,12 +189,14 @@ class Log:
         self._segment_age_max_ns = None if segment_age_max_s is None else int(segment_age_max_s * 1e9)
         self._seg_deadline_ns = _NEVER_NS
         self.readonly = readonly
+        if not isinstance(single_writer, bool):
+            raise TypeError(f"single_writer must be True or False, not {single_writer!r}")
         if single_writer and readonly:
             raise ValueError("single_writer=True needs a handle that writes, not readonly=True")
         # The handle holds the writer flock from open to close: no other process appends (they
         # wait, or fail with LockedError), so appends skip the flock, the size check and the
         # sync lock (docs/DESIGN.md, "single writer"). Readers, subscribers and retention go on.
-        self.single_writer = bool(single_writer)
+        self.single_writer = single_writer
         self._single = False  # True once the lifetime flock is held
         self._fs = fs or REAL
         self._sync_interval_s = sync_interval_ms / 1000.0

@@ -81,10 +81,12 @@ def test_single_writer_threads_keep_their_order_across_rotations(log_dir: str) -
     assert logspool.verify(log_dir).ok
 
 
-def test_readonly_single_writer_is_refused(log_dir: str) -> None:
+def test_bad_single_writer_settings_are_refused(log_dir: str) -> None:
     logspool.open(log_dir).close()
     with pytest.raises(ValueError, match="single_writer"):
         logspool.open(log_dir, readonly=True, single_writer=True)
+    with pytest.raises(TypeError, match="single_writer must be True or False, not 'yes'"):
+        logspool.open(log_dir, single_writer="yes")
 
 
 _WRITER = """
