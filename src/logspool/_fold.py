@@ -308,9 +308,21 @@ class FoldedStore(Generic[S, OpT]):
         with self._mutex:
             self._check_open()
             with self._log.exclusive(sync=False) as tail:
-                self._catch_up()
+                base, start = tail.end
+                reader = self._reader
+                # Under the writer lock the tail is final: a reader already there has nothing
+                # to read (no pread, no look for a next segment).
+                if reader is None or self._state.next_lsn != tail.next_lsn or not reader.at(base, start):
+                    self._catch_up()
+                    base, start = tail.end
+                first = tail.next_lsn
                 writer = _Writer(self, tail)
                 yield writer
+                reader = self._reader
+                end_base, end = tail.end
+                if writer.written and reader is not None and end_base == base:
+                    # The ops just written are applied: the reader need not parse them back.
+                    reader.skip_written(base, start, end, first, tail.next_lsn)
         if writer.written and self._always and durable:
             self._log.sync()  # the decision is returned only once its op is durable
         self._maybe_snapshot()  # outside the writer lock: compaction takes it itself

@@ -1422,6 +1422,11 @@ class Tail:
         return self._log._next_lsn
 
     @property
+    def end(self) -> tuple[int, int]:
+        """Where the next record goes: (base lsn of the active segment, offset in it)."""
+        return self._log._seg_base, self._log._seg_end
+
+    @property
     def timestamp(self) -> int:
         """The timestamp (ns) of the records appended last: one batch shares one timestamp."""
         return self._log._last_ts

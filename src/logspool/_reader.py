@@ -137,6 +137,26 @@ class Reader:
         if self._open_segment():
             self._jump(lambda e: e.lsn <= start)
 
+    def at(self, base: int, offset: int) -> bool:
+        """Whether this reader has handed out every record before ``offset`` of segment ``base``
+        and read nothing past it (a writer holding the lock then knows it has nothing to read)."""
+        return (
+            self._base == base
+            and self._pos == offset
+            and not self._need
+            and not operator.length_hint(self._pending)
+        )
+
+    def skip_written(self, base: int, start: int, end: int, first_lsn: int, next_lsn: int) -> bool:
+        """Move past records the caller wrote itself under the writer lock, lsns ``first_lsn`` up
+        to ``next_lsn`` at offsets ``start`` to ``end`` of segment ``base``, without reading
+        them back; only if the reader stands exactly where they begin (else False: it reads them
+        as usual)."""
+        if not self.at(base, start) or self._lsn != first_lsn:
+            return False
+        self._pos, self._lsn = end, next_lsn
+        return True
+
     def _seek_time(self, since_ns: int) -> None:
         bases = list_segments(self._fs, self._path)
         chosen = bases[0] if bases else 0

@@ -425,3 +425,45 @@ def test_take_with_ack_settles_the_previous_job_in_the_same_step(journal: jobs.J
     with pytest.raises(LeaseExpiredError):
         journal.take(ack=third)
     assert journal.get("c")[0].token == again.token, "a refused ack takes nothing"
+
+
+def test_a_decision_reads_back_only_what_other_handles_wrote(tmp_path: Path) -> None:
+    """Ops a handle wrote under the writer lock are applied as written: its next decision reads
+    nothing back (no segment pread) unless another handle appended in between, and then exactly
+    those ops, which it applies."""
+    from logspool import _format as fmt
+    from logspool._fs import FileSystem
+
+    class CountsSegmentReads(FileSystem):
+        def __init__(self) -> None:
+            self.names: dict[int, str] = {}
+            self.read_bytes = 0
+
+        def open(self, path: str, flags: int, mode: int = 0o644) -> int:
+            fd = super().open(path, flags, mode)
+            self.names[fd] = os.path.basename(path)
+            return fd
+
+        def pread(self, fd: int, size: int, offset: int) -> bytes:
+            data = super().pread(fd, size, offset)
+            if fmt.parse_segment_name(self.names.get(fd, "")) is not None:
+                self.read_bytes += len(data)
+            return data
+
+    fs = CountsSegmentReads()
+    path = str(tmp_path / "j")
+    with jobs.open(path, fs=fs) as mine, jobs.open(path) as other:
+        for i in range(20):
+            mine.put(f"k{i}", b"p")  # (puts need no decision: read back at the first take)
+        job = mine.take(lease=30)
+        assert isinstance(job, jobs.Job)
+        before = fs.read_bytes
+        for _ in range(10):
+            job = mine.take(lease=30, ack=job)
+            assert isinstance(job, jobs.Job)
+        assert fs.read_bytes == before  # ten decisions, nothing read back
+        other.put("from-other", b"q", priority=0)
+        nxt = mine.take(lease=30, ack=job)
+        assert fs.read_bytes > before  # the other handle's op was read...
+        assert isinstance(nxt, jobs.Job) and nxt.key == "from-other"  # ...and applied
+        assert other.stats().pending == mine.stats().pending == 9
