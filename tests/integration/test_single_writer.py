@@ -58,29 +58,6 @@ def test_other_writers_are_refused_while_readers_and_tails_go_on(log_dir: str) -
     assert logspool.open(log_dir, lock_timeout_s=0.2).append(b"third") == 2
 
 
-def test_single_writer_threads_keep_their_order_across_rotations(log_dir: str) -> None:
-    with logspool.open(log_dir, single_writer=True, durability="always", segment_size_max=4096) as log:
-
-        def work(t: int) -> None:
-            for i in range(60):
-                log.append(f"{t}:{i}".encode())
-
-        threads = [threading.Thread(target=work, args=(t,)) for t in range(6)]
-        for th in threads:
-            th.start()
-        for th in threads:
-            th.join()
-    with logspool.open(log_dir, readonly=True) as log:
-        recs = list(log.read())
-        assert len(log.info().segments) > 2  # rotations on the way
-    assert [r.lsn for r in recs] == list(range(360))
-    for t in range(6):
-        assert [r.payload for r in recs if r.payload.startswith(f"{t}:".encode())] == [
-            f"{t}:{i}".encode() for i in range(60)
-        ]
-    assert logspool.verify(log_dir).ok
-
-
 def test_bad_single_writer_settings_are_refused(log_dir: str) -> None:
     logspool.open(log_dir).close()
     with pytest.raises(ValueError, match="single_writer"):

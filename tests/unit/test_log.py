@@ -169,8 +169,12 @@ def test_exclusive_appends_see_a_stable_tail(log_dir: str) -> None:
         assert log.append(b"w") == 3
 
 
-def test_many_threads_append_with_group_commit(log_dir: str) -> None:
-    with logspool.open(log_dir, durability="always") as log:
+@pytest.mark.parametrize("single_writer", [False, True], ids=["process-safe", "single-writer"])
+def test_many_threads_append_with_group_commit(log_dir: str, single_writer: bool) -> None:
+    """Threads of one handle go through the write queue, across rotations; each keeps its order."""
+    with logspool.open(
+        log_dir, durability="always", segment_size_max=4096, single_writer=single_writer
+    ) as log:
 
         def work(t: int) -> None:
             for i in range(100):
@@ -182,10 +186,12 @@ def test_many_threads_append_with_group_commit(log_dir: str) -> None:
         for th in threads:
             th.join()
         recs = list(log.read())
+        assert len(log.info().segments) > 2  # rotations on the way
     assert [r.lsn for r in recs] == list(range(800))
     for t in range(8):
         mine = [r.payload for r in recs if r.payload.startswith(f"{t}:".encode())]
         assert mine == [f"{t}:{i}".encode() for i in range(100)]
+    assert logspool.verify(log_dir).ok
 
 
 @pytest.mark.parametrize("durability", ["always", "interval", "os"])
