@@ -749,7 +749,11 @@ class Log:
             else:
                 self._wq_busy = True
         if mine is not None:
-            mine.wake.acquire()  # released once: written (or failed) by a leader, or made leader
+            try:
+                mine.wake.acquire()  # released once: written (or failed) by a leader, or made leader
+            except BaseException:
+                self._leave_queue(mine)  # (KeyboardInterrupt while waiting: pass the role on)
+                raise
             if not mine.lead:
                 if mine.error is not None:
                     raise self._batch_error(mine.error)
@@ -778,6 +782,18 @@ class Log:
         if self._retention_due:
             self._retain_after_rotation()
         return first
+
+    def _leave_queue(self, mine: _Pending) -> None:
+        """A queued append interrupted while waiting: out of the queue if it is still there;
+        else a leader has it, in a batch (its record goes out; the caller is told nothing) or as
+        the next leader, and then the role is passed on, so the other threads are not stranded."""
+        with self._wq_mutex:
+            if mine in self._wq:
+                self._wq.remove(mine)
+                return
+        mine.wake.acquire()  # soon: the leader releases it right after its write and fsync
+        if mine.lead:
+            self._pass_write_role([], -1, -1, None)
 
     def _pass_write_role(
         self, batch: list[_Pending], first: int, end: int, error: BaseException | None

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import os
+import signal
 import threading
 import time
 
@@ -248,3 +249,46 @@ def test_an_fsync_failure_fails_the_whole_batch_and_stops_the_handle(log_dir: st
             assert isinstance(err, logspool.FailedError) and "Input/output error" in str(err)
         with pytest.raises(logspool.FailedError):
             log.append(b"refused")
+
+
+class Interrupted(BaseException):
+    """What the test's SIGINT handler raises in the main thread (as KeyboardInterrupt would)."""
+
+
+def test_an_interrupted_queued_append_does_not_strand_the_others(log_dir: str) -> None:
+    """Ctrl-C in a thread waiting in the queue (the main thread: signals go there) takes it out of
+    the queue; the leader and the threads behind it go on, and so does the interrupted one."""
+    fs = HeldFS()
+    outcome = Outcome()
+
+    def on_sigint(signum: int, frame: object) -> None:
+        raise Interrupted
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        with logspool.open(log_dir, durability="always", fs=fs) as log:
+            fs.hold()
+            leader = threading.Thread(target=outcome.append, args=(log, fs, b"leader"))
+            leader.start()
+            assert fs.in_fsync.wait(10)
+
+            def interrupt_when_queued() -> None:
+                _wait_queued(log, 1)
+                os.kill(os.getpid(), signal.SIGINT)
+
+            threading.Thread(target=interrupt_when_queued).start()
+            with pytest.raises(Interrupted):
+                log.append(b"interrupted")
+            behind = threading.Thread(target=outcome.append, args=(log, fs, b"behind"))
+            behind.start()
+            _wait_queued(log, 1)
+            fs.release()
+            leader.join(10)
+            behind.join(10)
+            assert not leader.is_alive() and not behind.is_alive(), "a thread was stranded"
+            assert log.append(b"after") == 2
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert outcome.lsns == {b"leader": 0, b"behind": 1} and not outcome.errors
+    with logspool.open(log_dir, readonly=True) as log:
+        assert [r.payload for r in log.read()] == [b"leader", b"behind", b"after"]
