@@ -1,6 +1,7 @@
 """One local SparkSession for the whole test session (UI off, 2 shuffle partitions, loopback only,
-quiet logs), with the logspool data source registered. Skipped, with the reason, where PySpark or
-Java is missing; scripts/setup installs PySpark, and CI machines have Java 17."""
+quiet logs), with the logspool data source registered and the JVM reader's jar loaded. Skipped,
+with the reason, where PySpark or Java is missing; scripts/setup installs PySpark, and CI machines
+have Java 17 with its compiler."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ def spark() -> Iterator[Any]:
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
 
-    from logspool.spark import register
+    from logspool.spark import jar, register
 
     session = (
         SparkSession.builder.master("local[2]")
@@ -34,9 +35,24 @@ def spark() -> Iterator[Any]:
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.jars", jar())
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
     register(session)
     yield session
     session.stop()
+
+
+@pytest.fixture(params=["python", "jvm"])
+def read(request: pytest.FixtureRequest, spark: Any) -> Any:
+    """A batch read of a log with options, by the Python source or by the JVM reader: the tests
+    that take this fixture hold both to the same rows and errors."""
+    from logspool.spark import load
+
+    def read_with(path: Any, **options: str) -> Any:
+        if request.param == "jvm":
+            return load(spark, str(path), jvm=True, **options)
+        return spark.read.format("logspool").options(**options).load(str(path))
+
+    return read_with

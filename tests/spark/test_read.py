@@ -8,6 +8,7 @@ option, the decodes, damage, and the errors a user gets for bad options.
 from __future__ import annotations
 
 import json
+import random
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -42,10 +43,10 @@ def offsets(path: Path) -> dict[int, tuple[int, int]]:
     return out
 
 
-def test_batch_read_returns_every_record_with_its_place(spark: Any, tmp_path: Path) -> None:
+def test_batch_read_returns_every_record_with_its_place(read: Any, tmp_path: Path) -> None:
     path = tmp_path / "log"
     records = make_log(path)
-    df = spark.read.format("logspool").load(str(path))
+    df = read(path)
     assert [f.name for f in df.schema.fields] == ["lsn", "timestamp", "payload", "segment", "offset"]
     assert df.rdd.getNumPartitions() == len(list(path.glob("*.seg")))
     rows = sorted(df.collect(), key=lambda r: r.lsn)
@@ -59,17 +60,17 @@ def test_batch_read_returns_every_record_with_its_place(spark: Any, tmp_path: Pa
         assert (row.segment, row.offset) == places[rec.lsn]
 
 
-def test_big_segments_are_split_at_index_entries(spark: Any, tmp_path: Path) -> None:
+def test_big_segments_are_split_at_index_entries(read: Any, tmp_path: Path) -> None:
     path = tmp_path / "log"
     make_log(path, segment_size_max=1 << 20)
     assert len(list(path.glob("*.seg"))) == 1
-    df = spark.read.format("logspool").option("maxPartitionBytes", "32768").load(str(path))
+    df = read(path, maxPartitionBytes="32768")
     assert df.rdd.getNumPartitions() > 3
     lsns = [r.lsn for r in df.select("lsn").collect()]
     assert sorted(lsns) == list(range(3000))
 
 
-def test_positions_and_timestamps_bound_the_read(spark: Any, tmp_path: Path) -> None:
+def test_positions_and_timestamps_bound_the_read(read: Any, tmp_path: Path) -> None:
     path = tmp_path / "log"
     with logspool.open(path, segment_size_max=8192) as log:
         for i in range(50):
@@ -79,10 +80,7 @@ def test_positions_and_timestamps_bound_the_read(spark: Any, tmp_path: Path) -> 
             log.append(b"late-%d" % i)
 
     def lsns(**opts: str) -> list[int]:
-        reader = spark.read.format("logspool")
-        for k, v in opts.items():
-            reader = reader.option(k, v)
-        return sorted(r.lsn for r in reader.load(str(path)).select("lsn").collect())
+        return sorted(r.lsn for r in read(path, **opts).select("lsn").collect())
 
     assert lsns(startingPosition="10", endingPosition="20") == list(range(10, 20))
     assert lsns(startingPosition="earliest", endingPosition="latest") == list(range(100))
@@ -97,16 +95,26 @@ def test_positions_and_timestamps_bound_the_read(spark: Any, tmp_path: Path) -> 
     assert first <= 50 and lsns(startingTimestamp=str(millis)) == list(range(first, 100))
 
 
-def test_decode_string_and_json_with_a_schema(spark: Any, tmp_path: Path) -> None:
+def test_decode_string_gives_text_and_replaces_bytes_that_are_not_utf8(read: Any, tmp_path: Path) -> None:
     path = tmp_path / "log"
     make_log(path, n=700)
+    bad = [b"caf\xc3", b"\xff\xfeok", b"a\xe2\x82b", b"\xed\xa0\x80", b"\xf0\x9f\x98\x80 fine", b"\xc0\xaf"]
     with logspool.open(path) as log:
-        log.append(b"not json")
-    text = spark.read.format("logspool").option("decode", "string").load(str(path))
+        first_bad = log.append_many(bad)[0]
+    text = read(path, decode="string")
     assert text.schema["payload"].dataType.simpleString() == "string"
     assert text.filter("lsn = 3").first().payload == json.dumps(
         {"key": "k3", "amount": 3, "at": "2026-11-21T12:00:00Z"}
     )
+    rows = sorted(text.filter(f"lsn >= {first_bad}").collect())
+    assert [r.payload for r in rows] == [b.decode("utf-8", "replace") for b in bad]
+
+
+def test_decode_json_with_a_schema(spark: Any, tmp_path: Path) -> None:
+    path = tmp_path / "log"
+    make_log(path, n=700)
+    with logspool.open(path) as log:
+        log.append(b"not json")
     df = (
         spark.read.format("logspool")
         .option("decode", "json")
@@ -125,7 +133,7 @@ def test_decode_string_and_json_with_a_schema(spark: Any, tmp_path: Path) -> Non
 
 
 def test_damage_fails_the_read_naming_file_and_offset_unless_checksums_are_off(
-    spark: Any, tmp_path: Path
+    read: Any, tmp_path: Path
 ) -> None:
     path = tmp_path / "log"
     make_log(path, n=500, segment_size_max=1 << 20)
@@ -135,9 +143,9 @@ def test_damage_fails_the_read_naming_file_and_offset_unless_checksums_are_off(
     data[offset + fmt.RECORD_HEADER_SIZE + 3] ^= 0x01  # one bit of one payload
     segment.write_bytes(bytes(data))
     with pytest.raises(Exception) as info:
-        spark.read.format("logspool").load(str(path)).count()
+        read(path).count()
     assert f"{segment}: offset {offset}" in str(info.value)
-    unchecked = spark.read.format("logspool").option("verifyChecksums", "false").load(str(path))
+    unchecked = read(path, verifyChecksums="false")
     assert unchecked.count() == 500  # the user chose to trust the bytes: the flipped bit is read
 
 
@@ -153,17 +161,75 @@ def test_damage_fails_the_read_naming_file_and_offset_unless_checksums_are_off(
     ],
 )
 def test_bad_options_are_refused_with_the_option_named(
-    spark: Any, tmp_path: Path, options: dict[str, str], message: str
+    read: Any, tmp_path: Path, options: dict[str, str], message: str
 ) -> None:
     path = tmp_path / "log"
     make_log(path, n=10)
-    reader = spark.read.format("logspool")
-    for k, v in options.items():
-        reader = reader.option(k, v)
     with pytest.raises(Exception, match=message):
-        reader.load(str(path)).count()
+        read(path, **options).count()
 
 
-def test_a_missing_directory_is_named(spark: Any, tmp_path: Path) -> None:
+def test_a_missing_directory_is_named(read: Any, tmp_path: Path) -> None:
     with pytest.raises(Exception, match="no such log directory"):
-        spark.read.format("logspool").load(str(tmp_path / "nope")).count()
+        read(tmp_path / "nope").count()
+
+
+def test_the_jvm_reader_returns_exactly_the_python_sources_rows(spark: Any, tmp_path: Path) -> None:
+    """Compressed and plain records, several segments, a gap left by repair, split partitions,
+    bounds inside segments, pruned columns, and text decoding of arbitrary bytes."""
+    from logspool.spark import load
+
+    rng = random.Random(5)
+    path = tmp_path / "log"
+    with logspool.open(path, segment_size_max=32 * 1024, index_interval=1024, compression="zstd") as log:
+        for i in range(1500):
+            if i % 3 == 0:
+                log.append(b"compressible %d " % i * 20)  # stored as a zstd frame
+            else:
+                log.append(
+                    bytes(rng.choice((0x41, 0x80, 0xC3, 0xE2, 0xED, 0xF0, 0xFF)) for _ in range(i % 40))
+                )
+    sealed = sorted(path.glob("*.seg"))[1]
+    data = bytearray(sealed.read_bytes())
+    data[fmt.SEGMENT_HEADER_SIZE + fmt.RECORD_HEADER_SIZE] ^= 0xFF  # damage its first record...
+    sealed.write_bytes(bytes(data))
+    report = logspool.repair(path)  # ...which repair replaces by a gap record
+    assert report.ok and report.actions
+    with logspool.open(path) as log:
+        reader = log.reader(start=0)
+        while reader.next(timeout=0) is not None:
+            pass
+        assert reader.gaps
+
+    def both(columns: list[str], **options: str) -> tuple[list[Any], list[Any]]:
+        python = spark.read.format("logspool").options(**options).load(str(path)).select(*columns)
+        jvm = load(spark, str(path), jvm=True, **options).select(*columns)
+        return sorted(python.collect()), sorted(jvm.collect())
+
+    everything = ["lsn", "timestamp", "payload", "segment", "offset"]
+    python, jvm = both(everything, maxPartitionBytes="4096")
+    assert len(python) == 1499 and python == jvm  # one lsn lost to the gap
+    assert both(everything, startingPosition="100", endingPosition="1111") == both(
+        everything, startingPosition="100", endingPosition="1111", maxPartitionBytes="2048"
+    )
+    python, jvm = both(["lsn", "payload"], decode="string", verifyChecksums="false")
+    assert len(python) == 1499 and python == jvm
+    python, jvm = both(["offset"], startingPosition="1400")
+    assert len(python) == 100 and python == jvm
+
+
+def test_load_chooses_the_python_source_for_json_and_refuses_what_the_jvm_cannot_do(
+    spark: Any, tmp_path: Path
+) -> None:
+    from logspool.spark import JvmError, load
+
+    path = tmp_path / "log"
+    make_log(path, n=100)
+    df = load(spark, str(path), schema="lsn long, amount long", decode="json")
+    assert sorted(r.amount for r in df.collect()) == list(range(100))
+    with pytest.raises(JvmError, match="decode=json reads with jvm=False"):
+        load(spark, str(path), schema="lsn long, amount long", decode="json", jvm=True)
+    with pytest.raises(Exception, match="a schema is only given with decode=json"):
+        load(spark, str(path), schema="lsn long")
+    assert load(spark, str(path), jvm=False, startingPosition=90).count() == 10
+    assert load(spark, str(path), startingPosition="latest").count() == 0  # no partitions at all

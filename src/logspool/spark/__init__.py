@@ -16,12 +16,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ._jvm import JVM_NAME, JvmError, jar, load
 from ._source import NAME, LogspoolDataSource, OptionError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["NAME", "LogspoolDataSource", "OptionError", "register"]
+__all__ = ["JVM_NAME", "NAME", "JvmError", "LogspoolDataSource", "OptionError", "jar", "load", "register"]
 
 
 def register(spark: SparkSession) -> None:

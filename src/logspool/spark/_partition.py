@@ -76,16 +76,21 @@ def _index_entries(path: str, base: int) -> list[fmt.IndexEntry]:
         return []
 
 
+def start_point(r: Range) -> tuple[int, int]:
+    """(offset, lsn): where to start parsing to reach ``r.start``: the last index entry at or
+    before it, or the segment's first record."""
+    for entry in reversed(_index_entries(r.path, r.segment)):
+        if entry.lsn <= r.start:
+            return entry.offset, entry.lsn
+    return fmt.SEGMENT_HEADER_SIZE, r.segment
+
+
 def read_range(r: Range, size_max: int, verify_checksums: bool) -> Iterator[tuple[list[Any], ...]]:
     """Yield column lists (lsn, timestamp_ns, payload, offset) of up to BATCH_ROWS rows each, for
     every record of ``r``. Raises CorruptionError (file and offset) if the range cannot be read
     whole: records the driver saw when it planned do not vanish, except by damage or repair."""
     spath = os.path.join(r.path, fmt.segment_name(r.segment))
-    pos, lsn = fmt.SEGMENT_HEADER_SIZE, r.segment
-    for entry in reversed(_index_entries(r.path, r.segment)):
-        if entry.lsn <= r.start:
-            pos, lsn = entry.offset, entry.lsn
-            break
+    pos, lsn = start_point(r)
     lsns: list[int] = []
     stamps: list[int] = []
     payloads: list[bytes] = []

@@ -416,11 +416,7 @@ def _lsn_after_bytes(log: Log, begin: int, end: int, size_max: int) -> int:
     total = 0
     for r in part.plan(log, begin, end, 1 << 62):
         spath = os.path.join(r.path, fmt.segment_name(r.segment))
-        pos, lsn = fmt.SEGMENT_HEADER_SIZE, r.segment
-        for entry in reversed(part._index_entries(r.path, r.segment)):
-            if entry.lsn <= r.start:
-                pos, lsn = entry.offset, entry.lsn
-                break
+        pos, lsn = part.start_point(r)
         with open(spath, "rb") as f:
             f.seek(pos)
             data = f.read(size_max + limits.READ_CHUNK_SIZE)
