@@ -5,7 +5,11 @@ Run: .venv/bin/python benchmarks/bench_spark.py [--rows 1000000] [--quick] [--ma
 One local SparkSession. The same rows (lsn, timestamp, a 100-byte payload) are in a log and in a
 Parquet directory written by Spark. Each read is a full scan that Spark cannot skip: the sum of
 the payload lengths and of the lsns, so every row crosses from the source into Spark. Reported:
-rows/s of the median of several runs, and the ratio to Parquet (the target is at least 0.8x).
+rows/s of the median of several runs, and the ratio to Parquet (the target is at least 0.8x), for
+the Python data source (``format("logspool")``) and the JVM reader (``logspool.spark.load``).
+
+A third baseline shows the ceiling of any Python data source here: one that parses nothing and
+yields the same prebuilt Arrow batches (same columns, same batch size) for the same row count.
 Writes: df.write.format("logspool") of the same rows, against df.write.parquet.
 """
 
@@ -36,6 +40,46 @@ def timed(fn: Callable[[], Any], runs: int) -> float:
     return statistics.median(times)
 
 
+def prebuilt_source(rows: int, batch_rows: int) -> Any:
+    """A Python data source that yields prebuilt Arrow batches: the cost of the Python Data Source
+    handoff alone, with no parsing (two partitions, as the log's read has with two cores)."""
+    import pyarrow as pa
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+    class Reader(DataSourceReader):
+        def partitions(self) -> list[InputPartition]:
+            return [InputPartition(0), InputPartition(1)]
+
+        def read(self, partition: Any) -> Any:
+            n = rows // 2
+            numbers = pa.array(range(batch_rows), pa.int64())
+            batch = pa.RecordBatch.from_arrays(
+                [
+                    numbers,
+                    numbers.cast(pa.timestamp("us", tz="UTC")),
+                    pa.array([b"%010d" % i + b"x" * 90 for i in range(batch_rows)], pa.binary()),
+                    pa.repeat(pa.scalar(0, pa.int64()), batch_rows),
+                    numbers,
+                ],
+                names=["lsn", "timestamp", "payload", "segment", "offset"],
+            )
+            for done in range(0, n, batch_rows):
+                yield batch.slice(0, min(batch_rows, n - done))
+
+    class Prebuilt(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "prebuilt"
+
+        def schema(self) -> str:
+            return "lsn long, timestamp timestamp, payload binary, segment long, offset long"
+
+        def reader(self, schema: Any) -> DataSourceReader:
+            return Reader()
+
+    return Prebuilt
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, default=1_000_000)
@@ -50,7 +94,8 @@ def main() -> int:
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
-    from logspool.spark import register
+    from logspool.spark import jar, load, register
+    from logspool.spark._partition import BATCH_ROWS
 
     spark = (
         SparkSession.builder.master(args.master)
@@ -60,10 +105,12 @@ def main() -> int:
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.driver.memory", "4g")
+        .config("spark.jars", jar())
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
+    spark.dataSource.register(prebuilt_source(rows, BATCH_ROWS))
     work = tempfile.mkdtemp(prefix="logspool-bench-spark-")
     try:
         log_path, parquet_path = os.path.join(work, "log"), os.path.join(work, "parquet")
@@ -85,6 +132,9 @@ def main() -> int:
         unchecked_s = timed(
             scan(spark.read.format("logspool").option("verifyChecksums", "false").load(log_path)), runs
         )
+        jvm_s = timed(scan(load(spark, log_path, jvm=True)), runs)
+        jvm_unchecked_s = timed(scan(load(spark, log_path, jvm=True, verifyChecksums=False)), runs)
+        prebuilt_s = timed(scan(spark.read.format("prebuilt").load()), runs)
         data = spark.read.parquet(parquet_path).select("payload").cache()
         data.count()
         write_runs = max(1, runs // 2)
@@ -108,6 +158,12 @@ def main() -> int:
             "read_logspool_unchecked_rows_per_s": rows / unchecked_s,
             "read_ratio_to_parquet": parquet_s / log_s,
             "read_unchecked_ratio_to_parquet": parquet_s / unchecked_s,
+            "read_jvm_rows_per_s": rows / jvm_s,
+            "read_jvm_ratio_to_parquet": parquet_s / jvm_s,
+            "read_jvm_unchecked_rows_per_s": rows / jvm_unchecked_s,
+            "read_jvm_unchecked_ratio_to_parquet": parquet_s / jvm_unchecked_s,
+            "python_source_ceiling_rows_per_s": rows / prebuilt_s,
+            "python_source_ceiling_ratio_to_parquet": parquet_s / prebuilt_s,
             "write_parquet_rows_per_s": rows / write_parquet_s,
             "write_logspool_rows_per_s": rows / write_log_s,
             "write_ratio_to_parquet": write_parquet_s / write_log_s,
