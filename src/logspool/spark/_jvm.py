@@ -1,9 +1,9 @@
 """The JVM batch reader: building its jar, and ``load``, which plans in Python and reads on the JVM.
 
 The Python Data Source API hands every row from a Python worker to the JVM as Arrow. Measured
-here (benchmarks/bench_spark.py), that handoff alone, with prebuilt batches and no parsing,
-reaches 0.6x to 0.9x of Spark's Parquet scan, and the log's Python parser brings the source to
-0.17x: a Python parser cannot meet a 0.8x target with room to spare. ``jvm/LogspoolJvmSource.java``
+here (benchmarks/bench_spark.py), a source that parses nothing and yields prebuilt batches reaches
+0.9x to 1.05x of Spark's Parquet scan, but the log's Python parser (about 2 us a record a core)
+brings the source to 0.17x: meeting 0.8x needs compiled parsing. ``jvm/LogspoolJvmSource.java``
 is a DataSource V2 reader written from docs/FORMAT.md that parses segment ranges in the executors'
 JVMs. The driver's planning (positions, timestamps, the head, partition splits) stays in one place,
 the Python source; the JVM source receives the planned ranges as an option.
