@@ -138,16 +138,20 @@ def test_damage_fails_the_read_naming_file_and_offset_unless_checksums_are_off(
 ) -> None:
     path = tmp_path / "log"
     make_log(path, n=500, segment_size_max=1 << 20)
-    segment = next(path.glob("*.seg"))
+    with logspool.open(path) as log:
+        log.cutover()  # the damage goes in a sealed segment: planning reads only the newest one
+        log.append(b"after")
+    segment = sorted(path.glob("*.seg"))[0]
     data = bytearray(segment.read_bytes())
     _base, offset = offsets(path)[250]
     data[offset + fmt.RECORD_HEADER_SIZE + 3] ^= 0x01  # one bit of one payload
     segment.write_bytes(bytes(data))
+    df = read(path)  # planned: the damage is not where planning looks (the head)
     with pytest.raises(Exception) as info:
-        read(path).count()
+        df.count()
     assert f"{segment}: offset {offset}" in str(info.value)
     unchecked = read(path, verifyChecksums="false")
-    assert unchecked.count() == 500  # the user chose to trust the bytes: the flipped bit is read
+    assert unchecked.count() == 501  # the user chose to trust the bytes: the flipped bit is read
 
 
 @pytest.mark.parametrize(
@@ -252,3 +256,29 @@ def test_the_jvm_reader_reads_the_golden_logs_of_each_format_version(
     rows = sorted(load(spark, str(path), jvm=True).select("lsn", "payload").collect())
     assert [(r.lsn, bytes(r.payload)) for r in rows] == expected
     assert len(expected) == (12 if version == "v1" else 19)
+
+
+def test_the_jvm_reader_moves_its_mapping_window_through_a_segment(spark: Any, tmp_path: Path) -> None:
+    """A window far smaller than the segment, and records larger than the window: every record
+    is read whole, and damage past the first window is still named at its file offset."""
+    from logspool.spark import load
+
+    path = tmp_path / "log"
+    payloads = [bytes([i % 251]) * (i * 37 % 9000) for i in range(400)]
+    with logspool.open(path, segment_size_max=1 << 24) as log:
+        log.append_many(payloads)
+        log.cutover()  # damage in a sealed segment: planning reads only the newest one
+        log.append(b"after")
+    rows = sorted(load(spark, str(path), jvm=True, jvmMapBytes="4096").select("lsn", "payload").collect())
+    assert [bytes(r.payload) for r in rows] == [*payloads, b"after"]
+    with pytest.raises(Exception, match="option jvmMapBytes: expected a positive integer"):
+        load(spark, str(path), jvm=True, jvmMapBytes="0")
+    segment = sorted(path.glob("*.seg"))[0]
+    _base, offset = offsets(path)[333]
+    data = bytearray(segment.read_bytes())
+    data[offset + fmt.RECORD_HEADER_SIZE] ^= 0x01
+    segment.write_bytes(bytes(data))
+    with pytest.raises(Exception) as info:
+        load(spark, str(path), jvm=True, jvmMapBytes="4096").count()
+    assert f"{segment}: offset {offset}: checksum mismatch" in str(info.value)
+    assert "logspool.spark.LogspoolJvmSource" in str(info.value)  # raised by the JVM reader's task

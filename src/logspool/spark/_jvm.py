@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import LogspoolError
 from . import _partition as part
-from ._source import NAME, LogspoolDataSource, OptionError, _BatchReader, _lower
+from ._source import NAME, LogspoolDataSource, OptionError, _BatchReader, _lower, _positive
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -162,6 +162,8 @@ def load(
             .option("verifyChecksums", str(reader.verify).lower())
             .option("decode", decode)
         )
+        if "jvmmapbytes" in lowered:
+            planned = planned.option("windowBytes", str(_positive(lowered, "jvmMapBytes")))
         try:
             return planned.load(reader.path)
         except Exception as err:

@@ -109,13 +109,16 @@ public final class LogspoolJvmSource implements TableProvider, DataSourceRegiste
         final boolean verify;
         final boolean decodeString;
         final long[][] ranges;
+        final long window;
 
-        Settings(String dir, long sizeMax, boolean verify, boolean decodeString, long[][] ranges) {
+        Settings(String dir, long sizeMax, boolean verify, boolean decodeString, long[][] ranges,
+                long window) {
             this.dir = dir;
             this.sizeMax = sizeMax;
             this.verify = verify;
             this.decodeString = decodeString;
             this.ranges = ranges;
+            this.window = window;
         }
 
         static Settings of(CaseInsensitiveStringMap options) {
@@ -148,7 +151,8 @@ public final class LogspoolJvmSource implements TableProvider, DataSourceRegiste
             }
             return new Settings(dir, Long.parseLong(size),
                     !options.getOrDefault("verifyChecksums", "true").equalsIgnoreCase("false"),
-                    decode.equals("string"), ranges.toArray(new long[0][]));
+                    decode.equals("string"), ranges.toArray(new long[0][]),
+                    Long.parseLong(options.getOrDefault("windowBytes", Long.toString(1L << 30))));
         }
     }
 
@@ -281,9 +285,12 @@ public final class LogspoolJvmSource implements TableProvider, DataSourceRegiste
         private final Range range;
         private final int[] columns;
         private final String file;
-        private final ByteBuffer buf;
+        private final Path path;
+        private final long size;
         private final CRC32 crc = new CRC32();
-        private long pos;
+        private ByteBuffer buf;  // a window of the segment from file offset `start`
+        private long start;
+        private long pos;  // the next record's offset in the window
         private long lsn;
         private InternalRow row;
 
@@ -291,19 +298,42 @@ public final class LogspoolJvmSource implements TableProvider, DataSourceRegiste
             this.settings = settings;
             this.range = range;
             this.columns = columns;
-            Path path = Path.of(settings.dir, segmentName(range.base));
+            this.path = Path.of(settings.dir, segmentName(range.base));
             this.file = path.toString();
             try (FileChannel ch = FileChannel.open(path, StandardOpenOption.READ)) {
-                long size = ch.size();
-                if (size < range.offset) {
-                    throw corrupt(range.offset, "the segment is shorter than the planned range");
-                }
-                MappedByteBuffer map = ch.map(FileChannel.MapMode.READ_ONLY, range.offset,
-                        Math.min(size - range.offset, Integer.MAX_VALUE - 8));
+                this.size = ch.size();
+            }
+            if (size < range.offset) {
+                throw corrupt(range.offset, "the segment is shorter than the planned range");
+            }
+            map(range.offset, 0);
+            this.lsn = range.offsetLsn;
+        }
+
+        /** Maps the segment from ``offset`` on, at least ``need`` bytes: a window of
+         * {@code settings.window} bytes (1 GiB: a segment may be 4 GiB, a mapping at most 2), or
+         * one record if it is larger (a record is at most 256 MiB). */
+        private void map(long offset, long need) throws IOException {
+            try (FileChannel ch = FileChannel.open(path, StandardOpenOption.READ)) {
+                MappedByteBuffer map = ch.map(FileChannel.MapMode.READ_ONLY, offset,
+                        Math.min(size - offset, Math.max(settings.window, need)));
                 this.buf = map.order(ByteOrder.LITTLE_ENDIAN);
             }
+            this.start = offset;
             this.pos = 0;
-            this.lsn = range.offsetLsn;
+        }
+
+        /** Whether ``need`` bytes from ``pos`` are in the file, moving the window on if they
+         * are in the file but past the window. */
+        private boolean have(long need) throws IOException {
+            if (pos + need <= buf.limit()) {
+                return true;
+            }
+            if (start + pos + need > size) {
+                return false;
+            }
+            map(start + pos, need);
+            return true;
         }
 
         private IOException corrupt(long at, String why) {
@@ -313,37 +343,38 @@ public final class LogspoolJvmSource implements TableProvider, DataSourceRegiste
         @Override
         public boolean next() throws IOException {
             while (lsn < range.end) {
-                int p = (int) pos;
-                if (p + RECORD_OVERHEAD > buf.limit()) {
-                    throw corrupt(range.offset + pos, "lsn " + lsn + " expected before lsn " + range.end
+                if (!have(RECORD_OVERHEAD)) {
+                    throw corrupt(start + pos, "lsn " + lsn + " expected before lsn " + range.end
                             + " (the segment ends)");
                 }
+                int p = (int) pos;
                 long length = Integer.toUnsignedLong(buf.getInt(p));
                 int flags = buf.getInt(p + 4);
                 long rlsn = buf.getLong(p + 8);
                 long ts = buf.getLong(p + 16);
                 if (length > settings.sizeMax) {
-                    throw corrupt(range.offset + pos, "record length " + length + " exceeds the limit "
+                    throw corrupt(start + pos, "record length " + length + " exceeds the limit "
                             + settings.sizeMax);
                 }
-                int end = p + RECORD_OVERHEAD + (int) length;
-                if (end > buf.limit()) {
-                    throw corrupt(range.offset + pos, "lsn " + lsn + " expected before lsn " + range.end
+                if (!have(RECORD_OVERHEAD + length)) {
+                    throw corrupt(start + pos, "lsn " + lsn + " expected before lsn " + range.end
                             + " (the record is cut off)");
                 }
+                p = (int) pos;  // the window may have moved
+                int end = p + RECORD_OVERHEAD + (int) length;
                 if (settings.verify || flags != 0) {
                     crc.reset();
                     crc.update(buf.slice(p, end - p - 4));
                     long found = Integer.toUnsignedLong(buf.getInt(end - 4));
                     if (crc.getValue() != found) {
-                        throw corrupt(range.offset + pos, String.format(
+                        throw corrupt(start + pos, String.format(
                                 "checksum mismatch (expected 0x%08x, found 0x%08x)", crc.getValue(), found));
                     }
                 }
                 if (rlsn != lsn) {
-                    throw corrupt(range.offset + pos, "record has lsn " + rlsn + ", expected " + lsn);
+                    throw corrupt(start + pos, "record has lsn " + rlsn + ", expected " + lsn);
                 }
-                long at = range.offset + pos;
+                long at = start + pos;
                 pos = end;
                 if (flags == FLAG_GAP) {
                     long next = length >= 8 ? buf.getLong(p + RECORD_HEADER_SIZE) : rlsn + 1;
