@@ -1,0 +1,168 @@
+"""What this disk allows a log format: fsync-per-record loops and framed-write loops, one run.
+
+Run: .venv/bin/python benchmarks/bench_disk.py [--records 2000] [--runs 5] [--dir DIR]
+
+No logspool code: these are the baselines a change of the write path would be measured against.
+
+* Durable loops (``--records`` each, 136-byte records: a 100-byte payload framed as FORMAT.md
+  §4.2): appending with fsync or fdatasync (the file grows, so every flush also journals the new
+  size); appending into space reserved with ``fallocate(FALLOC_FL_KEEP_SIZE)`` (the size still
+  grows); and writing in place (``pwrite``) into space made part of the file first, by
+  ``posix_fallocate`` or by writing zeros, then fsync or fdatasync (the size does not change).
+* Framed loops (200,000 records, no fsync): header + payload + CRC encoded in Python, then one
+  ``os.write`` per record to an O_APPEND file, or a copy into a shared mapping of a file sized
+  beforehand (no system call per record).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import mmap
+import os
+import shutil
+import statistics
+import struct
+import sys
+import tempfile
+import time
+import zlib
+from collections.abc import Callable
+
+HEADER = struct.Struct("<IIQQQ")
+CRC = struct.Struct("<I")
+PAYLOAD = b"x" * 100
+RECORD = HEADER.pack(100, 0, 0, 0, 0) + PAYLOAD + b"\0" * 4
+FALLOC_FL_KEEP_SIZE = 1
+
+
+def _libc_fallocate() -> Callable[[int, int, int, int], int] | None:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        fn = libc.fallocate
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_long, ctypes.c_long]
+    return fn  # type: ignore[no-any-return]
+
+
+def durable_loop(path: str, n: int, setup: str, flush: Callable[[int], None]) -> float:
+    """Records per second: ``n`` records written one at a time, each flushed before the next."""
+    size = n * len(RECORD) + 4096
+    if setup == "append":
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND)
+    elif setup == "keep_size":
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND)
+        fallocate = _libc_fallocate()
+        if fallocate is None or fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, size) != 0:
+            os.close(fd)
+            return float("nan")
+    else:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC)
+        if setup == "posix_fallocate":
+            os.posix_fallocate(fd, 0, size)
+        else:  # zeros
+            os.write(fd, bytes(size))
+    os.fsync(fd)
+    try:
+        offset = 0
+        t0 = time.perf_counter()
+        if setup in ("append", "keep_size"):
+            for _ in range(n):
+                os.write(fd, RECORD)
+                flush(fd)
+        else:
+            for _ in range(n):
+                os.pwrite(fd, RECORD, offset)
+                offset += len(RECORD)
+                flush(fd)
+        return n / (time.perf_counter() - t0)
+    finally:
+        os.close(fd)
+        os.unlink(path)
+
+
+def framed_loop(path: str, n: int, how: str) -> float:
+    """Records per second: ``n`` records framed in Python and written, no fsync."""
+    pack, crc_pack, crc32 = HEADER.pack, CRC.pack, zlib.crc32
+    if how == "write":
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND)
+        t0 = time.perf_counter()
+        for i in range(n):
+            body = pack(100, 0, i, i, 0) + PAYLOAD
+            os.write(fd, body + crc_pack(crc32(body)))
+        rate = n / (time.perf_counter() - t0)
+        os.close(fd)
+    else:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC)
+        os.ftruncate(fd, n * len(RECORD))
+        m = mmap.mmap(fd, n * len(RECORD))
+        at = 0
+        t0 = time.perf_counter()
+        for i in range(n):
+            body = pack(100, 0, i, i, 0) + PAYLOAD
+            end = at + len(RECORD)
+            m[at:end] = body + crc_pack(crc32(body))
+            at = end
+        rate = n / (time.perf_counter() - t0)
+        m.close()
+        os.close(fd)
+    os.unlink(path)
+    return rate
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--records", type=int, default=2000)
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--dir", default=os.environ.get("BENCH_DIR"), help="on the disk to measure")
+    parser.add_argument("--out", help="write the results as JSON here")
+    args = parser.parse_args()
+    work = tempfile.mkdtemp(prefix="logspool-bench-disk-", dir=args.dir)
+    path = os.path.join(work, "f")
+    cases: list[tuple[str, Callable[[], float]]] = [
+        ("append + fsync (the fsync loop)", lambda: durable_loop(path, args.records, "append", os.fsync)),
+        ("append + fdatasync", lambda: durable_loop(path, args.records, "append", os.fdatasync)),
+        (
+            "append into fallocate(KEEP_SIZE) + fdatasync",
+            lambda: durable_loop(path, args.records, "keep_size", os.fdatasync),
+        ),
+        (
+            "pwrite in place (posix_fallocate) + fsync",
+            lambda: durable_loop(path, args.records, "posix_fallocate", os.fsync),
+        ),
+        (
+            "pwrite in place (posix_fallocate) + fdatasync",
+            lambda: durable_loop(path, args.records, "posix_fallocate", os.fdatasync),
+        ),
+        (
+            "pwrite in place (zeros written) + fdatasync",
+            lambda: durable_loop(path, args.records, "zeros", os.fdatasync),
+        ),
+        ("framed records, one os.write each", lambda: framed_loop(path, 200_000, "write")),
+        ("framed records, copied into a mapping", lambda: framed_loop(path, 200_000, "mmap")),
+    ]
+    runs: dict[str, list[float]] = {name: [] for name, _fn in cases}
+    try:
+        for _ in range(args.runs):  # interleaved: a slow spell of the disk hits every case alike
+            for name, fn in cases:
+                runs[name].append(fn())
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    base = statistics.median(runs[cases[0][0]])
+    results = {}
+    for name, values in runs.items():
+        median = statistics.median(values)
+        results[name] = {"median": median, "min": min(values), "max": max(values), "runs": values}
+        ratio = "" if "framed" in name else f"{median / base:5.2f}x the fsync loop"
+        print(f"{name:48} {median:>12,.0f}/s  ({min(values):,.0f} .. {max(values):,.0f})  {ratio}")
+    if args.out:
+        os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
+        with open(args.out, "w") as f:
+            json.dump(results, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
