@@ -1,6 +1,6 @@
 """What this disk allows a log format: fsync-per-record loops and framed-write loops, one run.
 
-Run: .venv/bin/python benchmarks/bench_disk.py [--records 2000] [--runs 5] [--dir DIR]
+Run: .venv/bin/python benchmarks/bench_disk.py [--records 2000] [--runs 5] [--quick] [--dir DIR]
 
 No logspool code: these are the baselines a change of the write path would be measured against.
 
@@ -116,9 +116,12 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--records", type=int, default=2000)
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--quick", action="store_true", help="500 records, 3 runs")
     parser.add_argument("--dir", default=os.environ.get("BENCH_DIR"), help="on the disk to measure")
     parser.add_argument("--out", help="write the results as JSON here")
     args = parser.parse_args()
+    if args.quick:
+        args.records, args.runs = 500, 3
     work = tempfile.mkdtemp(prefix="logspool-bench-disk-", dir=args.dir)
     path = os.path.join(work, "f")
     cases: list[tuple[str, Callable[[], float]]] = [
