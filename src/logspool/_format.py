@@ -79,7 +79,10 @@ LOCK_NAME = "lock"
 
 # --- the sync mark (shared state of the writers, not durable data) -------------------------------
 SYNC_NAME = "sync"
-SYNC_MAGIC = b"LOGSPSYN"
+# "2": marks count whole records only, never a segment's size (which counts the zeros a writer
+# preallocated). A mark with the first magic, LOGSPSYN, written by an earlier release that raised
+# it to the size, reads as "nothing known" (docs/FORMAT.md §8.1).
+SYNC_MAGIC = b"LOGSPSY2"
 SYNC_MARK = struct.Struct("<8sQQ")  # magic, segment base lsn, offset
 SYNC_FILE_SIZE = 64  # the file is at least this long; the mark is its first 24 bytes
 

@@ -76,6 +76,13 @@ class FileSystem:
                 raise OSError(errno.EIO, "pwrite returned 0 bytes")
             written += n
 
+    def allocate(self, fd: int, offset: int, length: int) -> None:
+        """Make bytes ``offset`` to ``offset + length`` part of the file, reading as zeros where
+        nothing was written (posix_fallocate: the file grows if they lie past its end). Writing
+        into them later and fsyncing does not change the file's size, which makes that fsync
+        cheaper (benchmarks/bench_disk.py). OSError (ENOSPC...) if the space cannot be had."""
+        os.posix_fallocate(fd, offset, length)
+
     def fsync(self, fd: int) -> None:
         os.fsync(fd)
 

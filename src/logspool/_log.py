@@ -66,6 +66,8 @@ from .errors import (
 
 _logger = logging.getLogger("logspool")
 _NEVER_NS = 1 << 63
+_ZERO_HEADER = bytes(fmt.RECORD_HEADER_SIZE)  # what a writer finds at its end when nobody wrote
+_SYNC_LOOKAHEAD = 16 * 1024  # how far a syncer looks for records others wrote after its own
 
 Durability = Literal["always", "interval", "os"]
 _DURABILITIES = ("always", "interval", "os")
@@ -226,6 +228,9 @@ class Log:
         self._idx_fd = -1
         self._seg_base = 0
         self._seg_end = 0
+        # The active segment's file is at least this long (zeros past _seg_end, preallocated):
+        # a write that ends below it lands in place (docs/DESIGN.md, "preallocated segments").
+        self._alloc_end = 0
         self._next_lsn = 0
         self._last_ts = 0
         self._durable_lsn = 0  # highest durable_lsn known: put in every record header we write
@@ -448,7 +453,7 @@ class Log:
             bases = [0]
         base = bases[-1]
         path = self._seg_path(base)
-        fd = self._fs.open(path, os.O_RDWR | os.O_APPEND)
+        fd = self._fs.open(path, os.O_RDWR)
         try:
             size = self._fs.size(fd)
             data = self._fs.pread(fd, size, 0)
@@ -465,7 +470,7 @@ class Log:
             # no record. Write the header again (the name gives the base lsn).
             self._lower_sync_mark(base, 0)
             self._fs.truncate(fd, 0)  # crash here: an empty segment, handled the same way again
-            self._fs.write(fd, fmt.encode_segment_header(base, time.time_ns(), self._segment_version))
+            self._fs.pwrite(fd, fmt.encode_segment_header(base, time.time_ns(), self._segment_version), 0)
             self._fs.fsync(fd)
             data = self._fs.pread(fd, fmt.SEGMENT_HEADER_SIZE, 0)
             header = fmt.decode_segment_header(data, path)
@@ -487,6 +492,7 @@ class Log:
         # The sync mark never claims more than this segment holds (a copied or restored directory
         # may carry a mark from elsewhere).
         self._lower_sync_mark(self._seg_base, self._seg_end)
+        self._alloc_end = self._fs.size(self._seg_fd)
         self._redirty_unsynced_tail()
         if self.durability != "os":
             # Records other handles wrote without fsync ("os") become durable here, so the mark
@@ -518,13 +524,14 @@ class Log:
         finally:
             self._fs.close(fd)
 
-    def _scan_from(self, data: bytes, base: int) -> list[seg.RecordInfo]:
+    def _scan_from(self, data: bytes, base: int, *, partial: bool = False) -> list[seg.RecordInfo]:
         """Adopt the records of the active segment in ``data``, which holds its bytes from file
-        offset ``base`` to the end, cutting a torn tail. Follows seals into the next segment.
-        Returns the records of the segment it ends in, up to its end."""
+        offset ``base`` to the end (``partial``: only the first part of them), cutting a torn
+        tail. Follows seals into the next segment. Returns the records of the segment it ends in,
+        up to its end (from ``base``)."""
         offset = 0
-        for _ in range(1 << 20):  # bounded: one turn per segment crossed
-            infos: list[seg.RecordInfo] = []
+        infos: list[seg.RecordInfo] = []
+        for _ in range(1 << 20):  # bounded: one turn per segment crossed, or one re-read
             stop = seg.parse(data, offset, self._next_lsn, self.record_size_max, None, infos, base)
             for info in infos:
                 self._durable_lsn = max(self._durable_lsn, info.durable_lsn)
@@ -536,12 +543,28 @@ class Log:
             self._next_lsn = stop.lsn  # past a gap record too
             if infos:
                 self._last_ts = max(self._last_ts, infos[-1].timestamp)
-            if stop.kind == seg.END:
+            if stop.kind == seg.END and not partial:
+                self._seg_end = stop.pos
+                return infos
+            if (
+                stop.kind == seg.ZERO
+                and seg.zeros_from(data, stop.pos - base)
+                and (not partial or base + len(data) - stop.pos >= fmt.RECORD_HEADER_SIZE)
+            ):
+                # The zeros past the records: space preallocated by a writer (or a zero-filled
+                # tail a crash left). No record, nothing to cut: later records go there. (In a
+                # part read, a whole zero header must be there: a few zeros at its end may be
+                # the start of a record's header, a seal's zero length.)
                 self._seg_end = stop.pos
                 return infos
             if stop.kind == seg.SEAL:
                 # Sealed by another process (or by a crash mid-rotation): move to the next one.
+                seal_end = stop.pos + fmt.RECORD_OVERHEAD
                 self._seg_end = stop.pos
+                if len(data) + base > seal_end and seg.zeros_from(data, seal_end - base):
+                    # Preallocated zeros a crash left after the seal (the writer cuts them before
+                    # it writes the seal): a sealed segment ends with its seal.
+                    self._fs.truncate(self._seg_fd, seal_end)
                 next_base = stop.next_lsn
                 next_path = self._seg_path(next_base)
                 if not self._fs.exists(next_path):
@@ -556,7 +579,17 @@ class Log:
                 if header.base_lsn != next_base:
                     raise CorruptionError(next_path, 16, "header base lsn does not match name")
                 self._set_segment_deadline(header.created_ns)
-                offset, base = fmt.SEGMENT_HEADER_SIZE, 0
+                offset, base, partial, infos = fmt.SEGMENT_HEADER_SIZE, 0, False, []
+                continue
+            if partial:
+                # The parse stopped at the end of the part read: read on, four times as much. Or
+                # it stopped at damage, which is judged by the bytes after it: read them all.
+                rest = self._fs.size(self._seg_fd) - stop.pos
+                want = rest
+                if stop.kind in (seg.END, seg.INCOMPLETE):
+                    want = min(rest, max(4 * len(data), stop.need + fmt.RECORD_HEADER_SIZE))
+                data = self._fs.pread(self._seg_fd, want, stop.pos)
+                offset, base, partial = 0, stop.pos, want < rest
                 continue
             cut = seg.judge_damage(
                 self._seg_path(self._seg_base),
@@ -573,37 +606,57 @@ class Log:
             return [info for info in infos if info.offset < cut]
         raise AssertionError("segment chain did not end")
 
-    def _catch_up(self) -> None:
-        """Under the writer lock: adopt what other processes appended since we last wrote."""
-        size = self._fs.size(self._seg_fd)
-        if size == self._seg_end:
+    def _catch_up(self, head: bytes | None = None) -> None:
+        """Under the writer lock: adopt what other processes appended since we last wrote.
+
+        The space past the records is zeros (preallocated), so what tells that others wrote is
+        the record header at our end offset (``head``, if the caller read it), not the file's
+        size."""
+        fs = self._fs
+        end = self._seg_end
+        if head is None:
+            head = fs.pread(self._seg_fd, fmt.RECORD_HEADER_SIZE, end)
+        if head == _ZERO_HEADER:
             return  # the common case: nobody else wrote
-        if size < self._seg_end:
-            # Someone cut the segment under us (repair, or recovery of a tail we had not written):
-            # start again from the segment's beginning.
+        if not head:
+            size = fs.size(self._seg_fd)
+            if size == end:
+                self._alloc_end = end  # nobody wrote, and the zeros were cut (a handle closed)
+                return
+            # Someone cut the segment under us (repair, or recovery of a tail we had not
+            # written): start again from the segment's beginning.
             self._close_segment_fds()
             self._recover()
             return
-        # Only the bytes written since: catching up costs what the others appended, no more.
-        data = self._fs.pread(self._seg_fd, size - self._seg_end, self._seg_end)
-        self._scan_from(data, self._seg_end)
+        # Only the bytes written since, and the header after them: catching up costs what the
+        # others appended, no more. The header read says how long the first record is; if more
+        # follow, the scan reads on in growing chunks.
+        length = int.from_bytes(head[:4], "little")
+        want = fmt.RECORD_OVERHEAD + min(length, self.record_size_max) + fmt.RECORD_HEADER_SIZE
+        data = fs.pread(self._seg_fd, want, end)
+        self._scan_from(data, end, partial=len(data) == want)
+        if self._alloc_end < self._seg_end:
+            self._alloc_end = self._seg_end  # (the others preallocated; allocate() says how far)
         self._mark_written()
 
     def _sync_if_durable(self, fd: int) -> None:
         if self.durability != "os":
             self._fs.fsync(fd)
 
-    def _create_segment(self, base: int, created_ns: int) -> None:
-        """Create segment ``base`` with its header and empty index. Under the writer lock."""
+    def _create_segment(self, base: int, created_ns: int) -> bool:
+        """Create segment ``base`` with its header and empty index. Under the writer lock. False
+        if it exists already."""
         path = self._seg_path(base)
         try:
             fd = self._fs.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND)
         except FileExistsError:
-            return  # left by a crash mid-creation; _recover rewrites a missing header
+            return False  # left by a crash mid-creation; _recover rewrites a missing header
         try:
             self._fs.write(fd, fmt.encode_segment_header(base, created_ns, self._segment_version))
+            self._preallocate(fd, fmt.SEGMENT_HEADER_SIZE, fmt.SEGMENT_HEADER_SIZE)
             # Always fsynced, whatever the durability: other handles of the log may be "always"
-            # and rely on every segment before theirs being durable (the sync mark).
+            # and rely on every segment before theirs being durable (the sync mark). (The new
+            # size, zeros included, is made durable by the same fsync.)
             self._fs.fsync(fd)  # crash before: a segment without header, rewritten on open
         finally:
             self._fs.close(fd)
@@ -613,6 +666,7 @@ class Log:
         finally:
             self._fs.close(idx)
         self._fs.fsync_dir(self.path)  # without this the new segment's name can be lost
+        return True
 
     def _set_segment_deadline(self, created_ns: int) -> None:
         age = self._segment_age_max_ns
@@ -621,9 +675,10 @@ class Log:
     def _switch_to(self, base: int) -> None:
         """Make segment ``base`` the active one (its header already written)."""
         self._close_segment_fds()
-        self._seg_fd = self._fs.open(self._seg_path(base), os.O_RDWR | os.O_APPEND)
+        self._seg_fd = self._fs.open(self._seg_path(base), os.O_RDWR)
         self._seg_base = base
         self._seg_end = fmt.SEGMENT_HEADER_SIZE
+        self._alloc_end = self._fs.size(self._seg_fd)
         self._index_due = 0
         self._open_index()
 
@@ -704,8 +759,10 @@ class Log:
         if not single:
             fs.lock_blocking(self._lock_fd)
         try:
-            if not single and fs.size(self._seg_fd) != self._seg_end:
-                self._catch_up()
+            if not single:
+                head = fs.pread(self._seg_fd, fmt.RECORD_HEADER_SIZE, self._seg_end)
+                if head != _ZERO_HEADER:
+                    self._catch_up(head)
             if self._wq and type(batch) is list:  # (a hint; taken under the mutex)
                 with self._wq_mutex:
                     batch.extend(self._wq)
@@ -909,10 +966,14 @@ class Log:
                 self._rotate()
         return first
 
-    def _write_at_end(self, data: bytes, what: str) -> None:
-        """Write ``data`` at the end of the active segment, or leave the segment as it was."""
+    def _write_at_end(self, data: bytes, what: str, *, grow: bool = True) -> None:
+        """Write ``data`` at the end of the active segment's records (into the zeros preallocated
+        there; ``grow=False``: preallocate no more), or leave the segment as it was."""
+        end = self._seg_end
         try:
-            self._fs.write(self._seg_fd, data)
+            if grow and end + len(data) > self._alloc_end:
+                self._alloc_end = self._preallocate(self._seg_fd, end, end + len(data))
+            self._fs.pwrite(self._seg_fd, data, end)
         except OSError as err:
             # Part of it may be in the file. Cut it back so that nothing partial is ever
             # visible; if even that fails, stop (the next writer's catch-up cuts the torn tail).
@@ -922,6 +983,19 @@ class Log:
                 self._fail(err2)
                 raise FailedError(self.path, f"{what} failed ({err}), not undone ({err2})") from err
             raise AppendError(self.path, f"{what}: {err}") from err
+
+    def _preallocate(self, fd: int, end: int, need: int) -> int:
+        """Make segment ``fd`` at least ``need`` bytes long (zeros past its records, which end at
+        ``end``), and some more: up to PREALLOCATE_SIZE past ``end``, within the segment's size
+        limit. Returns how long it now is for sure. If the space cannot be had (ENOSPC, or a file
+        system without fallocate), nothing is preallocated: the write appends, as it would
+        without preallocation, and meets the error itself if there is one."""
+        target = max(need, min(end + limits.PREALLOCATE_SIZE, self.meta.segment_size_max))
+        try:
+            self._fs.allocate(fd, end, target - end)
+        except OSError:
+            return end
+        return target
 
     def _write_chunk(self, data: bytes, end: int, next_lsn: int) -> None:
         self._write_at_end(data, "writing records")
@@ -950,13 +1024,23 @@ class Log:
         now = time.time_ns()
         ts = now if now > self._last_ts else self._last_ts
         seal = fmt.encode_record(self._next_lsn, ts, self._durable_lsn, b"", fmt.FLAG_SEAL)
-        self._write_at_end(seal, "sealing the segment")
+        if self._fs.size(self._seg_fd) > self._seg_end:
+            # A sealed segment ends with its seal: cut the preallocated zeros first (nothing of
+            # ours is there, so the sync mark, which never passes the records, stays as it is).
+            try:
+                self._fs.truncate(self._seg_fd, self._seg_end)
+            except OSError as err:
+                raise AppendError(self.path, f"sealing the segment: {err}") from err
+            self._alloc_end = self._seg_end
+        self._write_at_end(seal, "sealing the segment", grow=False)
         self._seg_end += len(seal)
         # fsynced whatever the durability (one fsync a segment): a handle with durability
         # "always" elsewhere counts on every segment before the sync mark's being durable.
         self._sync_segment_for_rotation()
-        self._create_segment(self._next_lsn, ts)
+        created = self._create_segment(self._next_lsn, ts)
         self._switch_to(self._next_lsn)
+        if not created:
+            self._catch_up()  # (left by a crash mid-creation: it holds no record, but make sure)
         self._set_segment_deadline(ts)  # (if the segment existed, its own time is close enough)
         self._mark_written()
         self._retention_due = True  # applied once the locks are released
@@ -1015,9 +1099,10 @@ class Log:
                 fs.unlock(self._sync_fd)
         self._sync_map = fs.map_shared(self._sync_fd, fmt.SYNC_FILE_SIZE)
 
-    def _sync_through(self, fd: int, base: int, end: int, *fds: int) -> None:
-        """With the sync role: make segment ``base`` (open as ``fd``) durable to offset ``end``,
-        unless another process's fsync already did. ``fds``: more files to fsync with it.
+    def _sync_through(self, fd: int, base: int, end: int, lsn: int, *fds: int) -> None:
+        """With the sync role: make segment ``base`` (open as ``fd``) durable to offset ``end``
+        (where the record of ``lsn`` goes), unless another process's fsync already did. ``fds``:
+        more files to fsync with it.
 
         The mark is read under a shared flock of DIR/sync and changed under the exclusive one,
         which the fsyncing process holds until its fsync is done. So the processes waiting for
@@ -1052,14 +1137,26 @@ class Log:
             mark = fmt.read_sync_mark(sync_map)
             if mark >= (base, end):
                 return
-            size = fs.size(fd)  # everything written by anyone up to now is covered
+            # Everything written by anyone up to now is covered: the records others wrote after
+            # ours too, found whole in the file before the fsync starts (not the file's size,
+            # which counts the preallocated zeros).
+            covered = self._records_end(fd, end, lsn)
             fs.fsync(fd)
             for other in fds:
                 fs.fsync(other)
-            if mark < (base, size):
-                fmt.write_sync_mark(sync_map, base, size)
+            if mark < (base, covered):
+                fmt.write_sync_mark(sync_map, base, covered)
         finally:
             fs.unlock(self._sync_fd)
+
+    def _records_end(self, fd: int, end: int, lsn: int) -> int:
+        """The end of the whole, valid records that follow offset ``end`` of segment ``fd`` (the
+        record of ``lsn`` first), within one chunk; ``end`` if there are none. A record counted
+        here is wholly in the file now: an fsync started after this covers it."""
+        if self._fs.pread(fd, fmt.RECORD_HEADER_SIZE, end) == _ZERO_HEADER:
+            return end  # the common case: nothing after ours
+        data = self._fs.pread(fd, _SYNC_LOOKAHEAD, end)
+        return seg.parse(data, 0, lsn, self.record_size_max, None, None, end).pos
 
     def _cut_active(self, offset: int) -> None:
         """Under the writer lock: truncate the active segment at ``offset``, with the sync mark
@@ -1068,6 +1165,7 @@ class Log:
         the mark over them after the first lowering; the next record written there would then be
         acknowledged without an fsync (tests/crash/test_group_commit.py)."""
         self._lower_sync_mark(self._seg_base, offset)
+        self._alloc_end = offset
         self._fs.truncate(self._seg_fd, offset)
         self._lower_sync_mark(self._seg_base, offset)
 
@@ -1093,7 +1191,7 @@ class Log:
         synced = 0
         try:
             fds = (self._idx_fd,) if self._index_ok else ()
-            self._sync_through(self._seg_fd, self._seg_base, self._seg_end, *fds)
+            self._sync_through(self._seg_fd, self._seg_base, self._seg_end, self._next_lsn, *fds)
             synced = self._next_lsn
         except OSError as err:
             self._fail(err)
@@ -1128,7 +1226,7 @@ class Log:
         synced = 0
         try:
             if fd >= 0:
-                self._sync_through(fd, base, end)
+                self._sync_through(fd, base, end, written)
             synced = written
         except OSError as err:
             self._fail(err)
@@ -1401,6 +1499,8 @@ class Log:
             with contextlib.suppress(FailedError):
                 self._await_durable(self._written[1])
         with self._lock:
+            if self._usable:
+                self._trim_zeros()
             self._closed = True
             self._usable = False
             if self._seg_fd >= 0 or self._idx_fd >= 0:
@@ -1415,6 +1515,28 @@ class Log:
                 if fd >= 0:
                     self._fs.close(fd)
             self._lock_fd = self._sync_fd = -1
+
+    def _trim_zeros(self) -> None:
+        """On close, under ``_lock``: cut the preallocated zeros after the records, so a closed log
+        is as long as what it holds. Only if the writer flock is free now (else another writer is
+        at work and its handle trims when it closes) and nobody wrote past this handle's end.
+        Zeros left by a failure here are harmless: they read as "no record"."""
+        fs = self._fs
+        if self._seg_fd < 0:
+            return
+        if not self._single and not fs.lock(self._lock_fd, 0):
+            return
+        try:
+            end = self._seg_end
+            head = fs.pread(self._seg_fd, fmt.RECORD_HEADER_SIZE, end)
+            if head and head.count(0) == len(head):
+                fs.truncate(self._seg_fd, end)  # zeros only: the sync mark is below them
+                self._alloc_end = end
+        except OSError:
+            pass
+        finally:
+            if not self._single:
+                fs.unlock(self._lock_fd)
 
     def __enter__(self) -> Log:
         return self

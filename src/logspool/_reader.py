@@ -220,8 +220,10 @@ class Reader:
             head = self._fs.pread(fd, fmt.SEGMENT_HEADER_SIZE + fmt.RECORD_HEADER_SIZE, 0)
         finally:
             self._fs.close(fd)
-        if len(head) < fmt.SEGMENT_HEADER_SIZE + fmt.RECORD_HEADER_SIZE:
-            return None
+        if len(head) < fmt.SEGMENT_HEADER_SIZE + fmt.RECORD_HEADER_SIZE or not any(
+            head[fmt.SEGMENT_HEADER_SIZE :]
+        ):
+            return None  # no record yet (the zeros after the header are preallocated space)
         # The header is checked when the segment is read; here a timestamp is only a hint.
         _len, _flags, _lsn, ts, _d = fmt.RECORD_HEADER.unpack_from(head, fmt.SEGMENT_HEADER_SIZE)
         return int(ts)
@@ -337,16 +339,33 @@ class Reader:
                 return False  # being written (or torn, until the next writer cuts it)
             if kind in (seg.END, seg.ZERO):
                 return self._next_segment_exists()
-            if kind == seg.TORN:
-                # Bytes below the file's size are whole (the kernel extends the size only after
-                # copying), so a bad checksum here is damage. Look once more to be sure.
-                again = self._fs.pread(self._fd, len(data), self._pos)
-                stop2 = seg.parse(again, 0, self._lsn, self._size_max, None, None, self._pos)
-                if stop2.kind != seg.TORN:
-                    continue
+            if kind == seg.TORN and self._settles(len(data)):
+                continue
             path = os.path.join(self._path, fmt.segment_name(self._base))
             raise CorruptionError(path, stop.pos, stop.reason or kind)
         raise AssertionError("reader did not settle")
+
+    def _settles(self, size: int) -> bool:
+        """A record at the reader's position fails its checksum. A writer writes into the zeros
+        preallocated after the records, so a record being written is in the file in part: read
+        again, for as long as the bytes keep changing (and at least TORN_SETTLE_S). True once
+        the record parses or stops being torn (read on); False if it stays torn: damage."""
+        deadline = time.monotonic() + limits.TORN_SETTLE_S
+        before = b""
+        delay = 0.0001
+        for _ in range(1 << 20):  # bounded by the deadline, pushed back only while bytes change
+            again = self._fs.pread(self._fd, size, self._pos)
+            stop = seg.parse(again, 0, self._lsn, self._size_max, None, None, self._pos)
+            if stop.kind != seg.TORN or stop.pos != self._pos:
+                return True
+            if before and again != before:
+                deadline = time.monotonic() + limits.TORN_SETTLE_S
+            if time.monotonic() >= deadline:
+                return False
+            before = again
+            time.sleep(delay)
+            delay = min(2 * delay, limits.POLL_INTERVAL_S_MAX)
+        return False
 
     def _add_gaps(self, gaps: list[Gap]) -> None:
         """Report records repair quarantined that this reader passes (not those it seeks past)."""

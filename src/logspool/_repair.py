@@ -428,11 +428,16 @@ class _SegmentFile:
             if stop.kind == seg.SEAL:
                 end = pos + fmt.RECORD_OVERHEAD
                 extra = len(self.data) - end
-                if extra > 0:
+                if extra > 0 and seg.zeros_from(self.data, end):
+                    self.cut(end)  # preallocated space a crash left after the seal: no data
+                    self.r.act(TRUNCATE_TAIL, self.path, f"cut {extra} zero bytes after the seal")
+                elif extra > 0:
                     rel = self.r.quarantine(self.base, end, self.data[end:])
                     self.cut(end)
                     self.r.act(QUARANTINE, self.path, f"{extra} bytes after the seal moved to {rel}")
                 break
+            if next_base is None and stop.kind == seg.ZERO and seg.zeros_from(self.data, pos):
+                break  # the space a writer preallocated after the records: no record, no damage
             if next_base is None and stop.kind in (seg.INCOMPLETE, seg.ZERO, seg.TORN):
                 try:
                     cut = seg.judge_damage(self.path, self.data, stop, durable_known, self.r.size_max, 0)

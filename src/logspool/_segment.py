@@ -191,6 +191,13 @@ def _stop_at(buf: bytes, pos: int, lsn: int, size_max: int, base: int) -> Stop:
     raise AssertionError(f"record at {base + pos} is valid but was not taken")
 
 
+def zeros_from(buf: bytes, pos: int) -> bool:
+    """Whether every byte of ``buf`` from ``pos`` on is zero: after the records of an active
+    segment, the space its writer preallocated (or a zero-filled tail a crash left; either way
+    no record, and nothing to cut)."""
+    return buf.count(0, pos) == len(buf) - pos
+
+
 def index_bytes(data: bytes, end: int, base: int, size_max: int, interval: int) -> bytes:
     """The index file a segment's records imply (docs/FORMAT.md §5.2), byte for byte: ``data`` holds
     the segment from offset 0, and its records up to ``end`` are indexed."""

@@ -113,7 +113,15 @@ def verify(path: str | os.PathLike[str], *, fs: FileSystem | None = None) -> Ver
             last_ts = info.timestamp
         expected = stop.lsn
         if stop.kind == seg.SEAL:
-            if stop.pos + fmt.RECORD_OVERHEAD != len(data):
+            seal_end = stop.pos + fmt.RECORD_OVERHEAD
+            if seal_end != len(data) and newest and seg.zeros_from(data, seal_end):
+                report._add(
+                    NOTE,
+                    spath,
+                    seal_end,
+                    "zeros after the seal (preallocated space): the next writer cuts them",
+                )
+            elif seal_end != len(data):
                 report._add(DAMAGE, spath, stop.pos, "bytes after the seal record")
             if newest:
                 report._add(NOTE, spath, stop.pos, "sealed, next segment not created yet")
@@ -139,6 +147,8 @@ def verify(path: str | os.PathLike[str], *, fs: FileSystem | None = None) -> Ver
                 report._add(
                     NOTE, spath, stop.pos, "not sealed, but the next segment follows on (a lost seal)"
                 )
+        elif newest and stop.kind == seg.ZERO and seg.zeros_from(data, stop.pos):
+            pass  # the space a writer preallocated after the records (or a crash left): no record
         elif newest and stop.kind in (seg.INCOMPLETE, seg.ZERO, seg.TORN):
             try:
                 seg.judge_damage(spath, data, stop, 0, meta.record_size_max, 0)

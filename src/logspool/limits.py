@@ -46,6 +46,12 @@ ZSTD_LEVEL_DEFAULT = 3
 SYNC_INTERVAL_MS_DEFAULT = 100
 # Readers read segments in chunks of this many bytes (one pread per chunk).
 READ_CHUNK_SIZE = 1 * MIB
+# A writer makes the active segment's file this much longer than its records at a time (zeros,
+# posix_fallocate), so that a durable append writes in place and its fsync journals no new size.
+PREALLOCATE_SIZE = 1 * MIB
+# A reader that finds a record failing its checksum reads it again for this long (longer while
+# its bytes keep changing: a writer copying it in) before it reports damage.
+TORN_SETTLE_S = 0.5
 # A reader's first read: smaller, so that the first record of a large log is parsed sooner.
 READ_CHUNK_FIRST = 64 * KIB
 # How long a writer waits for the writer lock before LockedError (seconds). A writer holds the lock

@@ -36,6 +36,8 @@ import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from logspool import _format as fmt
+from logspool import _segment as seg
 from logspool._fs import FileSystem
 
 
@@ -55,6 +57,7 @@ class Fault:
 MUTATING = (
     "write",
     "pwrite",
+    "allocate",
     "fsync",
     "fsync_dir",
     "truncate",
@@ -234,28 +237,31 @@ class FaultFS(FileSystem):
         if ino in self.dropped:
             self.dropped[ino] = [(a, b) for a, b in kept if a < b]
 
+    def allocate(self, fd: int, offset: int, length: int) -> None:
+        self._op("allocate")  # the new size is durable at the next fsync, like an append's
+        super().allocate(fd, offset, length)
+
     def fsync(self, fd: int) -> None:
         try:
             self._op("fsync")
         except OSError:
             if self.fsyncgate:
-                st = os.fstat(fd)
-                start = len(self.durable.get(st.st_ino, b""))
-                self.dropped.setdefault(st.st_ino, []).append((start, st.st_size))
+                # The pages written since the last fsync (appended, or changed in place, as in
+                # a preallocated segment) are the ones dropped.
+                ino = os.fstat(fd).st_ino
+                self.dropped.setdefault(ino, []).extend(
+                    _changed_pages(self.durable.get(ino, b""), _read_fd(fd))
+                )
             raise
         super().fsync(fd)
-        # The fd may be write-only: read the same file through a second, read-only open.
-        rfd = os.open(f"/proc/self/fd/{fd}", os.O_RDONLY | os.O_CLOEXEC)
-        try:
-            st = os.fstat(rfd)
-            content = os.pread(rfd, st.st_size, 0)
-        finally:
-            os.close(rfd)
-        for start, end in self.dropped.get(st.st_ino, []):
+        ino = os.fstat(fd).st_ino
+        content = _read_fd(fd)
+        old = self.durable.get(ino, b"")
+        for start, end in self.dropped.get(ino, []):
             end = min(end, len(content))
-            if start < end:
-                content = content[:start] + bytes(end - start) + content[end:]
-        self.durable[st.st_ino] = content
+            if start < end:  # on disk these bytes stay what they were (zeros past the old end)
+                content = content[:start] + old[start:end].ljust(end - start, b"\0") + content[end:]
+        self.durable[ino] = content
 
     def fdatasync(self, fd: int) -> None:
         self.fsync(fd)  # the same promise for the data; metadata is not modelled beyond names
@@ -305,6 +311,39 @@ class FaultFS(FileSystem):
         if self.crashed:
             raise PowerLoss("lock")
         return super().lock(fd, timeout_s)
+
+
+PAGE_SIZE = 4096  # the unit of the page cache, whose dirty pages a failed fsync drops
+
+
+def _read_fd(fd: int) -> bytes:
+    """The whole content of the file open as ``fd`` (which may be write-only: read it through a
+    second, read-only open of the same file)."""
+    rfd = os.open(f"/proc/self/fd/{fd}", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return os.pread(rfd, os.fstat(rfd).st_size, 0)
+    finally:
+        os.close(rfd)
+
+
+def covered_by_fsync(path: str, fd: int) -> int:
+    """The bytes of file ``path`` (open as ``fd``) that an fsync starting now makes durable:
+    its size, or for a segment the end of its valid records (not its size, which counts the
+    zeros preallocated after them)."""
+    data = _read_fd(fd)
+    base = fmt.parse_segment_name(os.path.basename(path))
+    if base is None or len(data) < fmt.SEGMENT_HEADER_SIZE:
+        return len(data)
+    return seg.parse(data, fmt.SEGMENT_HEADER_SIZE, base, 1 << 30, None).pos
+
+
+def _changed_pages(old: bytes, new: bytes) -> list[tuple[int, int]]:
+    """The byte ranges, page by page, where ``new`` differs from ``old`` (or runs past it)."""
+    return [
+        (i, min(i + PAGE_SIZE, len(new)))
+        for i in range(0, len(new), PAGE_SIZE)
+        if new[i : i + PAGE_SIZE] != old[i : i + PAGE_SIZE]
+    ]
 
 
 def _mix_sectors(old: bytes, new: bytes, rng: random.Random) -> bytes:

@@ -20,10 +20,13 @@ import logspool
 from logspool import _format as fmt
 from logspool import _segment as seg
 from logspool._fs import FileSystem
+from tests.crash.faultfs import covered_by_fsync
 
 
 class SyncTracker(FileSystem):
-    """Remembers, per file path, how many bytes an fsync has made durable."""
+    """Remembers, per file path, how many bytes an fsync has made durable: for a segment, the
+    end of the valid records in it when the fsync began (not its size, which counts the zeros
+    preallocated after them)."""
 
     def __init__(self) -> None:
         self.paths: dict[int, str] = {}
@@ -37,7 +40,7 @@ class SyncTracker(FileSystem):
         return fd
 
     def fsync(self, fd: int) -> None:
-        size = os.fstat(fd).st_size  # taken before: what the fsync certainly covers
+        size = covered_by_fsync(self.paths[fd], fd)  # taken before: what the fsync certainly covers
         super().fsync(fd)
         with self.mutex:
             path = self.paths[fd]
@@ -140,11 +143,11 @@ def test_a_leader_that_measured_a_partial_record_cannot_leave_the_mark_over_the_
         full = False
         between: threading.Thread | None = None
 
-        def write(self, fd: int, data: bytes) -> None:
+        def pwrite(self, fd: int, data: bytes, offset: int) -> None:
             if self.full and len(data) > 1000:
-                os.write(fd, data[: len(data) // 2])
+                os.pwrite(fd, data[: len(data) // 2], offset)
                 raise OSError(errno.ENOSPC, "No space left on device")
-            super().write(fd, data)
+            super().pwrite(fd, data, offset)
 
         def truncate(self, fd: int, size: int) -> None:
             if self.between is not None:  # the other handle's leader runs now, to its end

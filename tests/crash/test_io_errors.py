@@ -21,7 +21,8 @@ from logspool._fs import FileSystem
 
 
 class DiskFills(FileSystem):
-    """Fails segment writes with ENOSPC after writing half, while ``full`` is set."""
+    """Fails segment writes with ENOSPC after writing half, and preallocation with ENOSPC, while
+    ``full`` is set."""
 
     full = False
 
@@ -30,6 +31,17 @@ class DiskFills(FileSystem):
             os.write(fd, data[: len(data) // 2])
             raise OSError(errno.ENOSPC, "No space left on device")
         super().write(fd, data)
+
+    def pwrite(self, fd: int, data: bytes, offset: int) -> None:
+        if self.full and len(data) > 32:
+            os.pwrite(fd, data[: len(data) // 2], offset)
+            raise OSError(errno.ENOSPC, "No space left on device")
+        super().pwrite(fd, data, offset)
+
+    def allocate(self, fd: int, offset: int, length: int) -> None:
+        if self.full:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        super().allocate(fd, offset, length)
 
 
 class FsyncFails(FileSystem):

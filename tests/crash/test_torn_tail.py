@@ -64,6 +64,8 @@ def test_cut_newest_segment_at_every_byte(tmp_path: Path) -> None:
 
 
 def test_zero_filled_tail_is_a_crash_state_and_is_cut(tmp_path: Path, log_dir: str) -> None:
+    """Zeros after the records (a crash, or a writer's preallocated space) are no record: the
+    next writer writes over them, and a handle cuts them when it closes."""
     appended = _build(log_dir, 10)
     seg_path = _newest_segment(log_dir)
     size = os.path.getsize(seg_path)
@@ -73,7 +75,14 @@ def test_zero_filled_tail_is_a_crash_state_and_is_cut(tmp_path: Path, log_dir: s
         assert logspool.verify(log_dir).ok  # a zero tail is a note, not damage
         with logspool.open(log_dir) as log:
             assert [r.payload for r in log.read()] == appended
-        assert os.path.getsize(seg_path) == size, f"{zeros} zero bytes not cut on open"
+        assert os.path.getsize(seg_path) == size, f"{zeros} zero bytes not cut on close"
+    with open(seg_path, "ab") as f:
+        f.write(bytes(4096))
+    with logspool.open(log_dir) as log:
+        assert log.append(b"over the zeros") == 10
+    with logspool.open(log_dir) as log:
+        assert [r.payload for r in log.read()] == [*appended, b"over the zeros"]
+    assert os.path.getsize(seg_path) == size + fmt.RECORD_OVERHEAD + len(b"over the zeros")
 
 
 def test_garbage_after_the_last_record_is_cut_when_never_fsynced(log_dir: str) -> None:

@@ -21,6 +21,7 @@ import logspool
 from logspool import _format as fmt
 from logspool import _segment as seg
 from logspool._fs import FileSystem
+from tests.crash.faultfs import covered_by_fsync
 
 
 class HeldFS(FileSystem):
@@ -57,19 +58,27 @@ class HeldFS(FileSystem):
         self.holding = False
         self.gate.set()
 
-    def write(self, fd: int, data: bytes) -> None:
+    def _written(self, fd: int, data: bytes, offset: int | None) -> None:
         name = self._segment(fd)
         if name is not None:
             with self.mutex:
                 self.writes.append((name, len(data)))
             if self.full and name not in self.spared and len(data) > fmt.SEGMENT_HEADER_SIZE:
-                os.write(fd, data[: len(data) // 2])
+                half = data[: len(data) // 2]
+                os.write(fd, half) if offset is None else os.pwrite(fd, half, offset)
                 raise OSError(errno.ENOSPC, "No space left on device")
+
+    def write(self, fd: int, data: bytes) -> None:
+        self._written(fd, data, None)
         super().write(fd, data)
+
+    def pwrite(self, fd: int, data: bytes, offset: int) -> None:
+        self._written(fd, data, offset)
+        super().pwrite(fd, data, offset)
 
     def fsync(self, fd: int) -> None:
         name = self._segment(fd)
-        size = os.fstat(fd).st_size
+        size = covered_by_fsync(self.paths[fd], fd)
         if name is not None and self.holding:
             self.holding = False
             self.in_fsync.set()

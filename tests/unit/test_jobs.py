@@ -446,7 +446,9 @@ def test_a_decision_reads_back_only_what_other_handles_wrote(tmp_path: Path) -> 
 
         def pread(self, fd: int, size: int, offset: int) -> bytes:
             data = super().pread(fd, size, offset)
-            if fmt.parse_segment_name(self.names.get(fd, "")) is not None:
+            # (A writer reads the record header at its end offset to tell whether another
+            # handle wrote: a probe, not a read-back.)
+            if fmt.parse_segment_name(self.names.get(fd, "")) is not None and size > fmt.RECORD_HEADER_SIZE:
                 self.read_bytes += len(data)
             return data
 
