@@ -67,7 +67,8 @@ from .errors import (
 _logger = logging.getLogger("logspool")
 _NEVER_NS = 1 << 63
 _ZERO_HEADER = bytes(fmt.RECORD_HEADER_SIZE)  # what a writer finds at its end when nobody wrote
-_SYNC_LOOKAHEAD = 16 * 1024  # how far a syncer looks for records others wrote after its own
+_SYNC_LOOKAHEAD = 4096  # how far a syncer looks for records others wrote after its own
+_CATCH_UP_READ = 4096  # what a catch-up reads at least (one syscall for a few records)
 
 Durability = Literal["always", "interval", "os"]
 _DURABILITIES = ("always", "interval", "os")
@@ -628,11 +629,14 @@ class Log:
             self._close_segment_fds()
             self._recover()
             return
-        # Only the bytes written since, and the header after them: catching up costs what the
-        # others appended, no more. The header read says how long the first record is; if more
-        # follow, the scan reads on in growing chunks.
+        # The bytes written since, and the header after them, in one read of at least a page:
+        # catching up costs what the others appended and a page at most. The header read says
+        # how long the first record is; if more follow, the scan reads on in growing chunks.
         length = int.from_bytes(head[:4], "little")
-        want = fmt.RECORD_OVERHEAD + min(length, self.record_size_max) + fmt.RECORD_HEADER_SIZE
+        want = max(
+            fmt.RECORD_OVERHEAD + min(length, self.record_size_max) + fmt.RECORD_HEADER_SIZE,
+            _CATCH_UP_READ,
+        )
         data = fs.pread(self._seg_fd, want, end)
         self._scan_from(data, end, partial=len(data) == want)
         if self._alloc_end < self._seg_end:

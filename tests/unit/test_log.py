@@ -360,9 +360,10 @@ def test_catch_up_reads_only_what_others_appended(log_dir: str) -> None:
         (a if i % 2 else b).append(b"x" * 100)
     read_size = CountingFS.read_size
     # Each append reads the record header at its end offset (zeros: nobody else wrote), and a
-    # catch-up the record the other handle appended and the header after it: not the segment.
+    # catch-up what the other handle appended in one read of a page: not the segment from its
+    # start (that was 11 MB here).
     appended = 400 * (fmt.RECORD_OVERHEAD + 100)
-    assert read_size <= appended + 400 * 2 * fmt.RECORD_HEADER_SIZE, (read_size, appended)
+    assert read_size <= appended + 400 * (4096 + fmt.RECORD_HEADER_SIZE), (read_size, appended)
     assert [r.lsn for r in a.read()] == list(range(400))
     a.close()
     b.close()
