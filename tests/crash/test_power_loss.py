@@ -74,6 +74,25 @@ def appends(durability: str, n: int = 40, *, single_writer: bool = False) -> Wor
     return run
 
 
+def two_handles(n: int = 36) -> Workload:
+    """Two handles on one log (as two processes: separate flocks), appending in turns with
+    durability "always": each finds the other's records by the header at its end offset, in
+    preallocated space, and may skip its fsync on the word of the sync mark the other raised."""
+
+    def run(path: str, fs: FaultFS, attempted: list[bytes], acked: list[bytes]) -> None:
+        opts: dict[str, object] = {"fs": fs, "segment_size_max": 4096, "index_interval": 512}
+        a = logspool.open(path, **opts)
+        b = logspool.open(path, **opts)
+        for i in range(n):
+            attempted.append(payload(i))
+            (a if i % 3 else b).append(payload(i))
+            acked[:] = attempted
+        b.close()
+        a.close()
+
+    return run
+
+
 def check_state(path: str, attempted: list[bytes], acked: list[bytes]) -> None:
     with logspool.open(path) as log:
         got = [(r.lsn, r.payload) for r in log.read()]
@@ -128,6 +147,11 @@ def test_power_loss_at_every_operation_keeps_every_acknowledged_record(
     fast_dir: Path, durability: str, single_writer: bool
 ) -> None:
     cuts, states = sweep(appends(durability, single_writer=single_writer), fast_dir, seed=1)
+    assert cuts > 60 and states == cuts * STATES_PER_CUT
+
+
+def test_power_loss_with_two_handles_appending_in_turns(fast_dir: Path) -> None:
+    cuts, states = sweep(two_handles(), fast_dir, seed=2)
     assert cuts > 60 and states == cuts * STATES_PER_CUT
 
 
