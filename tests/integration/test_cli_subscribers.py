@@ -92,6 +92,9 @@ def test_monitor_ends_cleanly_on_ctrl_c(log_dir: str) -> None:
         [sys.executable, "-m", "logspool.cli", "monitor", log_dir, "--interval", "0.05"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
+        # A shell running the suite in the background ignores SIGINT, and the child would inherit
+        # that (Python then installs no KeyboardInterrupt handler): give it Ctrl-C back.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     time.sleep(1.0)
     proc.send_signal(signal.SIGINT)
