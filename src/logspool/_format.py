@@ -85,6 +85,8 @@ SYNC_NAME = "sync"
 SYNC_MAGIC = b"LOGSPSY2"
 SYNC_MARK = struct.Struct("<8sQQ")  # magic, segment base lsn, offset
 SYNC_FILE_SIZE = 64  # the file is at least this long; the mark is its first 24 bytes
+SYNC_BOOT_OFFSET = 24  # then the boot in which a writer last recovered the log (16 bytes)
+SYNC_BOOT_SIZE = 16
 
 LSN_MAX = (1 << 63) - 1  # lsns are stored in 64 bits; we keep them within a signed int64 for Spark
 NAME_DIGITS = 20  # segment names: the base lsn in 20 decimal digits, so names sort as numbers
@@ -522,6 +524,21 @@ def read_sync_mark(buf: mmap.mmap | bytes) -> tuple[int, int]:
 
 def write_sync_mark(buf: mmap.mmap, base_lsn: int, offset: int) -> None:
     SYNC_MARK.pack_into(buf, 0, SYNC_MAGIC, base_lsn, offset)
+
+
+def read_sync_boot(buf: mmap.mmap | bytes) -> bytes:
+    """The boot id of the sync file (§8.1): the boot in which a writer last recovered the log
+    whole; b"" if none is known (no magic, or all zeros)."""
+    if SYNC_MARK.unpack_from(buf, 0)[0] != SYNC_MAGIC:
+        return b""
+    boot = bytes(buf[SYNC_BOOT_OFFSET : SYNC_BOOT_OFFSET + SYNC_BOOT_SIZE])
+    return b"" if not any(boot) else boot
+
+
+def write_sync_boot(buf: mmap.mmap, boot: bytes) -> None:
+    """Set the boot id (16 bytes, or b"" to forget it: the next opening writer recovers the
+    newest segment whole). The mark must carry the magic already."""
+    buf[SYNC_BOOT_OFFSET : SYNC_BOOT_OFFSET + SYNC_BOOT_SIZE] = boot.ljust(SYNC_BOOT_SIZE, b"\0")
 
 
 # --- the checkpointed file's undo log (docs/FORMAT.md §13) ---------------------------------------

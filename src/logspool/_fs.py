@@ -19,6 +19,8 @@ from collections.abc import Iterable
 
 from . import limits
 
+_BOOT_ID: bytes | None = None  # read once a process (it cannot change while the process runs)
+
 
 class FileSystem:
     """The real file system. Subclass and override to inject faults."""
@@ -51,6 +53,22 @@ class FileSystem:
 
     def listdir(self, path: str) -> list[str]:
         return os.listdir(path)
+
+    def boot_id(self) -> bytes:
+        """16 bytes naming this boot of the machine (Linux's random boot id), b"" where there is
+        none. While it is the same, the page cache holds every byte written since the boot began:
+        nothing written and not fsynced can have been lost (docs/FORMAT.md §8.1)."""
+        global _BOOT_ID
+        if _BOOT_ID is None:
+            try:
+                with open("/proc/sys/kernel/random/boot_id", "rb") as f:
+                    text = f.read(64).strip()
+                _BOOT_ID = bytes.fromhex(text.decode("ascii").replace("-", ""))
+                if len(_BOOT_ID) != 16:
+                    _BOOT_ID = b""
+            except (OSError, ValueError, UnicodeDecodeError):
+                _BOOT_ID = b""
+        return _BOOT_ID
 
     def exists(self, path: str) -> bool:
         return os.path.exists(path)

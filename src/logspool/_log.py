@@ -69,6 +69,7 @@ _NEVER_NS = 1 << 63
 _ZERO_HEADER = bytes(fmt.RECORD_HEADER_SIZE)  # what a writer finds at its end when nobody wrote
 _SYNC_LOOKAHEAD = 4096  # how far a syncer looks for records others wrote after its own
 _CATCH_UP_READ = 4096  # what a catch-up reads at least (one syscall for a few records)
+_SCAN_CHUNK = 1 << 20  # what recovery and catch-up read at most at once (unless a record is longer)
 
 Durability = Literal["always", "interval", "os"]
 _DURABILITIES = ("always", "interval", "os")
@@ -444,40 +445,44 @@ class Log:
         return os.path.join(self.path, fmt.index_name(base))
 
     def _recover(self) -> None:
-        """Under the writer lock: find the newest segment, check it whole, cut a torn tail.
+        """Under the writer lock: find the newest segment, check its records, cut a torn tail.
 
-        Costs one read of the newest segment (O(newest segment), not O(log)).
+        Reads the newest segment in chunks of at most _SCAN_CHUNK bytes (memory flat in its
+        size). Within the boot in which a writer last recovered the log, the scan starts at the
+        record of the index's last entry (FORMAT.md §9: what the page cache holds cannot have
+        lost a byte): reopening costs the records appended since that entry, not the segment.
+        After a reboot, or when that record does not check out, it reads the segment whole.
         """
-        bases = list_segments(self._fs, self.path)
+        fs = self._fs
+        bases = list_segments(fs, self.path)
         if not bases:
             self._create_segment(0, time.time_ns())
             bases = [0]
         base = bases[-1]
         path = self._seg_path(base)
-        fd = self._fs.open(path, os.O_RDWR)
+        fd = fs.open(path, os.O_RDWR)
         try:
-            size = self._fs.size(fd)
-            data = self._fs.pread(fd, size, 0)
+            size = fs.size(fd)
+            data = fs.pread(fd, fmt.SEGMENT_HEADER_SIZE, 0)
+            try:
+                header = fmt.decode_segment_header(data, path)
+            except CorruptionError:
+                if self._nonzero_after(fd, fmt.SEGMENT_HEADER_SIZE, size):
+                    raise
+                # A crash while creating the segment: its header never reached the disk and it
+                # holds no record. Write the header again (the name gives the base lsn).
+                self._lower_sync_mark(base, 0)
+                fs.truncate(fd, 0)  # crash here: an empty segment, handled the same way again
+                fs.pwrite(fd, fmt.encode_segment_header(base, time.time_ns(), self._segment_version), 0)
+                fs.fsync(fd)
+                size = fs.size(fd)
+                data = fs.pread(fd, fmt.SEGMENT_HEADER_SIZE, 0)
+                header = fmt.decode_segment_header(data, path)
+            if header.base_lsn != base:
+                raise CorruptionError(path, 16, f"header base lsn {header.base_lsn}, name says {base}")
         except BaseException:
-            self._fs.close(fd)
+            fs.close(fd)
             raise
-        try:
-            header = fmt.decode_segment_header(data, path)
-        except CorruptionError:
-            if any(data[fmt.SEGMENT_HEADER_SIZE :]):
-                self._fs.close(fd)
-                raise
-            # A crash while creating the segment: its header never reached the disk and it holds
-            # no record. Write the header again (the name gives the base lsn).
-            self._lower_sync_mark(base, 0)
-            self._fs.truncate(fd, 0)  # crash here: an empty segment, handled the same way again
-            self._fs.pwrite(fd, fmt.encode_segment_header(base, time.time_ns(), self._segment_version), 0)
-            self._fs.fsync(fd)
-            data = self._fs.pread(fd, fmt.SEGMENT_HEADER_SIZE, 0)
-            header = fmt.decode_segment_header(data, path)
-        if header.base_lsn != base:
-            self._fs.close(fd)
-            raise CorruptionError(path, 16, f"header base lsn {header.base_lsn}, name says {base}")
         self._seg_fd = fd
         self._seg_base = base
         self._seg_end = fmt.SEGMENT_HEADER_SIZE
@@ -486,14 +491,30 @@ class Log:
         self._set_segment_deadline(header.created_ns)
         self._index_due = 0
         self._open_index()
-        infos = self._scan_from(data[fmt.SEGMENT_HEADER_SIZE :], fmt.SEGMENT_HEADER_SIZE)
+        boot = fs.boot_id()
+        sync_map = self._sync_map
+        assert sync_map is not None  # a writer maps it on open
+        same_boot = bool(boot) and fmt.read_sync_boot(sync_map) == boot
+        start = self._trusted_start(size) if same_boot else None
+        index_pos = 0  # where the index entries the scan implies begin (0: the header too)
+        if start is not None:
+            offset, lsn, index_pos = start
+            self._next_lsn, self._index_due = lsn, offset  # (the record there is due an entry)
+        else:
+            offset = fmt.SEGMENT_HEADER_SIZE
+        data = fs.pread(fd, _SCAN_CHUNK, offset)
+        due, index_pos = self._scan_from(
+            data, offset, partial=offset + len(data) < size, index_pos=index_pos, recovering=True
+        )
         # The scan may have cut a tail or crossed a seal: index what is now the active segment
         # (from the records the scan parsed: no second parse).
-        self._rewrite_index_if_needed(infos)
+        self._rewrite_index_if_needed(due, index_pos)
+        if not same_boot and boot:
+            self._set_sync_boot(boot)  # the segment and its index agree now, in this boot
         # The sync mark never claims more than this segment holds (a copied or restored directory
         # may carry a mark from elsewhere).
         self._lower_sync_mark(self._seg_base, self._seg_end)
-        self._alloc_end = self._fs.size(self._seg_fd)
+        self._alloc_end = fs.size(self._seg_fd)
         self._redirty_unsynced_tail()
         if self.durability != "os":
             # Records other handles wrote without fsync ("os") become durable here, so the mark
@@ -501,15 +522,71 @@ class Log:
             self._sync_segment_for_rotation()
         self._mark_written()
 
+    def _nonzero_after(self, fd: int, offset: int, size: int) -> bool:
+        """Whether any byte of ``fd`` from ``offset`` to ``size`` is not zero (read in chunks)."""
+        for pos in range(offset, size, _SCAN_CHUNK):  # bounded by the size
+            if any(self._fs.pread(fd, min(_SCAN_CHUNK, size - pos), pos)):
+                return True
+        return False
+
+    def _trusted_start(self, size: int) -> tuple[int, int, int] | None:
+        """Where recovery may start within the boot in which the log was last recovered whole:
+        (offset, lsn, position in the index file) of the active segment's last index entry,
+        if the record it names is there, whole, with its lsn and timestamp; else None.
+
+        Within a boot, an index entry vouches for every record before it: its writer wrote
+        them, in order, before the entry, and nothing written can be lost until the power is
+        (a cut, by recovery or repair, rewrites or forgets the entries past it first)."""
+        fs = self._fs
+        pos = fs.size(self._idx_fd) - fmt.INDEX_ENTRY_SIZE
+        pos -= (pos - fmt.INDEX_HEADER_SIZE) % fmt.INDEX_ENTRY_SIZE
+        if pos < fmt.INDEX_HEADER_SIZE:
+            return None
+        raw = fs.pread(self._idx_fd, fmt.INDEX_HEADER_SIZE, 0) + fs.pread(
+            self._idx_fd, fmt.INDEX_ENTRY_SIZE, pos
+        )
+        try:
+            idx_base, interval = fmt.decode_index_header(raw, self._idx_path(self._seg_base))
+        except CorruptionError:
+            return None
+        entries = fmt.decode_index_entries(raw)
+        if idx_base != self._seg_base or interval != self.meta.index_interval or not entries:
+            return None
+        entry = entries[0]
+        if not fmt.SEGMENT_HEADER_SIZE <= entry.offset < size or entry.lsn < self._seg_base:
+            return None
+        head = fs.pread(self._seg_fd, fmt.RECORD_HEADER_SIZE, entry.offset)
+        length = int.from_bytes(head[:4], "little")
+        if len(head) < fmt.RECORD_HEADER_SIZE or length > self.record_size_max:
+            return None
+        rec = head + fs.pread(self._seg_fd, length + fmt.RECORD_TRAILER_SIZE, entry.offset + len(head))
+        infos: list[seg.RecordInfo] = []
+        seg.parse(rec, 0, entry.lsn, self.record_size_max, None, infos, entry.offset)
+        if not infos or infos[0].timestamp != entry.timestamp:
+            return None
+        return entry.offset, entry.lsn, pos
+
+    def _set_sync_boot(self, boot: bytes) -> None:
+        """After recovering the newest segment whole: remember the boot it was done in."""
+        fs = self._fs
+        sync_map = self._sync_map
+        assert sync_map is not None  # a writer maps it on open
+        fs.lock_blocking(self._sync_fd)
+        try:
+            if fmt.read_sync_mark(sync_map) == (0, 0):
+                fmt.write_sync_mark(sync_map, 0, 0)  # the magic: the boot is read only with it
+            fmt.write_sync_boot(sync_map, boot)
+        finally:
+            fs.unlock(self._sync_fd)
+
     def _redirty_unsynced_tail(self) -> None:
-        """Write the active segment's bytes past the sync mark again, unchanged.
+        """Write the active segment's bytes past the sync mark again, unchanged (in chunks).
 
         After a failed fsync, Linux marks the pages it could not write clean (fsyncgate): reads
         return them, no later fsync writes them. The handle that saw the error stopped; a handle
         opened afterwards in the same boot would adopt those records, write after them, and its
         fsyncs would leave a hole on disk. Writing the bytes again makes their pages dirty, so
-        the next fsync really writes them. The mark (shared memory) is exact within a boot; after
-        a reboot it may be low, which only means rewriting more.
+        the next fsync really writes them. The mark (shared memory) is exact within a boot.
         """
         sync_map = self._sync_map
         assert sync_map is not None  # a writer maps it on open
@@ -520,33 +597,47 @@ class Log:
         path = self._seg_path(self._seg_base)
         fd = self._fs.open(path, os.O_WRONLY)  # not O_APPEND: pwrite must land at its offset
         try:
-            tail = self._fs.pread(self._seg_fd, self._seg_end - start, start)
-            self._fs.pwrite(fd, tail, start)  # the same bytes: a crash here changes nothing
+            for pos in range(start, self._seg_end, _SCAN_CHUNK):  # bounded by the records' end
+                tail = self._fs.pread(self._seg_fd, min(_SCAN_CHUNK, self._seg_end - pos), pos)
+                self._fs.pwrite(fd, tail, pos)  # the same bytes: a crash here changes nothing
         finally:
             self._fs.close(fd)
 
-    def _scan_from(self, data: bytes, base: int, *, partial: bool = False) -> list[seg.RecordInfo]:
+    def _scan_from(
+        self, data: bytes, base: int, *, partial: bool = False, index_pos: int = -1, recovering: bool = False
+    ) -> tuple[list[seg.RecordInfo], int]:
         """Adopt the records of the active segment in ``data``, which holds its bytes from file
-        offset ``base`` to the end (``partial``: only the first part of them), cutting a torn
-        tail. Follows seals into the next segment. Returns the records of the segment it ends in,
-        up to its end (from ``base``)."""
+        offset ``base`` to the end (``partial``: only the first part of them; the rest is read
+        in chunks of at most _SCAN_CHUNK bytes), cutting a torn tail. Follows seals into the
+        next segment. Returns the records that are due an index entry (§5.2) in the segment it
+        ends in, from ``base`` (or from its start, once it crossed a seal), and ``index_pos``,
+        where their entries go in its index file (0 once it crossed a seal: from the header; -1,
+        a catch-up: unknown). ``recovering``: zeros end the records only if they run to the end
+        of the file (a catch-up trusts the zeros it finds: within a boot, a write is never kept
+        past a part that was lost)."""
         offset = 0
         infos: list[seg.RecordInfo] = []
-        for _ in range(1 << 20):  # bounded: one turn per segment crossed, or one re-read
+        due: list[seg.RecordInfo] = []
+        interval = self.meta.index_interval
+        for _ in range(1 << 40):  # bounded: one turn per chunk read or segment crossed
             stop = seg.parse(data, offset, self._next_lsn, self.record_size_max, None, infos, base)
+            durable = self._durable_lsn
+            index_due = self._index_due
             for info in infos:
-                self._durable_lsn = max(self._durable_lsn, info.durable_lsn)
-                if info.offset >= self._index_due:
+                if info.durable_lsn > durable:
+                    durable = info.durable_lsn
+                if info.offset >= index_due:
                     # The process that wrote the record wrote its index entry.
-                    self._index_due = (info.offset // self.meta.index_interval + 1) * (
-                        self.meta.index_interval
-                    )
+                    due.append(info)
+                    index_due = (info.offset // interval + 1) * interval
+            self._durable_lsn, self._index_due = durable, index_due
             self._next_lsn = stop.lsn  # past a gap record too
             if infos:
                 self._last_ts = max(self._last_ts, infos[-1].timestamp)
+                infos.clear()
             if stop.kind == seg.END and not partial:
                 self._seg_end = stop.pos
-                return infos
+                return due, index_pos
             if (
                 stop.kind == seg.ZERO
                 and seg.zeros_from(data, stop.pos - base)
@@ -556,8 +647,14 @@ class Log:
                 # tail a crash left). No record, nothing to cut: later records go there. (In a
                 # part read, a whole zero header must be there: a few zeros at its end may be
                 # the start of a record's header, a seal's zero length.)
-                self._seg_end = stop.pos
-                return infos
+                size = self._fs.size(self._seg_fd)
+                if not (recovering and partial and self._nonzero_after(self._seg_fd, base + len(data), size)):
+                    self._seg_end = stop.pos
+                    return due, index_pos
+                # Bytes after the zeros: a hole (a power loss, or damage), judged below on them all.
+                data = self._fs.pread(self._seg_fd, size - stop.pos, stop.pos)
+                offset, base, partial = 0, stop.pos, False
+                continue
             if stop.kind == seg.SEAL:
                 # Sealed by another process (or by a crash mid-rotation): move to the next one.
                 seal_end = stop.pos + fmt.RECORD_OVERHEAD
@@ -571,24 +668,27 @@ class Log:
                 if not self._fs.exists(next_path):
                     # A crash between the seal and the next segment: the sealed segment's index
                     # may not have been fsynced with it. Make it whole and durable first.
-                    if self._rewrite_index_if_needed(infos):
-                        self._fs.fsync(self._idx_fd)
+                    if index_pos < 0 or self._rewrite_index_if_needed(due, index_pos):
+                        self._fs.fsync(self._idx_fd)  # (a catch-up: the entries its writer wrote)
                     self._create_segment(next_base, max(self._last_ts, time.time_ns()))
                 self._switch_to(next_base)
-                data = self._fs.pread(self._seg_fd, self._fs.size(self._seg_fd), 0)
+                data = self._fs.pread(self._seg_fd, _SCAN_CHUNK, 0)
                 header = fmt.decode_segment_header(data, next_path)
                 if header.base_lsn != next_base:
                     raise CorruptionError(next_path, 16, "header base lsn does not match name")
                 self._set_segment_deadline(header.created_ns)
-                offset, base, partial, infos = fmt.SEGMENT_HEADER_SIZE, 0, False, []
+                offset, base, due, index_pos = fmt.SEGMENT_HEADER_SIZE, 0, [], 0
+                partial = len(data) == _SCAN_CHUNK
                 continue
             if partial:
-                # The parse stopped at the end of the part read: read on, four times as much. Or
-                # it stopped at damage, which is judged by the bytes after it: read them all.
+                # The parse stopped at the end of the part read: read on, four times as much
+                # up to a chunk (or what the record needs). Or it stopped at damage, which is
+                # judged by the bytes after it: read them all.
                 rest = self._fs.size(self._seg_fd) - stop.pos
                 want = rest
                 if stop.kind in (seg.END, seg.INCOMPLETE):
-                    want = min(rest, max(4 * len(data), stop.need + fmt.RECORD_HEADER_SIZE))
+                    grown = min(4 * len(data), _SCAN_CHUNK)
+                    want = min(rest, max(grown, stop.need + fmt.RECORD_HEADER_SIZE))
                 data = self._fs.pread(self._seg_fd, want, stop.pos)
                 offset, base, partial = 0, stop.pos, want < rest
                 continue
@@ -604,7 +704,7 @@ class Log:
             self._cut_active(cut)  # crash here: the same cut is made on next open
             self._sync_if_durable(self._seg_fd)
             self._seg_end = cut
-            return [info for info in infos if info.offset < cut]
+            return [info for info in due if info.offset < cut], index_pos
         raise AssertionError("segment chain did not end")
 
     def _catch_up(self, head: bytes | None = None) -> None:
@@ -704,15 +804,19 @@ class Log:
         self._idx_fd = self._fs.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND)
         self._index_ok = True
 
-    def _rewrite_index_if_needed(self, infos: list[seg.RecordInfo]) -> bool:
-        """Make the active segment's index exactly what its records (``infos``, all of them,
-        from a scan) imply (after recovery). True if it had to be rewritten."""
-        expected = seg.index_bytes_of(infos, self._seg_base, self.meta.index_interval)
-        current = self._fs.pread(self._idx_fd, len(expected) + 1, 0)
-        if current != expected:
+    def _rewrite_index_if_needed(self, due: list[seg.RecordInfo], index_pos: int = 0) -> bool:
+        """Make the active segment's index exactly what its records imply (after recovery):
+        ``due``, the records due an entry from a scan, have theirs from ``index_pos`` in the
+        index file on (0: the header first, and ``due`` holds every entry). True if it had to
+        be rewritten there."""
+        entries = b"".join(fmt.encode_index_entry(i.lsn, i.timestamp, i.offset) for i in due)
+        if index_pos == 0:
+            entries = fmt.encode_index_header(self._seg_base, self.meta.index_interval) + entries
+        current = self._fs.pread(self._idx_fd, len(entries) + 1, index_pos)
+        if current != entries:
             # The index is derived: no fsync needed, a crash here is repaired the same way.
-            self._fs.truncate(self._idx_fd, 0)
-            self._fs.write(self._idx_fd, expected)
+            self._fs.truncate(self._idx_fd, index_pos)
+            self._fs.write(self._idx_fd, entries)
             return True
         return False
 

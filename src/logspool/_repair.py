@@ -25,8 +25,10 @@ saves are overwritten, and a repair interrupted at any point is finished by runn
 from __future__ import annotations
 
 import contextlib
+import mmap
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from . import _format as fmt
@@ -132,6 +134,8 @@ class _Repair:
             head = self.segments(bases)
         self.remove_orphan_indexes()
         self.checkpoints(first, head)
+        if self.report.actions and not self.dry:
+            self.forget_boot()
         if self.names_changed and not self.dry:
             self.fs.fsync_dir(self.root)
 
@@ -234,6 +238,20 @@ class _Repair:
     def lower_sync_mark(self, base: int, offset: int) -> None:
         """Before cutting segment ``base`` at ``offset``: the writers' sync mark must not claim
         bytes written there later as durable (docs/FORMAT.md §8.1)."""
+
+        def lower(mark: mmap.mmap) -> None:
+            if fmt.read_sync_mark(mark) > (base, offset):
+                fmt.write_sync_mark(mark, base, offset)
+
+        self.change_sync_file(lower)
+
+    def forget_boot(self) -> None:
+        """After changing segments: the next writer recovers the newest segment whole, not from
+        its last index entry (docs/FORMAT.md §8.1)."""
+        self.change_sync_file(lambda mark: fmt.write_sync_boot(mark, b""))
+
+    def change_sync_file(self, change: Callable[[mmap.mmap], None]) -> None:
+        """Apply ``change`` to the sync file's mapping under its exclusive flock (if it exists)."""
         path = os.path.join(self.root, fmt.SYNC_NAME)
         try:
             fd = self.fs.open(path, os.O_RDWR)
@@ -246,8 +264,7 @@ class _Repair:
             try:
                 mark = self.fs.map_shared(fd, fmt.SYNC_FILE_SIZE)
                 try:
-                    if fmt.read_sync_mark(mark) > (base, offset):
-                        fmt.write_sync_mark(mark, base, offset)
+                    change(mark)
                 finally:
                     mark.close()
             finally:

@@ -95,6 +95,9 @@ class FaultFS(FileSystem):
         # Files unlinked or renamed over stay open here, so that their inode numbers are not
         # reused by new files while the model still refers to them.
         self._pinned: list[int] = []
+        # The boot the workload runs in: its own, so that a crash state opened afterwards (on
+        # the real file system) is opened after a "reboot", as it would be after a power loss.
+        self._boot = os.urandom(16)
         self.snapshot_all()
 
     def release(self) -> None:
@@ -177,6 +180,9 @@ class FaultFS(FileSystem):
         return durable
 
     # --- counting, faults and the crash ----------------------------------------------------------
+    def boot_id(self) -> bytes:
+        return self._boot
+
     def _op(self, kind: str) -> None:
         if self.crashed:
             raise PowerLoss(kind)

@@ -14,7 +14,7 @@ import logspool
 from logspool import _format as fmt
 from logspool import _repair
 from logspool import _segment as seg
-from tests.conftest import run_cli
+from tests.conftest import AfterReboot, run_cli
 
 SEGMENT = 4096
 
@@ -202,8 +202,16 @@ def test_a_corrupt_acknowledged_record_in_the_newest_segment_is_quarantined(log_
     path, info = record_at(log_dir, bases, 288)
     assert path == seg_path(log_dir, bases[-1])
     overwrite(path, info.offset + 20, b"\x00\xff")
-    with pytest.raises(logspool.CorruptionError):
-        logspool.open(log_dir).close()  # a writer refuses it: a later record proves it was fsynced
+    # In the boot that wrote it, a writer's open starts at the newest index entry, after it, and
+    # leaves it alone; a reader names it.
+    with logspool.open(log_dir) as log, pytest.raises(logspool.CorruptionError) as caught:
+        list(log.read(start=0))
+    assert (caught.value.path, caught.value.offset) == (path, info.offset)
+    # After a reboot the open checks the newest segment whole, and a writer refuses it: a later
+    # record proves it was fsynced.
+    with pytest.raises(logspool.CorruptionError) as caught:
+        logspool.open(log_dir, fs=AfterReboot()).close()
+    assert (caught.value.path, caught.value.offset) == (path, info.offset)
     repaired(log_dir, _repair.QUARANTINE)
     assert read_all(log_dir)[0] == [i for i in range(300) if i != 288]
     with logspool.open(log_dir) as log:
