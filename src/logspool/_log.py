@@ -535,8 +535,10 @@ class Log:
         if the record it names is there, whole, with its lsn and timestamp; else None.
 
         Within a boot, an index entry vouches for every record before it: its writer wrote
-        them, in order, before the entry, and nothing written can be lost until the power is
-        (a cut, by recovery or repair, rewrites or forgets the entries past it first)."""
+        them, in order, before the entry, and nothing written can be lost until the power is. (A
+        cut within the boot removes a torn tail, which no entry names, since entries are written
+        after their records; repair forgets the boot. An entry left past the records by anything
+        else fails the check of its record.)"""
         fs = self._fs
         pos = fs.size(self._idx_fd) - fmt.INDEX_ENTRY_SIZE
         pos -= (pos - fmt.INDEX_HEADER_SIZE) % fmt.INDEX_ENTRY_SIZE
