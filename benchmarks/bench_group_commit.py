@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable
 
 import logspool
+from bench_log import run_together
 from logspool._fs import FileSystem
 
 PAYLOAD = b"x" * 100
@@ -126,17 +127,7 @@ def processes(n_each: int, count: int, floor_s: float) -> Callable[[str], tuple[
     def run(d: str) -> tuple[int, float]:
         path = os.path.join(d, "log")
         logspool.open(path).close()
-        go = ctx.Event()
-        ps = [ctx.Process(target=_writer, args=(path, n_each, floor_s, go)) for _ in range(count)]
-        for p in ps:
-            p.start()
-        time.sleep(0.3)  # all opened
-        start = time.perf_counter()
-        go.set()
-        for p in ps:
-            p.join()
-            assert p.exitcode == 0, p.exitcode
-        elapsed = time.perf_counter() - start
+        elapsed = run_together(ctx, _writer, (path, n_each, floor_s), count)
         _check(path, n_each * count)
         return n_each * count, elapsed
 

@@ -21,6 +21,7 @@ import threading
 import time
 import tracemalloc
 from collections.abc import Callable
+from typing import Any
 
 import logspool
 
@@ -120,6 +121,22 @@ def _raw_proc_writer(path: str, n: int, durability: str, go: object) -> None:
     os.close(fd)
 
 
+def run_together(ctx: Any, target: Callable[..., None], args: tuple[object, ...], procs: int) -> float:
+    """Start ``procs`` processes of ``target(*args, go)``, let them open, then release them at once
+    (``go.set()``); the seconds until the last one ends. Each must exit 0."""
+    go = ctx.Event()
+    ps = [ctx.Process(target=target, args=(*args, go)) for _ in range(procs)]
+    for p in ps:
+        p.start()
+    time.sleep(0.3)  # all opened
+    start = time.perf_counter()
+    go.set()
+    for p in ps:
+        p.join()
+        assert p.exitcode == 0, p.exitcode
+    return time.perf_counter() - start
+
+
 def processes(n_each: int, procs: int, durability: str, *, raw: bool = False) -> Callable[[str], int]:
     ctx = multiprocessing.get_context("fork")
     target = _raw_proc_writer if raw else _proc_writer
@@ -127,16 +144,7 @@ def processes(n_each: int, procs: int, durability: str, *, raw: bool = False) ->
     def run(d: str) -> int:
         path = d + "/log"
         logspool.open(path).close()
-        go = ctx.Event()
-        ps = [ctx.Process(target=target, args=(path, n_each, durability, go)) for _ in range(procs)]
-        for p in ps:
-            p.start()
-        time.sleep(0.3)  # all opened
-        start = time.perf_counter()
-        go.set()
-        for p in ps:
-            p.join()
-        elapsed = time.perf_counter() - start
+        elapsed = run_together(ctx, target, (path, n_each, durability), procs)
         if not raw:
             with logspool.open(path, readonly=True) as log:
                 assert log.info().next_lsn == n_each * procs

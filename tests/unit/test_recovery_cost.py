@@ -136,15 +136,21 @@ def _records(path: str) -> list[seg.RecordInfo]:
     return infos
 
 
-def test_a_hole_is_found_after_a_reboot_and_cut(log_dir: str) -> None:
-    """A run of zeros inside the records of an "os" log: what a power loss can leave of bytes
-    written in place and never fsynced. After a reboot the open reads the segment whole and cuts
-    there: nothing from the hole on was acknowledged as durable."""
+def _small_os_log(log_dir: str) -> str:
+    """100 records in ten batches, durability "os" (no record claims another durable), an index
+    entry every 512 bytes; returns the segment's path."""
     with logspool.open(log_dir, durability="os", index_interval=512) as log:
         for _ in range(10):
             log.append_many([PAYLOAD] * 10)
     (name,) = [n for n in os.listdir(log_dir) if n.endswith(fmt.SEGMENT_SUFFIX)]
-    path = os.path.join(log_dir, name)
+    return os.path.join(log_dir, name)
+
+
+def test_a_hole_is_found_after_a_reboot_and_cut(log_dir: str) -> None:
+    """A run of zeros inside the records of an "os" log: what a power loss can leave of bytes
+    written in place and never fsynced. After a reboot the open reads the segment whole and cuts
+    there: nothing from the hole on was acknowledged as durable."""
+    path = _small_os_log(log_dir)
     hole = _records(path)[40]
     with open(path, "r+b") as f:
         f.seek(hole.offset)
@@ -159,11 +165,7 @@ def test_damage_before_the_last_index_entry_within_the_boot_is_named_by_a_reader
     """Within the boot that wrote them no crash can damage records already written: the open
     starts after the damage (it does not cut it, nor anything else), a reader names it, and
     verify reports it."""
-    with logspool.open(log_dir, durability="os", index_interval=512) as log:
-        for _ in range(10):
-            log.append_many([PAYLOAD] * 10)
-    (name,) = [n for n in os.listdir(log_dir) if n.endswith(fmt.SEGMENT_SUFFIX)]
-    path = os.path.join(log_dir, name)
+    path = _small_os_log(log_dir)
     damaged = _records(path)[40]
     with open(path, "r+b") as f:
         f.seek(damaged.offset + fmt.RECORD_HEADER_SIZE)
