@@ -126,6 +126,8 @@ class _Repair:
         self.report.actions.append(RepairAction(kind, path, detail))
 
     def run(self) -> None:
+        if not self.dry:
+            self.forget_boot()  # first: a repair interrupted after a change is not trusted either
         self.remove_temps()
         bases = list_segments(self.fs, self.root)
         first = head = 0
@@ -134,8 +136,6 @@ class _Repair:
             head = self.segments(bases)
         self.remove_orphan_indexes()
         self.checkpoints(first, head)
-        if self.report.actions and not self.dry:
-            self.forget_boot()
         if self.names_changed and not self.dry:
             self.fs.fsync_dir(self.root)
 
@@ -246,7 +246,7 @@ class _Repair:
         self.change_sync_file(lower)
 
     def forget_boot(self) -> None:
-        """After changing segments: the next writer recovers the newest segment whole, not from
+        """Before changing segments: the next writer recovers the newest segment whole, not from
         its last index entry (docs/FORMAT.md §8.1)."""
         self.change_sync_file(lambda mark: fmt.write_sync_boot(mark, b""))
 

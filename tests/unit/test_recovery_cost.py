@@ -176,3 +176,19 @@ def test_damage_before_the_last_index_entry_within_the_boot_is_named_by_a_reader
             list(log.read())
     assert (caught.value.path, caught.value.offset) == (path, damaged.offset)
     assert not logspool.verify(log_dir).ok
+
+
+def test_repair_makes_the_next_open_read_the_newest_segment_whole(log_dir: str) -> None:
+    """Repair edits segments in place: the open after it does not start at an index entry that
+    repair may have left behind; a dry run changes nothing, the boot included."""
+    path = _small_os_log(log_dir)
+    size = os.path.getsize(path)
+    logspool.open(log_dir).close()  # recovered whole in this boot, which the sync file now names
+    logspool.repair(log_dir, dry_run=True)
+    fs = Counting()
+    logspool.open(log_dir, fs=fs).close()
+    trusted = fs.seg_bytes_read
+    logspool.repair(log_dir)
+    fs = Counting()
+    logspool.open(log_dir, fs=fs).close()
+    assert trusted < size <= fs.seg_bytes_read, (trusted, fs.seg_bytes_read, size)
