@@ -59,6 +59,15 @@ def test_index_vectors() -> None:
     assert entries == [fmt.IndexEntry(5, 1795000000000000000, 40)]
 
 
+def test_sync_file_vector() -> None:
+    v = vectors()["sync-file"]
+    assert len(v) == fmt.SYNC_FILE_SIZE
+    assert fmt.read_sync_mark(v) == (64, 4136)
+    assert fmt.read_sync_boot(v) == bytes.fromhex("02da6d0b8906484294c701432682104d")
+    assert fmt.read_sync_boot(v[:24] + bytes(40)) == b""  # zeros: no boot known
+    assert fmt.read_sync_boot(b"LOGSPSYN" + v[8:]) == b""  # another magic: nothing known
+
+
 def test_meta_vector() -> None:
     m = fmt.decode_meta(vectors()["meta"], "vector")
     assert (m.version, m.created_ns, m.segment_size_max, m.index_interval, m.record_size_max) == (
