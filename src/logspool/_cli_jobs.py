@@ -13,7 +13,7 @@ import sys
 from datetime import UTC, datetime
 from typing import Any
 
-from . import jobs
+from . import jobs, limits
 from .errors import LogspoolError
 
 IDLE_EXIT = 3
@@ -91,6 +91,12 @@ def _run(journal: jobs.Journal, args: argparse.Namespace) -> int:
             for key, payload in items
         ]
         out = {"lsns": lsns} if args.json else "\n".join(map(str, lsns))
+    elif action == "take" and args.count != 1:
+        batch = journal.take_many(args.count, lease=args.lease, wait=args.wait)
+        if not batch:
+            print("[]" if args.json else "idle", file=sys.stdout if args.json else sys.stderr)
+            return IDLE_EXIT
+        out = [job_json(j) for j in batch] if args.json else "\n".join(_job_line(j) for j in batch)
     elif action == "take":
         got = journal.take(lease=args.lease, wait=args.wait)
         if not isinstance(got, jobs.Job):
@@ -148,6 +154,16 @@ def _seconds(text: str) -> float:
         raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
 
 
+def _count(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if not 1 <= n <= limits.JOB_TAKE_MAX:
+        raise argparse.ArgumentTypeError(f"not a count from 1 to {limits.JOB_TAKE_MAX}: {text!r}")
+    return n
+
+
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("jobs", help="the job journal: put, take, ack, nack, list, stats, dead letters")
     actions = p.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -169,6 +185,12 @@ def add_parser(sub: Any) -> None:
     a = action("take", help="lease the next ready job (exit 3 if none)")
     a.add_argument("--lease", type=_seconds, default=30.0, help="seconds (default 30)")
     a.add_argument("--wait", type=_seconds, default=0.0, help="seconds to wait for a job (default 0)")
+    a.add_argument(
+        "--count",
+        type=_count,
+        default=1,
+        help="lease up to N jobs in one step (one line each; with --json, a list)",
+    )
     for name, what in (
         ("ack", "mark a leased job done"),
         ("nack", "give a leased job back"),

@@ -150,6 +150,7 @@ class FoldedStore(Generic[S, OpT]):
         self._mutex = threading.RLock()
         self._closed = False
         self._ops_lost = 0
+        self._stale = False  # the state holds ops that are not in the log (see _Writer)
         created = self._open_marker(create)
         self._log = Log(
             os.path.join(self.path, OPS_DIR),
@@ -263,6 +264,11 @@ class FoldedStore(Generic[S, OpT]):
     def _catch_up(self) -> None:
         """Apply every op in the log that this handle has not applied. Under ``_mutex``."""
         self._check_open()
+        if self._stale:
+            # A decision's ops were applied but not all written (its write failed): the state is
+            # ahead of the log. Start again from disk.
+            self._load()
+            self._stale = False
         for _ in range(16):  # bounded: each turn follows a compaction that removed what we needed
             reader = self._reader
             assert reader is not None
@@ -317,7 +323,12 @@ class FoldedStore(Generic[S, OpT]):
                     base, start = tail.end
                 first = tail.next_lsn
                 writer = _Writer(self, tail)
-                yield writer
+                try:
+                    yield writer
+                finally:
+                    # One write for the decision's ops. Also after an error in the decision: the
+                    # ops it made before are applied, and stay made, as each was when written.
+                    writer.flush()
                 reader = self._reader
                 end_base, end = tail.end
                 if writer.written and reader is not None and end_base == base:
@@ -422,30 +433,51 @@ class FoldedStore(Generic[S, OpT]):
 
 
 class _Writer(Generic[S, OpT]):
-    """Writes ops inside ``FoldedStore._decide`` and applies them at once, as every other process
-    will read them: the op decoded from its own bytes, at its lsn, with the records' timestamp (the
-    reader skips them later). Under the writer lock, after a catch-up: nothing is in between."""
+    """Makes ops inside ``FoldedStore._decide``: each is applied at once, as every other process
+    will read it (decoded from its own bytes, at the lsn it will have, with the timestamp its record
+    will carry), and all are written together, in one write, when the decision ends. Under the
+    writer lock, after a catch-up: nobody appends in between, so the lsns are known beforehand.
+    If the write fails, the state is ahead of the log and is rebuilt from disk before its next
+    use (``FoldedStore._stale``); the reader skips the ops once they are written."""
 
     def __init__(self, store: FoldedStore[S, OpT], tail: Tail) -> None:
         self._store = store
         self._tail = tail
+        self._payloads: list[bytes] = []
+        self._timestamp = 0
         self.written = False
 
     def write(self, op: OpT) -> object:
-        """Write ``op`` and apply it; returns what the fold's ``apply`` returned."""
+        """Make ``op`` (applied now, written when the decision ends); returns what the fold's
+        ``apply`` returned."""
         return self.write_many([op])[0]
 
     def write_many(self, items: list[OpT]) -> list[object]:
         if not items:
             return []
         store = self._store
-        payloads = [store._encode_op(op) for op in items]
-        lsns = self._tail.append_many(payloads)
-        self.written = True
+        payloads = self._tail.check([store._encode_op(op) for op in items])  # before applying any
+        if not self._timestamp:
+            now, last = time.time_ns(), self._tail.timestamp
+            self._timestamp = now if now > last else last
+        timestamp = self._timestamp
         state = store._state
-        timestamp = self._tail.timestamp
         out = []
-        for lsn, payload in zip(lsns, payloads, strict=True):
-            assert lsn == state.next_lsn, (lsn, state.next_lsn)
-            out.append(state.apply(lsn, timestamp, store._decode_op(payload, f"{store.path}: lsn {lsn}")))
+        store._stale = True  # until the write: an apply that fails halfway leaves it so too
+        for payload in payloads:
+            self._payloads.append(payload)
+            op = store._decode_op(payload, f"{store.path}: lsn {state.next_lsn}")
+            out.append(state.apply(state.next_lsn, timestamp, op))
         return out
+
+    def flush(self) -> None:
+        """Write the ops made since the last flush (their records share one timestamp)."""
+        payloads, self._payloads = self._payloads, []
+        if not payloads:
+            return
+        store = self._store
+        first = store._state.next_lsn - len(payloads)
+        lsns = self._tail.append_many(payloads, timestamp=self._timestamp)
+        assert lsns[0] == first, (lsns[0], first)
+        self.written = True
+        store._stale = False

@@ -1027,10 +1027,14 @@ class Log:
         return flags
 
     def _write_records(
-        self, payloads: tuple[bytes, ...] | list[bytes], flags: tuple[int, ...] | list[int] | None = None
+        self,
+        payloads: tuple[bytes, ...] | list[bytes],
+        flags: tuple[int, ...] | list[int] | None = None,
+        timestamp: int | None = None,
     ) -> int:
         """Under the writer lock: frame, rotate when full, write. Returns the first lsn.
-        ``flags`` are the records' flags (FLAG_ZSTD for a compressed payload), or None for 0."""
+        ``flags`` are the records' flags (FLAG_ZSTD for a compressed payload), or None for 0;
+        ``timestamp``: the records' timestamp, chosen by the caller (not below the last one)."""
         first = self._next_lsn
         if flags is None:
             flags = [0] * len(payloads)
@@ -1040,12 +1044,14 @@ class Log:
         size_max = self.meta.segment_size_max - fmt.RECORD_OVERHEAD
         interval = self.meta.index_interval
         now = time.time_ns()
+        ts = now if now > self._last_ts else self._last_ts  # timestamps never decrease
+        if timestamp is not None:
+            ts = timestamp  # (checked by the caller: not below the last)
         if now >= self._seg_deadline_ns:
             if self._seg_end > fmt.SEGMENT_HEADER_SIZE:
-                self._rotate()  # rotation by age
+                self._rotate(ts)  # rotation by age
             else:
                 self._set_segment_deadline(now)  # an empty segment's age starts with its first record
-        ts = now if now > self._last_ts else self._last_ts  # timestamps never decrease
         durable = self._durable_lsn
         i = 0
         count = len(payloads)
@@ -1073,7 +1079,7 @@ class Log:
                     self._write_index_entry_bytes(b"".join(index))
                 self._last_ts = ts
             if i < count:
-                self._rotate()
+                self._rotate(ts)
         return first
 
     def _write_at_end(self, data: bytes, what: str, *, grow: bool = True) -> None:
@@ -1123,16 +1129,19 @@ class Log:
             # indexing this segment from this handle; recovery rebuilds the index on next open.
             self._index_ok = False
 
-    def _rotate(self) -> None:
-        """Under the writer lock: seal the active segment and start the next one.
+    def _rotate(self, ts: int = 0) -> None:
+        """Under the writer lock: seal the active segment and start the next one. ``ts``: the
+        timestamp of a batch of records that goes on in the next segment (its seal and creation
+        time then, so that neither is later than the records after them); by default, now.
 
         Order (docs/FORMAT.md §6): seal record; fsync the old segment; create the new one with its
         header; fsync it; fsync the directory. A crash at any step leaves either the old segment
         unsealed (recovery goes on appending to it) or sealed without a successor (recovery
         creates it) or both (nothing to do).
         """
-        now = time.time_ns()
-        ts = now if now > self._last_ts else self._last_ts
+        if not ts:
+            now = time.time_ns()
+            ts = now if now > self._last_ts else self._last_ts
         seal = fmt.encode_record(self._next_lsn, ts, self._durable_lsn, b"", fmt.FLAG_SEAL)
         if self._fs.size(self._seg_fd) > self._seg_end:
             # A sealed segment ends with its seal: cut the preallocated zeros first (nothing of
@@ -1683,14 +1692,28 @@ class Tail:
         """Append one record; durable when the exclusive block ends (as ``Log.append``)."""
         return self.append_many((payload,))[0]
 
-    def append_many(self, payloads: Iterable[bytes]) -> list[int]:
-        """Append records in order; durable when the exclusive block ends."""
+    def append_many(self, payloads: Iterable[bytes], *, timestamp: int | None = None) -> list[int]:
+        """Append records in order; durable when the exclusive block ends. ``timestamp`` (ns since
+        the epoch): the records' timestamp, for a caller that had to know it before writing
+        (at least ``self.timestamp``: timestamps never decrease); by default, now."""
         items = _checked_payloads(payloads, self._log.record_size_max)
+        if timestamp is not None and (
+            not isinstance(timestamp, int) or isinstance(timestamp, bool) or timestamp < self._log._last_ts
+        ):
+            raise ValueError(
+                f"timestamp must be an integer of ns not below the last record's ({self._log._last_ts}), "
+                f"not {timestamp!r}"
+            )
         if not items:
             return []
         flags = self._log._compress(items)
-        first = self._log._write_records(items, flags)
+        first = self._log._write_records(items, flags, timestamp)
         return list(range(first, first + len(items)))
+
+    def check(self, payloads: Iterable[bytes]) -> list[bytes]:
+        """The payloads as bytes if ``append_many`` would take them (else its TypeError or
+        RecordTooLargeError), without writing anything."""
+        return _checked_payloads(payloads, self._log.record_size_max)
 
 
 def _check_settings(asked: dict[str, int | None]) -> None:

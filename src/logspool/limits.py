@@ -110,6 +110,9 @@ JOB_SEGMENT_SIZE_MAX_DEFAULT = 16 * MIB
 # A take() looks at most this many stale index entries before it rebuilds the index (bounds the
 # loop; stale entries are left by updates and are normally far fewer).
 JOB_STALE_ENTRIES_MAX = 1_000_000
+# take_many() leases at most this many jobs in one decision (one write; the writer lock is held
+# while they are chosen).
+JOB_TAKE_MAX = 10_000
 
 # --- the key-value store (logspool.kv) -------------------------------------------------------------
 # Longest key, in UTF-8 bytes (a range bound or a regex pattern too).

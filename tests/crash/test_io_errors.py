@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 import logspool
+from logspool import jobs, kv
 from logspool._fs import FileSystem
 
 
@@ -88,6 +89,59 @@ def test_fsync_error_makes_the_handle_fail_stop(log_dir: str) -> None:
         payloads = [r.payload for r in again.read()]
     assert payloads[0] == b"acknowledged"
     assert b"retry" not in payloads
+
+
+def _jobs_view(j: jobs.Journal) -> list[tuple[str, str, int]]:
+    return [(job.key, job.state, job.token) for job in j.jobs()]
+
+
+def test_a_job_decision_whose_write_fails_changes_nothing_and_the_handle_goes_on(tmp_path: Path) -> None:
+    """A decision's ops are applied before they are written (one write a decision): when that write
+    fails, the handle's state must be what the disk holds, not what the decision made."""
+    fs = DiskFills()
+    with jobs.open(tmp_path / "j", fs=fs) as j:
+        j.put_many([("a", b"1"), ("b", b"2"), ("c", b"3")])
+        first = j.take()
+        assert isinstance(first, jobs.Job)
+        before = _jobs_view(j)
+        fs.full = True
+        with pytest.raises(logspool.AppendError, match="No space left"):
+            j.take(ack=first)  # an ack and a take in one write
+        with pytest.raises(logspool.AppendError):
+            j.take_many(2)
+        fs.full = False
+        assert _jobs_view(j) == before, "the failed decisions changed the handle's state"
+        with jobs.open(tmp_path / "j") as other:
+            assert _jobs_view(other) == before
+        batch = j.take_many(5, ack=[first])  # the lease still holds: nothing acked it
+        assert [job.key for job in batch] == ["b", "c"]
+        assert j.stats().counters["acked"] == 1
+    with jobs.open(tmp_path / "j") as again:
+        assert [(k, s) for k, s, _ in _jobs_view(again)] == [("b", "leased"), ("c", "leased")]
+
+
+def _kv_view(store: kv.Store) -> list[tuple[str, object, int]]:
+    found = (store.get(key) for key in ("k", "n"))
+    return [(v.key, v.value, v.version) for v in found if v is not None]
+
+
+def test_a_kv_decision_whose_write_fails_changes_nothing_and_the_handle_goes_on(tmp_path: Path) -> None:
+    fs = DiskFills()
+    with kv.open(tmp_path / "kv", fs=fs) as store:
+        store.set("k", "one")
+        store.set("n", 5)
+        fs.full = True
+        with pytest.raises(logspool.AppendError, match="No space left"):
+            store.set("k", "two" * 20)
+        with pytest.raises(logspool.AppendError):
+            store.add("n", 1)
+        with pytest.raises(logspool.AppendError):
+            store.delete("k")
+        fs.full = False
+        assert _kv_view(store) == [("k", "one", 0), ("n", 5, 1)]
+        assert store.add("n", 1) == 6
+    with kv.open(tmp_path / "kv") as again:
+        assert _kv_view(again) == [("k", "one", 0), ("n", 6, 2)]
 
 
 def test_a_real_full_file_system_fails_appends_cleanly_and_recovers(tmp_path: Path) -> None:

@@ -40,6 +40,19 @@ def test_put_take_ack_nack_list_stats_dead_from_the_shell(tmp_path: Path) -> Non
     assert cli("cancel", d, "k1")[1].strip() == "cancelled"
 
 
+def test_take_count_leases_a_batch(tmp_path: Path) -> None:
+    d = str(tmp_path / "j")
+    assert cli("put", d, stdin=b"a\t1\nb\t2\nc\t3\n")[0] == 0
+    code, out, _ = cli("take", d, "--count", "2", "--json", "--lease", "60")
+    batch = json.loads(out)
+    assert code == 0 and [(j["key"], j["state"]) for j in batch] == [("a", "leased"), ("b", "leased")]
+    code, out, _ = cli("take", d, "--count", "5")
+    assert code == 0 and [line.split("\t")[4] for line in out.splitlines()] == ["c"]
+    assert cli("take", d, "--count", "5", "--json")[:2] == (3, "[]\n")
+    code, _, err = cli("take", d, "--count", "0")
+    assert code == 2 and "not a count from 1 to" in err
+
+
 def test_bad_arguments_are_refused_clearly(tmp_path: Path) -> None:
     d = str(tmp_path / "j")
     code, _, err = cli("put", d, "k", "--priority", "300")

@@ -146,6 +146,21 @@ class JournalModel(RuleBasedStateMachine):
             assert not got, f"journal gave {got} where the model has nothing ready"
             return
         assert got, f"journal idle where the model takes {want}"
+        self._leased(want, got, lease)
+
+    @rule(count=st.sampled_from([1, 2, 5]), lease=st.sampled_from([5, 30]))
+    def take_many(self, count: int, lease: int) -> None:
+        got = self.journal.take_many(count, lease)
+        assert 0 <= len(got) <= count
+        for i in range(count):
+            want = self.model_take()
+            if want is None:
+                assert len(got) == i, f"journal gave {got[i:]} where the model has nothing ready"
+                return
+            assert i < len(got), f"journal gave {len(got)} jobs where the model takes {want} next"
+            self._leased(want, got[i], lease)
+
+    def _leased(self, want: MJob, got: jobs.Job, lease: int) -> None:
         assert (got.id, got.key, got.payload) == (want.id, want.key, want.payload)
         want.state = "leased"
         want.deliveries += 1
@@ -193,6 +208,22 @@ class JournalModel(RuleBasedStateMachine):
             else:
                 m.state, m.token = "pending", 0
                 m.not_before = self.now + (7 if how == "nack-later" else 0) * NS
+
+    @precondition(lambda self: self.held)
+    @rule(picks=st.lists(st.integers(0, 100), min_size=1, max_size=4, unique=True))
+    def ack_many(self, picks: list[int]) -> None:
+        chosen = list({id(j): j for j in (self.held[i % len(self.held)] for i in picks)}.values())
+        valid = [self._lease_ok(job) for job in chosen]
+        try:
+            self.journal.ack_many(chosen)
+        except LeaseExpiredError:
+            assert None in valid, f"ack_many refused valid leases {chosen}"
+            return  # all or none: nothing was acked
+        assert None not in valid, f"ack_many accepted a stale lease among {chosen}"
+        for job, m in zip(chosen, valid, strict=True):
+            assert m is not None
+            del self.jobs[m.id]
+            self.held.remove(job)
 
     @rule(seconds=st.sampled_from([1, 4, 8, 31]))
     def advance(self, seconds: int) -> None:

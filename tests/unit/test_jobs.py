@@ -427,6 +427,110 @@ def test_take_with_ack_settles_the_previous_job_in_the_same_step(journal: jobs.J
     assert journal.get("c")[0].token == again.token, "a refused ack takes nothing"
 
 
+def test_take_many_takes_in_take_order_with_domains_taking_turns(journal: jobs.Journal) -> None:
+    for i in range(4):
+        journal.put(f"https://busy.example/{i}")
+    journal.put("https://quiet.example/1")
+    journal.put("urgent:1", priority=0)
+    got = journal.take_many(4, lease=60)
+    assert [j.key for j in got] == [
+        "urgent:1",
+        "https://busy.example/0",
+        "https://quiet.example/1",
+        "https://busy.example/1",
+    ]
+    assert len({j.token for j in got}) == 4 and all(j.deliveries == 1 for j in got)
+    assert journal.stats().leased == 4
+    rest = journal.take_many(10)
+    assert [j.key for j in rest] == ["https://busy.example/2", "https://busy.example/3"]
+    assert journal.take_many(10) == []
+
+
+def test_take_many_acks_the_previous_batch_in_the_same_step(journal: jobs.Journal) -> None:
+    journal.put_many([(f"k{i}", b"%d" % i) for i in range(5)])
+    first = journal.take_many(3)
+    second = journal.take_many(3, ack=first)
+    assert [j.key for j in second] == ["k3", "k4"]
+    assert journal.stats().counters["acked"] == 3
+    assert journal.take_many(3, ack=second) == []  # acks even when nothing is left to take
+    assert journal.stats().counters["acked"] == 5 and journal.jobs() == []
+
+
+def test_take_many_with_a_lost_lease_in_ack_acks_and_takes_nothing(
+    journal: jobs.Journal, clock: Clock
+) -> None:
+    journal.put("a")
+    journal.put("b")
+    stale, kept = journal.take_many(2, lease=1)
+    clock.advance(2)
+    again = journal.take()  # takes "a" again: the first lease of it is lost
+    assert again and again.key == "a"
+    journal.put("c")
+    with pytest.raises(LeaseExpiredError):
+        journal.take_many(5, ack=[kept, stale])
+    assert journal.get("b")[0].state == "leased" and journal.get("b")[0].token == kept.token
+    assert journal.get("c")[0].state == "pending", "a refused ack takes nothing"
+    journal.ack_many([kept, again])
+    assert [j.key for j in journal.jobs()] == ["c"]
+
+
+def test_ack_many_is_all_or_none(journal: jobs.Journal, clock: Clock) -> None:
+    journal.put_many([("a", b""), ("b", b""), ("c", b"")])
+    (a,) = journal.take_many(1, lease=1)
+    (b,) = journal.take_many(1, lease=3)
+    clock.advance(2)
+    again, c = journal.take_many(2)  # "a" again (its first lease is lost), then "c"
+    assert (again.key, c.key) == ("a", "c")
+    with pytest.raises(LeaseExpiredError, match="job 0"):
+        journal.ack_many([c, a])
+    assert journal.get("c")[0].state == "leased"
+    clock.advance(2)
+    journal.ack_many([c, b])  # b's lease expired but nobody took it again: it still acks
+    assert [j.key for j in journal.jobs()] == ["a"]
+    journal.ack_many([])
+
+
+def test_take_many_with_wait_wakes_on_a_put_from_another_handle(tmp_path: Path) -> None:
+    with jobs.open(tmp_path / "j") as worker:
+        start = time.monotonic()
+        assert worker.take_many(3, wait=0.2) == []
+        assert time.monotonic() - start >= 0.2
+
+        def produce() -> None:
+            time.sleep(0.3)
+            with jobs.open(tmp_path / "j") as producer:
+                producer.put_many([("k1", b"1"), ("k2", b"2")])
+
+        t = threading.Thread(target=produce)
+        start = time.monotonic()
+        t.start()
+        got = worker.take_many(3, wait=10)
+        took = time.monotonic() - start
+        t.join()
+        assert [j.payload for j in got] == [b"1", b"2"]
+        assert 0.25 < took < 3, took
+
+
+def test_take_many_and_ack_many_refuse_bad_input(journal: jobs.Journal) -> None:
+    journal.put("a")
+    for count in (0, -1, 1.5, True, logspool.limits.JOB_TAKE_MAX + 1):
+        with pytest.raises(ValueError, match="count must be an integer"):
+            journal.take_many(count)  # type: ignore[arg-type]
+    job = journal.take()
+    assert job
+    with pytest.raises(TypeError, match="list of jobs"):
+        journal.take_many(1, ack=job)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="list of jobs"):
+        journal.ack_many(job)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="Job, not str"):
+        journal.ack_many(["a"])  # type: ignore[list-item]
+    with pytest.raises(ValueError, match="same lease twice"):
+        journal.ack_many([job, job])
+    with pytest.raises(ValueError, match="lease must be"):
+        journal.take_many(1, lease=0)
+    assert journal.get("a")[0].state == "leased", "refused calls change nothing"
+
+
 def test_a_decision_reads_back_only_what_other_handles_wrote(tmp_path: Path) -> None:
     """Ops a handle wrote under the writer lock are applied as written: its next decision reads
     nothing back (no segment pread) unless another handle appended in between, and then exactly

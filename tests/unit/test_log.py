@@ -169,6 +169,32 @@ def test_exclusive_appends_see_a_stable_tail(log_dir: str) -> None:
         assert log.append(b"w") == 3
 
 
+def test_exclusive_appends_take_a_chosen_timestamp_never_an_earlier_one(log_dir: str) -> None:
+    with logspool.open(log_dir, segment_size_max=4096) as log:
+        log.append(b"x")
+        with log.exclusive() as tail:
+            last = tail.timestamp
+            for bad in (last - 1, 1.5, True, "now"):
+                with pytest.raises(ValueError, match="timestamp must be"):
+                    tail.append_many([b"y"], timestamp=bad)  # type: ignore[arg-type]
+            chosen = last  # the same as the record before: in the past by now
+            time.sleep(0.01)
+            # a batch that spans segments: each segment's creation time and seal stay at or
+            # before the records after them (FORMAT.md §4)
+            assert tail.append_many([b"z" * 100] * 100, timestamp=chosen) == list(range(1, 101))
+            assert tail.timestamp == chosen
+        recs = list(log.read())
+        assert [r.timestamp for r in recs[1:]] == [chosen] * 100
+        segments = log.info().segments
+    assert len(segments) > 2
+    first_ts = {r.lsn: r.timestamp for r in recs}
+    for segment in segments:
+        with open(segment.path, "rb") as f:
+            header = fmt.decode_segment_header(f.read(fmt.SEGMENT_HEADER_SIZE), segment.path)
+        assert header.created_ns <= first_ts[segment.base_lsn], segment.path
+    assert logspool.verify(log_dir).ok
+
+
 @pytest.mark.parametrize("single_writer", [False, True], ids=["process-safe", "single-writer"])
 def test_many_threads_append_with_group_commit(log_dir: str, single_writer: bool) -> None:
     """Threads of one handle go through the write queue, across rotations; each keeps its order."""

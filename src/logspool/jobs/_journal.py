@@ -31,7 +31,7 @@ from types import TracebackType
 from typing import Literal
 
 from .. import limits
-from .._fold import FoldedStore
+from .._fold import FoldedStore, _Writer
 from .._fs import FileSystem
 from .._log import Durability
 from .._reader import to_ns
@@ -361,49 +361,93 @@ class Journal(FoldedStore[State, ops.Op]):
         durable step (one fsync for both; a worker's loop). LeaseExpiredError as ``ack``, and
         then nothing is taken. Durability: the lease is fsynced before return. Any thread.
         """
-        lease_s = _seconds(lease, "lease", zero=False)
-        wait_s = _seconds(wait, "wait")
+        acks = () if ack is None else (ack,)
+        result = self._take(1, _seconds(lease, "lease", zero=False), _seconds(wait, "wait"), acks)
+        return result if isinstance(result, Idle) else result[0]
+
+    def _take(self, count: int, lease_s: float, wait_s: float, acks: Iterable[Job]) -> list[Job] | Idle:
+        """take and take_many: ack ``acks`` and lease up to ``count`` jobs in one decision, waiting
+        up to ``wait_s`` seconds for one to be ready."""
+        acks = list(acks)
+        for job in acks:
+            if not isinstance(job, Job):
+                raise TypeError(f"expected a logspool.jobs.Job, not {type(job).__name__}")
+        if len({job.token for job in acks}) != len(acks):
+            raise ValueError("ack names the same lease twice")
         deadline = time.monotonic() + wait_s
         for _ in range(1 << 40):  # bounded by the deadline
-            result = self._take_once(lease_s, ack)
-            ack = None
+            with self._decide() as w:
+                for job in acks:
+                    self._leased(job)  # every lease is checked before anything is made
+                w.write_many([ops.Ack(job.id, job.token) for job in acks])
+                result = self._lease(w, lease_s, count)
+            for job in acks:
+                self._mark_settled(job.token)  # (once written)
+            acks = []
             remaining = deadline - time.monotonic()
-            if isinstance(result, Job) or remaining <= 0:
+            if not isinstance(result, Idle) or remaining <= 0:
                 return result
             until_next = remaining if result.next_at is None else result.next_at - self._clock() / _NS
             self._wait_for_ops(max(0.0, min(remaining, until_next)))
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _take_once(self, lease_s: float, ack: Job | None) -> Job | Idle:
-        with self._decide() as w:
-            if ack is not None:
-                self._leased(ack)
-                w.write(ops.Ack(ack.id, ack.token))
-                self._mark_settled(ack.token)
-            state = self._state
-            now = self._clock()
-            expired, _ = state.due(now)
-            for job_id in expired:
-                w.write(ops.Expire(job_id))
-            for _ in range(limits.JOB_STALE_ENTRIES_MAX):
-                entry = state.pick(now)
-                if entry is None:
-                    at = state.next_at()
-                    return Idle(None if at is None else at / _NS)
-                max_deliveries = state.max_deliveries or limits.JOB_MAX_DELIVERIES_DEFAULT
-                if entry.deliveries >= max_deliveries:
-                    reason = f"delivered {entry.deliveries} times (max_deliveries {max_deliveries})"
-                    if entry.error:
-                        reason += f"; last error: {entry.error}"
-                    w.write(ops.Dead(entry.id, reason))
-                    continue
-                job_id = entry.id
-                w.write(ops.Take(job_id, now + int(lease_s * _NS)))
-                chosen = _job(state.jobs[job_id])
+    def _lease(self, w: _Writer[State, ops.Op], lease_s: float, count: int) -> list[Job] | Idle:
+        """Inside a decision: lease up to ``count`` ready jobs, in take order (each pick sees the
+        ones before it taken, so domains take turns), dropping jobs past their TTL and burying
+        those delivered ``max_deliveries`` times on the way. Idle if none is ready."""
+        state = self._state
+        now = self._clock()
+        expired, _ = state.due(now)
+        for job_id in expired:
+            w.write(ops.Expire(job_id))
+        until = now + int(lease_s * _NS)
+        max_deliveries = state.max_deliveries or limits.JOB_MAX_DELIVERIES_DEFAULT
+        chosen: list[Job] = []
+        # bounded: each turn takes a job or buries one, and there are finitely many
+        for _ in range(count + limits.JOB_STALE_ENTRIES_MAX):
+            entry = state.pick(now)
+            if entry is None:
                 break
-            else:
-                raise AssertionError("take: no decision after looking at every index entry")
-        return chosen
+            if entry.deliveries >= max_deliveries:
+                reason = f"delivered {entry.deliveries} times (max_deliveries {max_deliveries})"
+                if entry.error:
+                    reason += f"; last error: {entry.error}"
+                w.write(ops.Dead(entry.id, reason))
+                continue
+            w.write(ops.Take(entry.id, until))
+            chosen.append(_job(state.jobs[entry.id]))
+            if len(chosen) == count:
+                break
+        else:
+            raise AssertionError("take: no decision after looking at every index entry")
+        if chosen:
+            return chosen
+        at = state.next_at()
+        return Idle(None if at is None else at / _NS)
+
+    def take_many(
+        self,
+        count: int,
+        lease: float = limits.JOB_LEASE_S_DEFAULT,
+        *,
+        wait: float = 0.0,
+        ack: Iterable[Job] = (),
+    ) -> list[Job]:
+        """Up to ``count`` ready jobs, in the order ``take`` would give them one by one (domains
+        take turns within a priority), each leased for ``lease`` seconds; an empty list if none is
+        ready within ``wait`` seconds (it returns as soon as at least one is). ``ack``: jobs of
+        the caller's to ack first, in the same durable step; if any of their leases was lost,
+        LeaseExpiredError and nothing is acked or taken. One write and one fsync for all of it:
+        a worker that takes jobs in batches pays the disk once a batch, not once a job. Each
+        lease runs from now, so ``lease`` must cover the whole batch's work (or ``extend`` it).
+        Durability: the leases and acks are fsynced before return. Any thread or process.
+        """
+        if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= limits.JOB_TAKE_MAX:
+            raise ValueError(f"count must be an integer from 1 to {limits.JOB_TAKE_MAX}, not {count!r}")
+        if isinstance(ack, Job):
+            raise TypeError("ack must be a list of jobs (take(ack=job) acks one)")
+        result = self._take(count, _seconds(lease, "lease", zero=False), _seconds(wait, "wait"), ack)
+        return [] if isinstance(result, Idle) else result
 
     def _leased(self, job: Job) -> JobEntry:
         """The state's entry for ``job`` if the caller's lease still holds; else LeaseExpiredError."""
@@ -434,6 +478,26 @@ class Journal(FoldedStore[State, ops.Op]):
         with self._decide() as w:
             self._leased(job)
             w.write(ops.Ack(job.id, job.token))
+        self._mark_settled(job.token)
+
+    def ack_many(self, jobs: Iterable[Job]) -> None:
+        """``ack`` each of ``jobs``, in one durable step (one write, one fsync): all are acked, or,
+        if any lease was lost, none (LeaseExpiredError naming it). Durable on return."""
+        if isinstance(jobs, Job):
+            raise TypeError("ack_many takes a list of jobs; ack(job) acks one")
+        items = list(jobs)
+        for job in items:
+            if not isinstance(job, Job):
+                raise TypeError(f"expected a logspool.jobs.Job, not {type(job).__name__}")
+        if len({job.token for job in items}) != len(items):
+            raise ValueError("jobs names the same lease twice")
+        if not items:
+            return
+        with self._decide() as w:
+            for job in items:
+                self._leased(job)
+            w.write_many([ops.Ack(job.id, job.token) for job in items])
+        for job in items:
             self._mark_settled(job.token)
 
     def nack(self, job: Job, *, delay: float = 0.0, error: str = "") -> None:
@@ -448,7 +512,7 @@ class Journal(FoldedStore[State, ops.Op]):
             entry = self._leased(job)
             dead = entry.deliveries >= (self._state.max_deliveries or limits.JOB_MAX_DELIVERIES_DEFAULT)
             w.write(ops.Nack(job.id, job.token, self._clock() + int(delay_s * _NS), dead, error))
-            self._mark_settled(job.token)
+        self._mark_settled(job.token)
 
     def extend(self, job: Job, lease: float = limits.JOB_LEASE_S_DEFAULT) -> Job:
         """Renew the lease: it now ends ``lease`` seconds from now. Returns the job as it is now.
