@@ -8,6 +8,8 @@ Cases, each the median of several runs (min and max beside it):
 - take+ack: one thread takes and acks N jobs that are already there.
 - mix: 4 producer processes put N jobs in all while 4 worker processes take and ack them; the
   rate is jobs done per second, from start to the last ack.
+logspool also runs batched forms (``put_many`` of 100; ``take_many`` of 100 acking the previous
+batch), shown as their own rows.
 Every system is durable: logspool with ``durability="always"`` (fsync before return);
 persist-queue ``SQLiteAckQueue`` (WAL, synchronous=FULL: its default); litequeue with
 ``PRAGMA synchronous=FULL`` set after it opens (it sets NORMAL, which does not fsync a commit);
@@ -103,6 +105,34 @@ class LogspoolBatch(LogspoolWork):
         super().close()
 
 
+class LogspoolTakeMany(LogspoolBatch):
+    """Workers that take in batches: ``take_many(100)``, acking the previous batch in the same
+    step (one write and one fsync a batch); a job counts as done when the worker has it, and its
+    ack rides the next batch's step (or ``ack_many`` at close)."""
+
+    name = "logspool.jobs, put_many(100) + take_many(100, ack=previous batch)"
+    cases = ("take+ack", "mix 4+4 processes")  # its put is LogspoolBatch's
+
+    def __init__(self, d: str) -> None:
+        super().__init__(d)
+        self.held: list[jobs.Job] = []
+        self.done: list[jobs.Job] = []
+
+    def take_ack(self) -> bool:
+        if not self.held:
+            self.held = self.j.take_many(100, lease=60, wait=0.01, ack=self.done)[::-1]
+            self.done = []
+            if not self.held:
+                return False
+        self.done.append(self.held.pop())
+        return True
+
+    def close(self) -> None:
+        self.j.ack_many(self.done)
+        self.done = []
+        super().close()
+
+
 class PersistQueue:
     name = "persist-queue SQLiteAckQueue"
 
@@ -182,7 +212,15 @@ class Huey:
         self.s.close()
 
 
-SYSTEMS: list[type[Any]] = [Logspool, LogspoolWork, LogspoolBatch, PersistQueue, LiteQueue, Huey]
+SYSTEMS: list[type[Any]] = [
+    Logspool,
+    LogspoolWork,
+    LogspoolBatch,
+    LogspoolTakeMany,
+    PersistQueue,
+    LiteQueue,
+    Huey,
+]
 
 
 # --- cases ---------------------------------------------------------------------------------------
@@ -301,6 +339,8 @@ def main() -> None:
     )
     for case, fn in (("put", case_put), ("take+ack", case_take_ack), ("mix 4+4 processes", case_mix)):
         for system in chosen:
+            if case not in getattr(system, "cases", (case,)):
+                continue
             try:
                 r = measure(lambda d, s=system, f=fn: f(s, d, n), runs)  # type: ignore[misc]
             except ImportError as err:
