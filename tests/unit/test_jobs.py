@@ -287,6 +287,60 @@ def test_bare_work_loop_gives_the_job_back_when_left(journal: jobs.Journal) -> N
     assert journal.get("k") == []
 
 
+def test_work_in_batches_acks_each_batch_with_the_next_take(journal: jobs.Journal) -> None:
+    journal.put_many([(f"k{i}", b"") for i in range(7)])
+    seen, leased = [], []
+    with journal.work(idle_timeout=0, batch=3) as w:
+        for job in w:
+            seen.append(job.key)
+            stats = journal.stats()
+            leased.append((stats.leased, stats.counters["acked"]))
+    assert seen == [f"k{i}" for i in range(7)]
+    # three leased at once; the finished ones acked only when the next batch is taken
+    assert leased == [(3, 0), (3, 0), (3, 0), (3, 3), (3, 3), (3, 3), (1, 6)]
+    assert journal.jobs() == [] and w.done_count == 7
+
+
+def test_work_in_batches_settles_everything_when_the_loop_ends_early(journal: jobs.Journal) -> None:
+    journal.put_many([(f"k{i}", b"") for i in range(5)])
+    with pytest.raises(RuntimeError), journal.work(idle_timeout=0, batch=4) as w:
+        for job in w:
+            if job.key == "k1":
+                raise RuntimeError("boom")
+    assert journal.get("k0") == [], "finished before the error: acked"
+    [failed] = journal.get("k1")
+    assert failed.state == "pending" and "boom" in failed.error and failed.not_before > time.time()
+    for key in ("k2", "k3"):  # leased with the batch, never started: given back at once
+        [back] = journal.get(key)
+        assert back.state == "pending" and back.deliveries == 1 and "not started" in back.error
+    assert w.done_count == 1 and w.failed_count == 1
+    for job in journal.work(idle_timeout=0, batch=10):  # a bare loop: break gives the job back
+        if job.key == "k3":
+            break
+    # k2 finished: acked; k3 left with the break and k4 never started: both given back
+    assert [j.key for j in journal.jobs(state="pending")] == ["k1", "k3", "k4"]
+    assert journal.stats().counters["acked"] == 2
+
+
+def test_work_in_batches_acks_the_rest_when_a_finished_lease_was_lost(
+    journal: jobs.Journal, clock: Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    journal.put_many([("a", b""), ("b", b""), ("c", b"")])
+    w = journal.work(lease=5, idle_timeout=0, batch=2)
+    assert next(w).key == "a"
+    clock.advance(6)  # both leases of the batch run out; another worker takes "a" again
+    other = journal.take()
+    assert other and other.key == "a"
+    assert next(w).key == "b"  # "b" was held: its lease ran out but nobody took it
+    assert next(w).key == "c"  # the batch's acks failed for "a": "b" is acked on its own
+    assert "lease was lost" in caplog.text
+    assert journal.get("b") == [] and journal.get("a")[0].token == other.token
+    w.close()
+    assert [j.key for j in journal.jobs(state="pending")] == ["c"]
+    with pytest.raises(ValueError, match="batch must be an integer"):
+        journal.work(batch=0)
+
+
 def test_take_with_wait_wakes_on_a_put_from_another_handle(tmp_path: Path) -> None:
     with jobs.open(tmp_path / "j") as worker:
         assert not worker.take()

@@ -529,6 +529,7 @@ class Journal(FoldedStore[State, ops.Op]):
         *,
         idle_timeout: float | None = None,
         backoff_s: float = 1.0,
+        batch: int = 1,
     ) -> Work:
         """Jobs one after another: ``for job in journal.work(lease=30): ...``.
 
@@ -539,9 +540,17 @@ class Journal(FoldedStore[State, ops.Op]):
         ``break``, so leaving the loop either way gives the job back at once (nack, no delay):
         ack it yourself before ``break`` if it was done. Waits for work for ever, or until idle
         for ``idle_timeout`` seconds.
+
+        ``batch`` > 1: jobs are leased ``batch`` at a time (``take_many``), and the jobs finished
+        since the last batch are acked in the same step as the next one: one fsync a batch, not
+        a job. The lease runs from the batch's take, so it must cover the whole batch. Leaving
+        the loop acks the finished jobs and gives back the ones not started (nack, no delay:
+        their delivery counts as one). A crash redoes the finished jobs not yet acked.
         """
+        if isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= limits.JOB_TAKE_MAX:
+            raise ValueError(f"batch must be an integer from 1 to {limits.JOB_TAKE_MAX}, not {batch!r}")
         return Work(
-            self, _seconds(lease, "lease", zero=False), idle_timeout, _seconds(backoff_s, "backoff_s")
+            self, _seconds(lease, "lease", zero=False), idle_timeout, _seconds(backoff_s, "backoff_s"), batch
         )
 
     # --- inspecting -------------------------------------------------------------------------------
@@ -670,13 +679,16 @@ class Work:
     """The iterator of ``Journal.work``: also a context manager (see there)."""
 
     def __init__(
-        self, journal: Journal, lease_s: float, idle_timeout_s: float | None, backoff_s: float
+        self, journal: Journal, lease_s: float, idle_timeout_s: float | None, backoff_s: float, batch: int = 1
     ) -> None:
         self._journal = journal
         self._lease_s = lease_s
         self._idle_timeout_s = idle_timeout_s
         self._backoff_s = backoff_s
+        self._batch = batch
         self._current: Job | None = None
+        self._held: collections.deque[Job] = collections.deque()  # leased, not yet handed out
+        self._finished: list[Job] = []  # done, to be acked with the next step
         self._done = False
         self.done_count = 0
         self.failed_count = 0
@@ -686,55 +698,83 @@ class Work:
 
     def __next__(self) -> Job:
         previous, self._current = self._current, None
+        if previous is not None and previous.token not in self._journal._settled:
+            self._finished.append(previous)  # (acked by the caller otherwise)
         if self._done:
-            self._current = previous
-            self._settle(None)
+            self._ack_finished()
             raise StopIteration
-        if previous is not None and previous.token in self._journal._settled:
-            previous = None  # the caller acked or nacked it already
+        if self._held:
+            self._current = self._held.popleft()
+            return self._current
         idle_since = time.monotonic()
         for _ in range(1 << 40):  # bounded by idle_timeout, or by the caller leaving the loop
             wait = 3600.0
             if self._idle_timeout_s is not None:
                 wait = max(0.0, self._idle_timeout_s - (time.monotonic() - idle_since))
-            try:  # the previous job is acked in the same durable step as the next take
-                got = self._journal.take(self._lease_s, wait=min(wait, 3600.0), ack=previous)
-            except LeaseExpiredError as err:
-                _logger.warning("%s: a job finished after its lease was lost: %s", self._journal.path, err)
-                got = self._journal.take(self._lease_s, wait=min(wait, 3600.0))
-            if previous is not None:
-                self.done_count += 1
-                previous = None
-            if isinstance(got, Job):
-                self._current = got
-                return got
+            acks, self._finished = self._finished, []
+            try:  # the finished jobs are acked in the same durable step as the next take
+                got = self._journal.take_many(self._batch, self._lease_s, wait=min(wait, 3600.0), ack=acks)
+            except LeaseExpiredError:
+                self._ack_each(acks)  # all or none above: ack those whose lease holds
+                got = self._journal.take_many(self._batch, self._lease_s, wait=min(wait, 3600.0))
+            except BaseException:
+                self._finished[:0] = acks  # not acked: the next step (or leaving the loop) tries again
+                raise
+            else:
+                self.done_count += len(acks)
+            if got:
+                self._held.extend(got[1:])
+                self._current = got[0]
+                return got[0]
             if self._idle_timeout_s is not None and time.monotonic() - idle_since >= self._idle_timeout_s:
                 break
         self._done = True
         raise StopIteration
 
-    def _settle(self, error: BaseException | None, *, backoff: bool = True) -> None:
-        """Ack (no error) or nack the current job, unless the caller already did."""
-        job, self._current = self._current, None
-        if job is None or job.token in self._journal._settled:
-            return
-        try:
-            if error is None:
+    def _ack_each(self, jobs_: list[Job]) -> None:
+        for job in jobs_:
+            try:
                 self._journal.ack(job)
                 self.done_count += 1
+            except LeaseExpiredError as err:
+                _logger.warning("%s: a job finished after its lease was lost: %s", self._journal.path, err)
+
+    def _ack_finished(self) -> None:
+        acks, self._finished = self._finished, []
+        if not acks:
+            return
+        try:
+            self._journal.ack_many(acks)
+            self.done_count += len(acks)
+        except LeaseExpiredError:
+            self._ack_each(acks)
+
+    def _settle(self, error: BaseException | None, *, backoff: bool = True) -> None:
+        """Ack (no error) or nack the current job, unless the caller already did; ack the finished
+        jobs and give back the ones not started."""
+        job, self._current = self._current, None
+        if job is not None and job.token not in self._journal._settled:
+            if error is None:
+                self._finished.append(job)
             else:
                 delay = min(3600.0, self._backoff_s * 2 ** max(0, job.deliveries - 1)) if backoff else 0.0
-                self._journal.nack(job, delay=delay, error=repr(error))
-                self.failed_count += 1
-        except LeaseExpiredError as err:
-            _logger.warning(
-                "%s: job %d finished after its lease was lost: %s", self._journal.path, job.id, err
-            )
+                try:
+                    self._journal.nack(job, delay=delay, error=repr(error))
+                    self.failed_count += 1
+                except LeaseExpiredError as err:
+                    _logger.warning(
+                        "%s: job %d failed after its lease was lost: %s", self._journal.path, job.id, err
+                    )
+        self._ack_finished()
+        while self._held:
+            held = self._held.popleft()
+            with contextlib.suppress(LeaseExpiredError):  # (its lease ran out: it is back anyway)
+                self._journal.nack(held, error="not started: the worker left the loop")
 
     def close(self) -> None:
         """Give the current job back (nack, no delay) and stop."""
         self._done = True
-        if self._current is not None and not self._journal._closed:
+        if not self._journal._closed and (self._current is not None or self._held or self._finished):
             self._settle(RuntimeError("the worker left the loop"), backoff=False)
 
     def __enter__(self) -> Work:
