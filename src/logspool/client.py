@@ -20,7 +20,7 @@ import queue
 import socket
 import ssl
 import threading
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from typing import Any
 
 from . import errors
@@ -163,8 +163,24 @@ class RemoteJournal(_Remote):
 
         return self._call(p.JOB_TAKE, post, lease=lease, wait=wait)
 
+    def take_many(
+        self, count: int, lease: float = 30.0, *, wait: float = 0.0, ack: Iterable[Job] = ()
+    ) -> Any:
+        refs = [[job.id, job.token] for job in ack]
+        return self._call(
+            p.JOB_TAKE_MANY,
+            lambda b: [_job(j) for j in b["jobs"]],
+            count=count,
+            lease=lease,
+            wait=wait,
+            ack=refs,
+        )
+
     def ack(self, job: Job) -> Any:
         return self._call(p.JOB_ACK, lambda b: None, id=job.id, token=job.token)
+
+    def ack_many(self, jobs: Iterable[Job]) -> Any:
+        return self._call(p.JOB_ACK_MANY, lambda b: None, jobs=[[job.id, job.token] for job in jobs])
 
     def nack(self, job: Job, *, delay: float = 0.0, error: str = "") -> Any:
         return self._call(p.JOB_NACK, lambda b: None, id=job.id, token=job.token, delay=delay, error=error)

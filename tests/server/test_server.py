@@ -112,6 +112,32 @@ def test_jobs_over_the_wire(running: Running) -> None:
         assert j.stats().pending == 1 and j.stats().counters["acked"] == 1
 
 
+def test_jobs_in_batches_over_the_wire(running: Running) -> None:
+    with client.connect(running.address) as c:
+        j = c.jobs("batch")
+        for i in range(5):
+            j.put(f"k{i}", b"%d" % i)
+        first = j.take_many(3, lease=30)
+        assert [x.key for x in first] == ["k0", "k1", "k2"] and all(x.state == "leased" for x in first)
+        second = j.take_many(3, ack=first)
+        assert [x.payload for x in second] == [b"3", b"4"] and j.stats().counters["acked"] == 3
+        with pytest.raises(LeaseExpiredError):
+            j.ack_many([second[0], first[0]])  # first[0] is acked already: all or none
+        assert j.stats().counters["acked"] == 3
+        j.ack_many(second)
+        assert j.take_many(3) == [] and j.stats().counters["acked"] == 5
+        out = c.pipeline(
+            [
+                (p.JOB_TAKE_MANY, {"name": "batch"}),
+                (p.JOB_TAKE_MANY, {"name": "batch", "count": 0}),
+                (p.JOB_ACK_MANY, {"name": "batch", "jobs": [[1, "x"]]}),
+            ]
+        )
+        assert isinstance(out[0], ValueError) and "'count' is missing" in str(out[0])
+        assert isinstance(out[1], ValueError) and "count must be an integer" in str(out[1])
+        assert isinstance(out[2], TypeError) and "[id, token] pairs" in str(out[2])
+
+
 def test_log_append_read_and_a_tail_woken_by_another_process(running: Running) -> None:
     with client.connect(running.address) as c:
         lg = c.log("events")

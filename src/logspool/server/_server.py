@@ -116,6 +116,17 @@ def _job_ref(body: dict[str, Any]) -> jobs.Job:
                     None, None, 0.0, 0.0, "")  # fmt: skip
 
 
+def _job_refs(body: dict[str, Any], key: str) -> list[jobs.Job]:
+    """The jobs a request names as a list of [id, token] pairs in field ``key`` (absent: none)."""
+    refs = _get(body, key, list, [])
+    out = []
+    for ref in refs:
+        if not (isinstance(ref, list) and len(ref) == 2 and all(type(x) is int for x in ref)):
+            raise TypeError(f"field {key!r} must be a list of [id, token] pairs of integers, not {ref!r}")
+        out.append(_job_ref({"id": ref[0], "token": ref[1]}))
+    return out
+
+
 def error_body(err: BaseException) -> dict[str, Any]:
     args: list[Any] = []
     for arg in getattr(err, "args", ()):
@@ -452,6 +463,17 @@ class Server:
                 return {"job": job_to_wire(got)}
             return {"job": None, "next_at": got.next_at}
 
+        def job_take_many(b: dict[str, Any]) -> dict[str, Any]:
+            got = s.jobs(b).take_many(
+                _need(b, "count", int), _get(b, "lease", num, 30.0),
+                wait=min(_get(b, "wait", num, 0.0), WAIT_S_MAX), ack=_job_refs(b, "ack"),
+            )  # fmt: skip
+            return {"jobs": [job_to_wire(j) for j in got]}
+
+        def job_ack_many(b: dict[str, Any]) -> dict[str, Any]:
+            s.jobs(b).ack_many(_job_refs(b, "jobs"))
+            return {}
+
         def job_ack(b: dict[str, Any]) -> dict[str, Any]:
             s.jobs(b).ack(_job_ref(b))
             return {}
@@ -518,6 +540,8 @@ class Server:
             p.JOB_PUT: job_put,
             p.JOB_TAKE: job_take,
             p.JOB_ACK: job_ack,
+            p.JOB_TAKE_MANY: job_take_many,
+            p.JOB_ACK_MANY: job_ack_many,
             p.JOB_NACK: job_nack,
             p.JOB_EXTEND: job_extend,
             p.JOB_STATS: lambda b: s.jobs(b).stats().to_json(),
