@@ -1,5 +1,6 @@
-"""Kill torture for the job journal: producers and workers are killed with SIGKILL at random
-moments, round after round, while they share one journal; some die while opening it.
+"""Kill torture for the job journal: producers and workers (one taking a job at a time, one in
+batches with take_many) are killed with SIGKILL at random moments, round after round, while they
+share one journal; some die while opening it.
 
 What each process reports after a call returned is the oracle (tests/jobs_agent.py). After every
 round the journal must open and hold its invariants; at the end a drain takes what is left
@@ -45,7 +46,7 @@ def test_killed_producers_and_workers_lose_no_put_and_never_rerun_an_acked_job(t
     jobs.open(path, snapshot_ops_min=300, segment_size_max=8192).close()
     for rnd in range(ROUNDS):
         procs = [agent("produce", path, f"p{rnd}", "8", "100000")]
-        procs += [agent("work", path, f"w{rnd}.{i}", never) for i in range(2)]
+        procs += [agent(kind, path, f"w{rnd}.{kind}", never) for kind in ("work", "work-batch")]
         for proc in rng.sample(procs, len(procs)):
             time.sleep(rng.choice([0.0, 0.02, 0.1, 0.3]))
             proc.send_signal(signal.SIGKILL)

@@ -32,7 +32,7 @@ def test_producers_and_workers_in_many_processes_do_every_generation_exactly_onc
     stop = str(tmp_path / "stop")
     jobs.open(path).close()
     producers = [agent("produce", path, f"p{i}", "20", "600") for i in range(3)]
-    workers = [agent("work", path, f"w{i}", stop) for i in range(3)]
+    workers = [agent(kind, path, f"w{i}", stop) for i, kind in enumerate(("work", "work", "work-batch"))]
     puts = [parse(p.communicate(timeout=300)[0]) for p in producers]
     assert all(p.returncode == 0 for p in producers)
     Path(stop).touch()
