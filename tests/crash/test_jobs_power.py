@@ -59,12 +59,18 @@ def workload(root: Path, fs: FaultFS | None, acked: list[int], *, snapshots: boo
     if snapshots:
         j.snapshot()
         done()
-    for _ in range(3):
+    for _ in range(2):
         job = j.take(lease=1)
         done()
         if job:
             j.ack(job)
             done()
+    batch = j.take_many(3, lease=1)  # batched decisions: one write each
+    done()
+    more = j.take_many(2, lease=1, ack=batch[:1])
+    done()
+    j.ack_many(batch[1:] + more)
+    done()
     clock.ns += 5 * NS
     for dead in j.dead_letters()[:1]:
         j.retry(dead)
