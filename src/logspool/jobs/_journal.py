@@ -368,18 +368,11 @@ class Journal(FoldedStore[State, ops.Op]):
     def _take(self, count: int, lease_s: float, wait_s: float, acks: Iterable[Job]) -> list[Job] | Idle:
         """take and take_many: ack ``acks`` and lease up to ``count`` jobs in one decision, waiting
         up to ``wait_s`` seconds for one to be ready."""
-        acks = list(acks)
-        for job in acks:
-            if not isinstance(job, Job):
-                raise TypeError(f"expected a logspool.jobs.Job, not {type(job).__name__}")
-        if len({job.token for job in acks}) != len(acks):
-            raise ValueError("ack names the same lease twice")
+        acks = _jobs_list(acks, "ack")
         deadline = time.monotonic() + wait_s
         for _ in range(1 << 40):  # bounded by the deadline
             with self._decide() as w:
-                for job in acks:
-                    self._leased(job)  # every lease is checked before anything is made
-                w.write_many([ops.Ack(job.id, job.token) for job in acks])
+                self._ack_in(w, acks)
                 result = self._lease(w, lease_s, count)
             for job in acks:
                 self._mark_settled(job.token)  # (once written)
@@ -449,6 +442,12 @@ class Journal(FoldedStore[State, ops.Op]):
         result = self._take(count, _seconds(lease, "lease", zero=False), _seconds(wait, "wait"), ack)
         return [] if isinstance(result, Idle) else result
 
+    def _ack_in(self, w: _Writer[State, ops.Op], jobs_: list[Job]) -> None:
+        """Inside a decision: ack every one of ``jobs_``, or none if any lease was lost."""
+        for job in jobs_:
+            self._leased(job)  # every lease is checked before anything is made
+        w.write_many([ops.Ack(job.id, job.token) for job in jobs_])
+
     def _leased(self, job: Job) -> JobEntry:
         """The state's entry for ``job`` if the caller's lease still holds; else LeaseExpiredError."""
         if not isinstance(job, Job):
@@ -485,18 +484,11 @@ class Journal(FoldedStore[State, ops.Op]):
         if any lease was lost, none (LeaseExpiredError naming it). Durable on return."""
         if isinstance(jobs, Job):
             raise TypeError("ack_many takes a list of jobs; ack(job) acks one")
-        items = list(jobs)
-        for job in items:
-            if not isinstance(job, Job):
-                raise TypeError(f"expected a logspool.jobs.Job, not {type(job).__name__}")
-        if len({job.token for job in items}) != len(items):
-            raise ValueError("jobs names the same lease twice")
+        items = _jobs_list(jobs, "jobs")
         if not items:
             return
         with self._decide() as w:
-            for job in items:
-                self._leased(job)
-            w.write_many([ops.Ack(job.id, job.token) for job in items])
+            self._ack_in(w, items)
         for job in items:
             self._mark_settled(job.token)
 
@@ -662,6 +654,17 @@ class Journal(FoldedStore[State, ops.Op]):
     # --- closing ----------------------------------------------------------------------------------
     def __repr__(self) -> str:
         return f"<logspool.jobs.Journal {self.path!r}>"
+
+
+def _jobs_list(jobs_: Iterable[Job], what: str) -> list[Job]:
+    """``jobs_`` as a list, after checking that each is a Job and no lease is named twice."""
+    items = list(jobs_)
+    for job in items:
+        if not isinstance(job, Job):
+            raise TypeError(f"expected a logspool.jobs.Job, not {type(job).__name__}")
+    if len({job.token for job in items}) != len(items):
+        raise ValueError(f"{what} names the same lease twice")
+    return items
 
 
 def _check_max_deliveries(value: object) -> None:
