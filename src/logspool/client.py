@@ -304,6 +304,13 @@ class Subscription:
             self.ended = True
 
 
+def _read_exact(stream: Any, size: int) -> bytes:
+    data = stream.read(size)
+    if len(data) < size:
+        raise ConnectionError("the server closed the connection")
+    return bytes(data)
+
+
 class Client(_Named):
     """A connection to a logspool daemon, shared by threads. Use ``connect``."""
 
@@ -322,10 +329,30 @@ class Client(_Named):
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if self._ssl is not None:
             sock = self._ssl.wrap_socket(sock, server_hostname=self._host)
+            # An SSL object must not read in one thread while another writes: right after the
+            # handshake a TLS 1.3 server sends its session tickets, and a reader thread taking
+            # them in while this thread wrote HELLO hung the connection now and then (test_tls).
+            # So HELLO's exchange is made here, before the reader thread starts.
+            stream = sock.makefile("rb")
+            try:
+                hello_id = next(self._ids) & 0xFFFFFFFF
+                sock.sendall(p.encode_frame(p.REQUEST, p.HELLO, hello_id, {"token": self._token}))
+                head = p.decode_header(_read_exact(stream, p.HEADER_SIZE), 1 << 31)
+                body = p.decode_body(_read_exact(stream, head.size))
+            except (OSError, ValueError, p.ProtocolError) as err:
+                with_close(sock)
+                raise _lost(self.address, err) from err
+            finally:
+                stream.close()
+            if head.flags & p.FLAG_ERROR:
+                with_close(sock)
+                raise error_from(self.address, body)
+            self.hello = body
         sock.settimeout(None)
         self._sock = sock
         threading.Thread(target=self._read_loop, args=(sock,), daemon=True, name="logspool-client").start()
-        self.hello = self._request(p.HELLO, {"token": self._token}, lambda b: b)
+        if self._ssl is None:
+            self.hello = self._request(p.HELLO, {"token": self._token}, lambda b: b)
 
     def _read_loop(self, sock: socket.socket) -> None:
         stream = sock.makefile("rb")
