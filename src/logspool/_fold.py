@@ -278,7 +278,12 @@ class FoldedStore(Generic[S, OpT]):
                 for rec in reader:
                     if rec.lsn < state.next_lsn:
                         continue  # written and applied by this handle (see _Writer)
-                    op = self._decode_op(rec.payload, f"{where}: lsn {rec.lsn}")
+                    try:
+                        op = self._decode_op(rec.payload, where)
+                    except (CorruptionError, UnsupportedVersionError):
+                        # again, naming the record (not formatted for every op that reads back)
+                        self._decode_op(rec.payload, f"{where}: lsn {rec.lsn}")
+                        raise
                     if rec.lsn != state.next_lsn:  # ops quarantined by a repair of the op log
                         self._lost(state.next_lsn, rec.lsn)
                         state.next_lsn = rec.lsn

@@ -16,7 +16,13 @@ import pytest
 
 import logspool
 from logspool import jobs
-from logspool.errors import JobNotFoundError, LeaseExpiredError, NotALogError
+from logspool.errors import (
+    CorruptionError,
+    JobNotFoundError,
+    LeaseExpiredError,
+    NotALogError,
+    UnsupportedVersionError,
+)
 from tests.clock import Clock
 
 
@@ -406,6 +412,35 @@ def test_a_corrupt_newest_snapshot_falls_back_to_the_older_one(tmp_path: Path, c
     name.write_bytes(bytes(data))
     with jobs.open(path, clock=clock) as j:
         assert j.stats() == want
+
+
+@pytest.mark.parametrize(
+    ("op", "error", "words"),
+    [
+        (b"\x02\x00", CorruptionError, "take op of 2 bytes is too short"),
+        (b"\x7f" + bytes(15), UnsupportedVersionError, "version 127"),
+    ],
+)
+def test_an_op_that_does_not_read_back_is_named_by_its_lsn(
+    tmp_path: Path, op: bytes, error: type[Exception], words: str
+) -> None:
+    path = tmp_path / "j"
+    with jobs.open(path) as j:
+        j.put("a")
+        j.put("b")
+    with logspool.open(path / "ops", create=False) as ops_log:
+        bad = ops_log.append(op)
+    with pytest.raises(error) as caught:
+        jobs.open(path)
+    assert f"lsn {bad}" in str(caught.value) and words in str(caught.value)
+
+
+def test_a_job_entry_keeps_every_field_of_its_row() -> None:
+    from logspool.jobs._ops import JobRow
+    from logspool.jobs._state import JobEntry
+
+    row = JobRow(1, "k", "d", b"p", 4, 1, 5, 6, 7, 8, 9, 10, 11, "e")
+    assert JobEntry(row).row() == row
 
 
 def test_bad_input_is_refused_with_a_clear_error(journal: jobs.Journal, tmp_path: Path) -> None:

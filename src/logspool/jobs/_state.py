@@ -80,8 +80,12 @@ class JobEntry:
     )
 
     def __init__(self, row: ops.JobRow) -> None:
-        for name, value in zip(ops.JobRow._fields, row, strict=True):
-            setattr(self, name, value)
+        # written out (not a loop over the fields): a put makes one on every process's fold
+        (
+            self.id, self.key, self.domain, self.payload, self.priority, self.state,
+            self.not_before_ns, self.ttl_until_ns, self.deliveries, self.token,
+            self.lease_until_ns, self.created_ns, self.updated_ns, self.error,
+        ) = row  # fmt: skip
 
     def row(self) -> ops.JobRow:
         return ops.JobRow(*(getattr(self, name) for name in ops.JobRow._fields))
