@@ -55,7 +55,7 @@ def _job_line(job: jobs.Job) -> str:
 
 
 def _lease(journal: jobs.Journal, job_id: int, token: int) -> jobs.Job:
-    """The job as its lease holder knows it (id and token), for ack, nack and extend."""
+    """The job as its lease holder knows it (id and token), for ack, nack, release and extend."""
     try:
         job = journal.job(job_id)
     except LogspoolError:
@@ -106,12 +106,14 @@ def _run(journal: jobs.Journal, args: argparse.Namespace) -> int:
                 print(f"idle next_at={_time(got.next_at)}", file=sys.stderr)
             return IDLE_EXIT
         out = job_json(got) if args.json else _job_line(got)
-    elif action in ("ack", "nack", "extend"):
+    elif action in ("ack", "nack", "release", "extend"):
         job = _lease(journal, args.id, args.token)
         if action == "ack":
             journal.ack(job)
         elif action == "nack":
             journal.nack(job, delay=args.delay, error=args.error)
+        elif action == "release":
+            journal.release(job)
         else:
             job = journal.extend(job, args.lease)
             out = job_json(job) if args.json else _job_line(job)
@@ -194,6 +196,7 @@ def add_parser(sub: Any) -> None:
     for name, what in (
         ("ack", "mark a leased job done"),
         ("nack", "give a leased job back"),
+        ("release", "give back a leased job not started (its delivery not counted)"),
         ("extend", "renew a lease"),
     ):
         a = action(name, help=what)

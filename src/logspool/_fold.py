@@ -85,6 +85,7 @@ class FoldedStore(Generic[S, OpT]):
 
     KIND = ""  # the marker's kind
     VERSION = 1  # the newest store format this code reads
+    VERSION_CREATED = 1  # what a new store's marker says (raised by ``_require_version``)
     WHAT = "store"  # in messages: "job journal", "key-value store"
     SEGMENT_SIZE_MAX_DEFAULT = limits.JOB_SEGMENT_SIZE_MAX_DEFAULT
     SNAPSHOT_SIZE_MAX = limits.JOB_SNAPSHOT_SIZE_MAX
@@ -166,8 +167,7 @@ class FoldedStore(Generic[S, OpT]):
                 # The marker is the commit point of a creation: written last, so a crash before it
                 # leaves a directory the next creation completes (and that is not a store yet).
                 self._set_up_compaction()
-                body = {"kind": self.KIND, "version": self.VERSION}
-                replace_file(self._fs, self.path, MARKER, json.dumps(body).encode() + b"\n")
+                self._write_marker(self.VERSION_CREATED)
             self._state: S = self._new_state(None, self.path)
             self._reader: Reader | None = None
             self._snapshot_lsn = 0
@@ -177,9 +177,23 @@ class FoldedStore(Generic[S, OpT]):
             self._log.close()
             raise
 
+    def _write_marker(self, version: int) -> None:
+        body = {"kind": self.KIND, "version": version}
+        replace_file(self._fs, self.path, MARKER, json.dumps(body).encode() + b"\n")
+        self._version = version
+
+    def _require_version(self, version: int) -> None:
+        """Inside a decision (under the writer lock), before it writes an op that only store
+        format ``version`` holds: raise the marker to it, durably, before the op is written. A
+        store keeps the lowest version that holds what it holds, so older code opens it until
+        then, and refuses it at open after, rather than meeting an op it does not know."""
+        if self._version < version:
+            self._write_marker(version)
+
     def _open_marker(self, create: bool) -> bool:
         """Check ``DIR/JOURNAL``; True if there is none and this call is to create the store (the
         caller writes the marker once the op log is set up)."""
+        self._version = self.VERSION_CREATED
         marker = os.path.join(self.path, MARKER)
         try:
             raw = self._fs.read_file(marker, limits.META_SIZE_MAX)
@@ -213,6 +227,7 @@ class FoldedStore(Generic[S, OpT]):
             raise NotALogError(self.path, f"the marker says {kind!r}, not a {self.WHAT}")
         if not isinstance(version, int) or version > self.VERSION:
             raise UnsupportedVersionError(marker, version if isinstance(version, int) else -1, self.VERSION)
+        self._version = version
         return False
 
     def _set_up_compaction(self) -> None:

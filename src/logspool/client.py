@@ -182,6 +182,12 @@ class RemoteJournal(_Remote):
     def ack_many(self, jobs: Iterable[Job]) -> Any:
         return self._call(p.JOB_ACK_MANY, lambda b: None, jobs=[[job.id, job.token] for job in jobs])
 
+    def release(self, job: Job) -> Any:
+        return self.release_many([job])
+
+    def release_many(self, jobs: Iterable[Job]) -> Any:
+        return self._call(p.JOB_RELEASE_MANY, lambda b: None, jobs=[[job.id, job.token] for job in jobs])
+
     def nack(self, job: Job, *, delay: float = 0.0, error: str = "") -> Any:
         return self._call(p.JOB_NACK, lambda b: None, id=job.id, token=job.token, delay=delay, error=error)
 

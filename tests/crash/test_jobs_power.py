@@ -1,6 +1,6 @@
 """The job journal under simulated power loss and I/O errors, at every file-system operation.
 
-The workload has puts, takes, acks, nacks, delays, a TTL, dead letters, a retry and snapshots with
+The workload has puts, takes, acks, nacks, a release, delays, a TTL, dead letters, a retry and snapshots with
 compaction; ``tests/crash/fold_torture.py`` has the oracle: after any cut, the journal opens to
 the fold of a prefix of the reference run's ops at least as long as every call that returned had
 made it. So no acknowledged op is lost and an acked job never comes back.
@@ -65,11 +65,16 @@ def workload(root: Path, fs: FaultFS | None, acked: list[int], *, snapshots: boo
         if job:
             j.ack(job)
             done()
+    j.put_many([(f"r{i}", b"r") for i in range(4)])
+    done()
     batch = j.take_many(3, lease=1)  # batched decisions: one write each
     done()
     more = j.take_many(2, lease=1, ack=batch[:1])
     done()
-    j.ack_many(batch[1:] + more)
+    assert len(more) == 2
+    j.release_many(more[1:])  # given back unstarted: raises the journal's version, then writes
+    done()
+    j.ack_many(batch[1:] + more[:1])
     done()
     clock.ns += 5 * NS
     for dead in j.dead_letters()[:1]:

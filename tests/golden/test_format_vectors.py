@@ -203,6 +203,8 @@ def test_job_op_and_snapshot_vectors() -> None:
     assert jops.decode(v["job-take"], "vector") == take and jops.encode(take) == v["job-take"]
     nack = jops.Nack(5, 9, 1795000060000000000, False, "oops")
     assert jops.decode(v["job-nack"], "vector") == nack and jops.encode(nack) == v["job-nack"]
+    release = jops.Release(5, 9)
+    assert jops.decode(v["job-release"], "vector") == release and jops.encode(release) == v["job-release"]
     snap = jops.decode_snapshot(v["job-snapshot"], "vector")
     row = jops.JobRow(
         5, "k", "", b"p", 128, jops.PENDING, 1795000000000000000, 0, 1, 0, 0,

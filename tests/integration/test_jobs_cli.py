@@ -51,6 +51,9 @@ def test_take_count_leases_a_batch(tmp_path: Path) -> None:
     assert cli("take", d, "--count", "5", "--json")[:2] == (3, "[]\n")
     code, _, err = cli("take", d, "--count", "0")
     assert code == 2 and "not a count from 1 to" in err
+    assert cli("release", d, str(batch[1]["id"]), str(batch[1]["token"]))[0] == 0  # b, not started
+    code, out, _ = cli("list", d, "b", "--json")
+    assert [(j["state"], j["deliveries"]) for j in json.loads(out)] == [("pending", 0)]
 
 
 def test_bad_arguments_are_refused_clearly(tmp_path: Path) -> None:

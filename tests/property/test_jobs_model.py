@@ -177,7 +177,7 @@ class JournalModel(RuleBasedStateMachine):
         return m if m is not None and m.state == "leased" and m.token == job.token else None
 
     @precondition(lambda self: self.held)
-    @rule(i=st.integers(0, 100), how=st.sampled_from(["ack", "nack", "nack-later", "extend"]))
+    @rule(i=st.integers(0, 100), how=st.sampled_from(["ack", "nack", "nack-later", "extend", "release"]))
     def settle(self, i: int, how: str) -> None:
         job = self.held[i % len(self.held)]
         m = self._lease_ok(job)
@@ -186,6 +186,8 @@ class JournalModel(RuleBasedStateMachine):
                 self.journal.ack(job)
             elif how == "extend":
                 self.journal.extend(job, 30)
+            elif how == "release":
+                self.journal.release(job)
             else:
                 self.journal.nack(job, delay=7 if how == "nack-later" else 0, error=how)
         except LeaseExpiredError:
@@ -198,6 +200,13 @@ class JournalModel(RuleBasedStateMachine):
             self.held.remove(job)
         elif how == "extend":
             m.lease_until = self.now + 30 * NS
+        elif how == "release":  # back at its place (not_before unchanged), the delivery uncounted
+            self.held.remove(job)
+            m.deliveries -= 1
+            if self.pending(m.key) is not None:
+                del self.jobs[m.id]  # superseded by the newer put
+            else:
+                m.state, m.token, m.lease_until = "pending", 0, 0
         else:
             self.held.remove(job)
             m.error = how

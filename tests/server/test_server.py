@@ -126,6 +126,13 @@ def test_jobs_in_batches_over_the_wire(running: Running) -> None:
         assert j.stats().counters["acked"] == 3
         j.ack_many(second)
         assert j.take_many(3) == [] and j.stats().counters["acked"] == 5
+        j.put("r", b"back")
+        [r] = j.take_many(1)
+        j.release(r)  # given back unstarted: pending again, the delivery not counted
+        [back] = j.get("r")
+        assert back.state == "pending" and back.deliveries == 0 and j.stats().counters["released"] == 1
+        with pytest.raises(LeaseExpiredError):
+            j.release_many([r])
         out = c.pipeline(
             [
                 (p.JOB_TAKE_MANY, {"name": "batch"}),

@@ -7,6 +7,7 @@ seam (ns since the epoch); everything else (files, the op log, fsync) is real.
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -307,6 +308,64 @@ def test_work_in_batches_acks_each_batch_with_the_next_take(journal: jobs.Journa
     assert journal.jobs() == [] and w.done_count == 7
 
 
+def test_release_gives_a_job_back_at_its_place_without_counting_the_delivery(tmp_path: Path) -> None:
+    with jobs.open(tmp_path / "j", max_deliveries=1) as j:
+        j.put_many([("a", b""), ("b", b"")])
+        a = j.take()
+        assert isinstance(a, jobs.Job) and a.key == "a"
+        j.release(a)
+        with pytest.raises(LeaseExpiredError):
+            j.ack(a)  # the lease is gone with the release
+        again = j.take()  # first again, and not buried though max_deliveries is 1
+        assert isinstance(again, jobs.Job) and again.key == "a" and again.deliveries == 1
+        j.nack(again)  # a delivery that counted: now it goes to the dead letters
+        assert [d.key for d in j.dead_letters()] == ["a"]
+        assert j.stats().counters["released"] == 1
+
+
+def test_release_many_is_all_or_none_and_latest_wins(journal: jobs.Journal, clock: Clock) -> None:
+    journal.put_many([("a", b"1"), ("b", b""), ("c", b"")])
+    [a] = journal.take_many(1, lease=60)
+    [b] = journal.take_many(1, lease=5)
+    [c] = journal.take_many(1, lease=60)
+    clock.advance(6)
+    b2 = journal.take()  # b's lease ran out and another worker has it
+    assert isinstance(b2, jobs.Job) and b2.key == "b"
+    with pytest.raises(LeaseExpiredError, match=f"job {b.id}"):
+        journal.release_many([a, b, c])
+    assert journal.get("a")[0].state == "leased", "all or none: a stays leased"
+    journal.put("a", b"2")  # a newer put for a key whose job is leased
+    journal.release_many([a, c])
+    [pending] = journal.get("a")  # the released older payload gave way to the newer one
+    assert pending.payload == b"2" and journal.stats().counters["superseded"] == 1
+    assert journal.get("c")[0].state == "pending"
+    with pytest.raises(TypeError, match="release_many takes a list"):
+        journal.release_many(b2)  # type: ignore[arg-type]
+
+
+def test_the_first_release_raises_the_journal_format_version(tmp_path: Path) -> None:
+    path = tmp_path / "j"
+
+    class VersionOneReader(jobs.Journal):
+        VERSION = 1  # code that knows no RELEASE op
+
+    def marker() -> int:
+        return int(json.loads((path / "JOURNAL").read_text())["version"])
+
+    with jobs.open(path) as j:
+        j.put("a")
+        assert marker() == 1, "a journal keeps the lowest version that holds what it holds"
+        VersionOneReader(path).close()
+        job = j.take()
+        assert isinstance(job, jobs.Job)
+        j.release(job)
+        assert marker() == 2
+    with pytest.raises(UnsupportedVersionError, match="version 2"):
+        VersionOneReader(path)
+    with jobs.open(path) as j:
+        assert [x.key for x in j.jobs(state="pending")] == ["a"]
+
+
 def test_work_in_batches_settles_everything_when_the_loop_ends_early(journal: jobs.Journal) -> None:
     journal.put_many([(f"k{i}", b"") for i in range(5)])
     with pytest.raises(RuntimeError), journal.work(idle_timeout=0, batch=4) as w:
@@ -316,10 +375,11 @@ def test_work_in_batches_settles_everything_when_the_loop_ends_early(journal: jo
     assert journal.get("k0") == [], "finished before the error: acked"
     [failed] = journal.get("k1")
     assert failed.state == "pending" and "boom" in failed.error and failed.not_before > time.time()
-    for key in ("k2", "k3"):  # leased with the batch, never started: given back at once
+    for key in ("k2", "k3"):  # leased with the batch, never started: released, not counted
         [back] = journal.get(key)
-        assert back.state == "pending" and back.deliveries == 1 and "not started" in back.error
+        assert back.state == "pending" and back.deliveries == 0 and back.error == ""
     assert w.done_count == 1 and w.failed_count == 1
+    assert journal.stats().counters["released"] == 2 and journal.stats().counters["nacked"] == 1
     for job in journal.work(idle_timeout=0, batch=10):  # a bare loop: break gives the job back
         if job.key == "k3":
             break

@@ -172,7 +172,7 @@ class Journal(FoldedStore[State, ops.Op]):
     """A job journal in a directory. Use ``logspool.jobs.open``. See the module docstring."""
 
     KIND = "logspool-jobs"
-    VERSION = 1
+    VERSION = 2  # 2: RELEASE ops (a journal says 1 until its first release)
     WHAT = "job journal"
 
     def __init__(
@@ -506,6 +506,31 @@ class Journal(FoldedStore[State, ops.Op]):
             w.write(ops.Nack(job.id, job.token, self._clock() + int(delay_s * _NS), dead, error))
         self._mark_settled(job.token)
 
+    def release(self, job: Job) -> None:
+        """Give back a leased job that was not started: it is pending again at its place in the
+        order (its not_before and arrival are unchanged) and this delivery does not count toward
+        ``max_deliveries`` (what ``nack`` is for a job that was worked on). If a newer put for
+        its key is pending, this job is dropped in its favour (latest wins). LeaseExpiredError as
+        ``ack``. Durable on return. The first release raises the journal's format version to 2
+        (docs/FORMAT.md §14): code that reads only version 1 refuses to open it from then on."""
+        self.release_many([job])
+
+    def release_many(self, jobs: Iterable[Job]) -> None:
+        """``release`` each of ``jobs`` in one durable step: all of them, or, if any lease was
+        lost, none (LeaseExpiredError naming it). Durable on return."""
+        if isinstance(jobs, Job):
+            raise TypeError("release_many takes a list of jobs; release(job) releases one")
+        items = _jobs_list(jobs, "jobs")
+        if not items:
+            return
+        with self._decide() as w:
+            for job in items:
+                self._leased(job)  # every lease is checked before anything is made
+            self._require_version(2)
+            w.write_many([ops.Release(job.id, job.token) for job in items])
+        for job in items:
+            self._mark_settled(job.token)
+
     def extend(self, job: Job, lease: float = limits.JOB_LEASE_S_DEFAULT) -> Job:
         """Renew the lease: it now ends ``lease`` seconds from now. Returns the job as it is now.
         LeaseExpiredError as ``ack``. Durable on return."""
@@ -536,8 +561,9 @@ class Journal(FoldedStore[State, ops.Op]):
         ``batch`` > 1: jobs are leased ``batch`` at a time (``take_many``), and the jobs finished
         since the last batch are acked in the same step as the next one: one fsync a batch, not
         a job. The lease runs from the batch's take, so it must cover the whole batch. Leaving
-        the loop acks the finished jobs and gives back the ones not started (nack, no delay:
-        their delivery counts as one). A crash redoes the finished jobs not yet acked.
+        the loop acks the finished jobs and gives back the ones not started (``release_many``:
+        at their place, their delivery not counted). A crash redoes the finished jobs not yet
+        acked.
         """
         if isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= limits.JOB_TAKE_MAX:
             raise ValueError(f"batch must be an integer from 1 to {limits.JOB_TAKE_MAX}, not {batch!r}")
@@ -769,10 +795,13 @@ class Work:
                         "%s: job %d failed after its lease was lost: %s", self._journal.path, job.id, err
                     )
         self._ack_finished()
-        while self._held:
-            held = self._held.popleft()
-            with contextlib.suppress(LeaseExpiredError):  # (its lease ran out: it is back anyway)
-                self._journal.nack(held, error="not started: the worker left the loop")
+        held, self._held = list(self._held), collections.deque()
+        try:
+            self._journal.release_many(held)
+        except LeaseExpiredError:  # all or none: release those whose lease holds
+            for job in held:
+                with contextlib.suppress(LeaseExpiredError):  # (its lease ran out: it is back anyway)
+                    self._journal.release(job)
 
     def close(self) -> None:
         """Give the current job back (nack, no delay) and stop."""

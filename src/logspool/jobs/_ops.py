@@ -32,6 +32,7 @@ RETRY = 8
 PURGE = 9
 CANCEL = 10
 CONFIG = 11
+RELEASE = 12  # journal version 2
 OP_NAMES = {
     PUT: "put",
     TAKE: "take",
@@ -44,6 +45,7 @@ OP_NAMES = {
     PURGE: "purge",
     CANCEL: "cancel",
     CONFIG: "config",
+    RELEASE: "release",
 }
 
 # How a put that finds a pending job for its key merges priority and not_before (2 bits each).
@@ -56,7 +58,7 @@ MERGES = {"replace": REPLACE, "keep": KEEP, "earliest": EARLIEST, "latest": LATE
 _PUT = struct.Struct("<BBBxqqHH")  # type, merge, priority, 0, not_before, ttl_until (0: none), sizes
 _ID = struct.Struct("<B7xQ")  # type, 0, job id                      (EXPIRE, PURGE, CANCEL)
 _ID_TIME = struct.Struct("<B7xQq")  # type, 0, job id, time          (TAKE: lease_until; RETRY: not_before)
-_ID_TOKEN = struct.Struct("<B7xQQ")  # type, 0, job id, token        (ACK)
+_ID_TOKEN = struct.Struct("<B7xQQ")  # type, 0, job id, token        (ACK, RELEASE)
 _ID_TOKEN_TIME = struct.Struct("<B7xQQq")  # type, 0, id, token, time (EXTEND: lease_until)
 _NACK = struct.Struct("<BB6xQQqH")  # type, dead, 0, id, token, not_before, error size; error
 _DEAD = struct.Struct("<B7xQH")  # type, 0, job id, reason size; reason
@@ -124,7 +126,14 @@ class Config(NamedTuple):
     max_deliveries: int
 
 
-Op = Put | Take | Ack | Nack | Extend | Expire | Dead | Retry | Purge | Cancel | Config
+class Release(NamedTuple):
+    """A leased job given back unstarted: pending again at its place, the delivery not counted."""
+
+    job_id: int
+    token: int
+
+
+Op = Put | Take | Ack | Nack | Extend | Expire | Dead | Retry | Purge | Cancel | Config | Release
 
 
 def utf8(text: str, what: str, size_max: int) -> bytes:
@@ -175,6 +184,8 @@ def encode(op: Op) -> bytes:
         return _ID.pack(CANCEL, op.job_id)
     if isinstance(op, Config):
         return _CONFIG.pack(CONFIG, op.max_deliveries)
+    if isinstance(op, Release):
+        return _ID_TOKEN.pack(RELEASE, op.job_id, op.token)
     raise TypeError(f"not an op: {op!r}")  # pragma: no cover - our own bug
 
 
@@ -230,6 +241,9 @@ def decode(buf: bytes, where: str) -> Op:
         if kind == CONFIG:
             _, max_deliveries = _CONFIG.unpack_from(buf)
             return Config(max_deliveries)
+        if kind == RELEASE:
+            _, job_id, token = _ID_TOKEN.unpack_from(buf)
+            return Release(job_id, token)
     except struct.error as err:
         raise CorruptionError(where, 0, f"{OP_NAMES[kind]} op of {len(buf)} bytes is too short") from err
     raise UnsupportedVersionError(where, kind, max(OP_NAMES))

@@ -40,6 +40,7 @@ COUNTERS = (
     "retried",  # dead letters sent back
     "purged",  # dead letters removed
     "cancelled",
+    "released",  # leased jobs given back unstarted (their delivery not counted)
     "ops_ignored",  # ops that did not fit the state (see the module docstring)
 )
 
@@ -196,13 +197,15 @@ class State:
         elif isinstance(op, ops.Cancel):
             self.counters["cancelled"] += 1
             self._remove(job)
+        elif isinstance(op, ops.Release):
+            self._release(job)
 
     def _fits(self, job: JobEntry, op: ops.Op) -> bool:
         if isinstance(op, ops.Take):
             if job.state == LEASED:
                 return True
             return job.state == PENDING and self.keys[job.key][0] == NONE
-        if isinstance(op, ops.Ack | ops.Nack | ops.Extend):
+        if isinstance(op, ops.Ack | ops.Nack | ops.Extend | ops.Release):
             return job.state == LEASED and job.token == op.token
         if isinstance(op, ops.Expire | ops.Cancel):
             return job.state == PENDING
@@ -279,6 +282,21 @@ class State:
         job.lease_until_ns = 0
         job.not_before_ns = op.not_before_ns
         self._enqueue(job)
+
+    def _release(self, job: JobEntry) -> None:
+        self.counters["released"] += 1
+        job.deliveries -= 1  # the take that leased it did not deliver it
+        slots = self.keys[job.key]
+        if slots[1] != NONE:  # a newer put is pending: latest wins, as for a nack
+            self.counters["superseded"] += 1
+            self._remove(job)
+            return
+        slots[0] = NONE
+        slots[1] = job.id
+        job.state = PENDING
+        job.token = 0
+        job.lease_until_ns = 0
+        self._enqueue(job)  # at its place: its not_before and id are unchanged
 
     def _to_dead(self, job: JobEntry, reason: str) -> None:
         self._unlink_key(job)

@@ -61,6 +61,7 @@ JOB_STATS = 45
 JOB_GET = 46
 JOB_TAKE_MANY = 47
 JOB_ACK_MANY = 48
+JOB_RELEASE_MANY = 49
 LISTEN = 50
 UNLISTEN = 51
 COMMANDS = {
@@ -71,7 +72,7 @@ COMMANDS = {
     LOG_APPEND: "log.append", LOG_READ: "log.read", LOG_INFO: "log.info", LOG_FORWARD: "log.forward",
     JOB_PUT: "jobs.put", JOB_TAKE: "jobs.take", JOB_ACK: "jobs.ack", JOB_NACK: "jobs.nack",
     JOB_EXTEND: "jobs.extend", JOB_STATS: "jobs.stats", JOB_GET: "jobs.get",
-    JOB_TAKE_MANY: "jobs.take_many", JOB_ACK_MANY: "jobs.ack_many",
+    JOB_TAKE_MANY: "jobs.take_many", JOB_ACK_MANY: "jobs.ack_many", JOB_RELEASE_MANY: "jobs.release_many",
     LISTEN: "listen", UNLISTEN: "unlisten",
 }  # fmt: skip
 

@@ -474,6 +474,10 @@ class Server:
             s.jobs(b).ack_many(_job_refs(b, "jobs"))
             return {}
 
+        def job_release_many(b: dict[str, Any]) -> dict[str, Any]:
+            s.jobs(b).release_many(_job_refs(b, "jobs"))
+            return {}
+
         def job_ack(b: dict[str, Any]) -> dict[str, Any]:
             s.jobs(b).ack(_job_ref(b))
             return {}
@@ -542,6 +546,7 @@ class Server:
             p.JOB_ACK: job_ack,
             p.JOB_TAKE_MANY: job_take_many,
             p.JOB_ACK_MANY: job_ack_many,
+            p.JOB_RELEASE_MANY: job_release_many,
             p.JOB_NACK: job_nack,
             p.JOB_EXTEND: job_extend,
             p.JOB_STATS: lambda b: s.jobs(b).stats().to_json(),
