@@ -168,6 +168,10 @@ def _job(entry: JobEntry) -> Job:
     )
 
 
+def _ack_op(job: Job) -> ops.Op:
+    return ops.Ack(job.id, job.token)
+
+
 class Journal(FoldedStore[State, ops.Op]):
     """A job journal in a directory. Use ``logspool.jobs.open``. See the module docstring."""
 
@@ -372,7 +376,7 @@ class Journal(FoldedStore[State, ops.Op]):
         deadline = time.monotonic() + wait_s
         for _ in range(1 << 40):  # bounded by the deadline
             with self._decide() as w:
-                self._ack_in(w, acks)
+                self._settle_in(w, acks, _ack_op)
                 result = self._lease(w, lease_s, count)
             for job in acks:
                 self._mark_settled(job.token)  # (once written)
@@ -442,11 +446,16 @@ class Journal(FoldedStore[State, ops.Op]):
         result = self._take(count, _seconds(lease, "lease", zero=False), _seconds(wait, "wait"), ack)
         return [] if isinstance(result, Idle) else result
 
-    def _ack_in(self, w: _Writer[State, ops.Op], jobs_: list[Job]) -> None:
-        """Inside a decision: ack every one of ``jobs_``, or none if any lease was lost."""
+    def _settle_in(
+        self, w: _Writer[State, ops.Op], jobs_: list[Job], make: Callable[[Job], ops.Op], version: int = 1
+    ) -> None:
+        """Inside a decision: write ``make(job)`` for every one of ``jobs_`` (an ack, a release),
+        or nothing if any lease was lost. ``version``: the journal format those ops need."""
         for job in jobs_:
             self._leased(job)  # every lease is checked before anything is made
-        w.write_many([ops.Ack(job.id, job.token) for job in jobs_])
+        if jobs_:
+            self._require_version(version)
+        w.write_many([make(job) for job in jobs_])
 
     def _leased(self, job: Job) -> JobEntry:
         """The state's entry for ``job`` if the caller's lease still holds; else LeaseExpiredError."""
@@ -482,13 +491,20 @@ class Journal(FoldedStore[State, ops.Op]):
     def ack_many(self, jobs: Iterable[Job]) -> None:
         """``ack`` each of ``jobs``, in one durable step (one write, one fsync): all are acked, or,
         if any lease was lost, none (LeaseExpiredError naming it). Durable on return."""
+        self._settle_many("ack", jobs, _ack_op)
+
+    def _settle_many(
+        self, what: str, jobs: Iterable[Job], make: Callable[[Job], ops.Op], version: int = 1
+    ) -> None:
+        """ack_many and release_many: the op ``make`` makes for each job, all in one decision,
+        or none if any lease was lost. ``version``: the journal format the op needs."""
         if isinstance(jobs, Job):
-            raise TypeError("ack_many takes a list of jobs; ack(job) acks one")
+            raise TypeError(f"{what}_many takes a list of jobs; {what}(job) takes one")
         items = _jobs_list(jobs, "jobs")
         if not items:
             return
         with self._decide() as w:
-            self._ack_in(w, items)
+            self._settle_in(w, items, make, version)
         for job in items:
             self._mark_settled(job.token)
 
@@ -518,18 +534,7 @@ class Journal(FoldedStore[State, ops.Op]):
     def release_many(self, jobs: Iterable[Job]) -> None:
         """``release`` each of ``jobs`` in one durable step: all of them, or, if any lease was
         lost, none (LeaseExpiredError naming it). Durable on return."""
-        if isinstance(jobs, Job):
-            raise TypeError("release_many takes a list of jobs; release(job) releases one")
-        items = _jobs_list(jobs, "jobs")
-        if not items:
-            return
-        with self._decide() as w:
-            for job in items:
-                self._leased(job)  # every lease is checked before anything is made
-            self._require_version(2)
-            w.write_many([ops.Release(job.id, job.token) for job in items])
-        for job in items:
-            self._mark_settled(job.token)
+        self._settle_many("release", jobs, lambda job: ops.Release(job.id, job.token), version=2)
 
     def extend(self, job: Job, lease: float = limits.JOB_LEASE_S_DEFAULT) -> Job:
         """Renew the lease: it now ends ``lease`` seconds from now. Returns the job as it is now.

@@ -270,24 +270,18 @@ class State:
         if op.dead:
             self._to_dead(job, op.error)
             return
-        slots = self.keys[job.key]
-        if slots[1] != NONE:  # a newer put is pending: latest wins, this older payload is dropped
-            self.counters["superseded"] += 1
-            self._remove(job)
-            return
-        slots[0] = NONE
-        slots[1] = job.id
-        job.state = PENDING
-        job.token = 0
-        job.lease_until_ns = 0
-        job.not_before_ns = op.not_before_ns
-        self._enqueue(job)
+        self._give_back(job, op.not_before_ns)
 
     def _release(self, job: JobEntry) -> None:
         self.counters["released"] += 1
         job.deliveries -= 1  # the take that leased it did not deliver it
+        self._give_back(job, job.not_before_ns)  # at its place: not_before and id unchanged
+
+    def _give_back(self, job: JobEntry, not_before_ns: int) -> None:
+        """A leased job becomes its key's pending job again, or is dropped if a newer put for the
+        key is pending (latest wins: this older payload goes)."""
         slots = self.keys[job.key]
-        if slots[1] != NONE:  # a newer put is pending: latest wins, as for a nack
+        if slots[1] != NONE:
             self.counters["superseded"] += 1
             self._remove(job)
             return
@@ -296,7 +290,8 @@ class State:
         job.state = PENDING
         job.token = 0
         job.lease_until_ns = 0
-        self._enqueue(job)  # at its place: its not_before and id are unchanged
+        job.not_before_ns = not_before_ns
+        self._enqueue(job)
 
     def _to_dead(self, job: JobEntry, reason: str) -> None:
         self._unlink_key(job)
