@@ -219,6 +219,12 @@ class Log:
         self._wq_mutex = threading.Lock()
         self._wq: list[_Pending] = []
         self._wq_busy = False
+        # Gathering (docs/DESIGN.md, "the write queue gathers"): the threads of the batch just
+        # acknowledged that have not appended again yet, and the gate a leader waits on for them
+        # (released by the last to come back), for at most the fsync's recent cost.
+        self._wq_expected = 0
+        self._wq_gate: threading.Lock | None = None
+        self._fsync_cost_s = 0.0
         self._queued = durability == "always"
         self._batch_first = -1  # under _lock: the first lsn of the batch being written
         self._sync_cond = threading.Condition(threading.Lock())
@@ -910,6 +916,11 @@ class Log:
         meanwhile becomes the next batch (LevelDB's writer queue)."""
         mine = None
         with self._wq_mutex:
+            if self._wq_expected:
+                self._wq_expected -= 1
+                if not self._wq_expected and self._wq_gate is not None:
+                    self._wq_gate.release()
+                    self._wq_gate = None
             if self._wq_busy:
                 mine = _Pending(data, flags)
                 self._wq.append(mine)
@@ -930,6 +941,8 @@ class Log:
         end = -1  # the batch's lsns below this are in the log; the rest failed with ``error``
         error: BaseException | None = None
         try:
+            if self._wq_expected:
+                self._gather()
             with self._lock:
                 try:
                     first = self._write_one_locked(data, flags, batch)
@@ -949,6 +962,27 @@ class Log:
         if self._retention_due:
             self._retain_after_rotation()
         return first
+
+    def _gather(self) -> None:
+        """With the write role, before writing: wait for the threads of the batch just
+        acknowledged to queue again, for at most the recent cost of an fsync. A batch that
+        starts at once holds only the threads that queued during the last fsync, and the ones
+        that fsync acknowledged wait through the next one: batches alternate between halves of
+        the threads. Waiting less than an fsync for them puts them all in one. A thread that
+        does not come back costs one wait; the count starts again from the next batch."""
+        wait = min(self._fsync_cost_s, limits.GATHER_WAIT_S_MAX)
+        with self._wq_mutex:
+            if not self._wq_expected or wait <= 0.0:
+                self._wq_expected = 0
+                return
+            gate = self._wq_gate = threading.Lock()
+            gate.acquire()
+        try:
+            gate.acquire(timeout=wait)
+        finally:
+            with self._wq_mutex:
+                self._wq_gate = None
+                self._wq_expected = 0
 
     def _leave_queue(self, mine: _Pending) -> None:
         """A queued append interrupted while waiting: out of the queue if it is still there;
@@ -970,6 +1004,8 @@ class Log:
         others with ``error``."""
         with self._wq_mutex:
             leader = None
+            if first >= 0:  # the threads this batch acknowledges (this one too) may append again
+                self._wq_expected = len(batch) + 1
             if self._wq:
                 leader = self._wq.pop(0)
                 leader.lead = True
@@ -1345,7 +1381,10 @@ class Log:
         synced = 0
         try:
             if fd >= 0:
+                start = time.perf_counter()
                 self._sync_through(fd, base, end, written)
+                # The recent cost of a group commit's fsync, which bounds a gathering wait.
+                self._fsync_cost_s = 0.75 * self._fsync_cost_s + 0.25 * (time.perf_counter() - start)
             synced = written
         except OSError as err:
             self._fail(err)

@@ -60,6 +60,9 @@ LOCK_TIMEOUT_S_DEFAULT = 60.0
 # When inotify is not available, a waiting reader polls with a backoff between these (seconds).
 POLL_INTERVAL_S_MIN = 0.001
 POLL_INTERVAL_S_MAX = 0.05
+# The longest a durable append's leader waits for the threads its last fsync acknowledged to
+# append again (it waits at most the recent cost of an fsync, and never longer than this).
+GATHER_WAIT_S_MAX = 0.002
 # Recovery looks this many lsns past a damaged record for later records that prove it was durable.
 RECOVERY_RESYNC_LSNS = 64
 # Repair looks this many lsns past a damaged record for the first good record after it; damage

@@ -301,3 +301,68 @@ def test_an_interrupted_queued_append_does_not_strand_the_others(log_dir: str) -
     assert outcome.lsns == {b"leader": 0, b"behind": 1} and not outcome.errors
     with logspool.open(log_dir, readonly=True) as log:
         assert [r.payload for r in log.read()] == [b"leader", b"behind", b"after"]
+
+
+class SlowFsyncFS(FileSystem):
+    """fsyncs of segment files last at least ``floor_s`` (a slower disk); counts them."""
+
+    def __init__(self, floor_s: float) -> None:
+        self.floor_s = floor_s
+        self.fsyncs = 0
+
+    def fsync(self, fd: int) -> None:
+        start = time.monotonic()
+        super().fsync(fd)
+        self.fsyncs += 1
+        time.sleep(max(0.0, self.floor_s - (time.monotonic() - start)))
+
+
+def test_threads_acknowledged_together_are_written_together_again(log_dir: str) -> None:
+    """4 threads appending in a loop: without gathering, the threads one fsync acknowledges miss
+    the next batch (it starts with the ones that queued during the fsync), so batches alternate
+    between halves of them. The leader waits (less than an fsync) for them to queue again."""
+    fs = SlowFsyncFS(0.005)
+    count, each = 4, 40
+    start = threading.Barrier(count)
+    with logspool.open(log_dir, durability="always", fs=fs) as log:
+        opened = fs.fsyncs
+
+        def work(i: int) -> None:
+            start.wait()
+            for j in range(each):
+                log.append(f"{i} {j}".encode())
+
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(count)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        fsyncs = fs.fsyncs - opened
+    records = [r.payload.decode().split() for r in logspool.open(log_dir, readonly=True).read()]
+    assert sorted(records, key=lambda r: (int(r[0]), int(r[1]))) == [
+        [str(i), str(j)] for i in range(count) for j in range(each)
+    ]
+    for i in range(count):  # each thread's records in its order
+        assert [int(j) for t, j in records if int(t) == i] == list(range(each))
+    # 160 records in batches of 4 take 40 fsyncs (measured: 40); without gathering 57-59.
+    assert fsyncs <= 48, f"{fsyncs} fsyncs for {count * each} records"
+
+
+def test_a_thread_that_stops_appending_does_not_hold_up_the_others(log_dir: str) -> None:
+    """The leader waits for the threads of the last batch; one that never appends again costs
+    that wait once (at most an fsync's time, capped), and the others go on."""
+    fs = SlowFsyncFS(0.02)
+    with logspool.open(log_dir, durability="always", fs=fs) as log:
+        for _ in range(3):  # two threads in one batch: both expected back, then one leaves
+            pair = [threading.Thread(target=log.append, args=(p,)) for p in (b"a", b"b")]
+            for th in pair:
+                th.start()
+            for th in pair:
+                th.join()
+        started = time.monotonic()
+        for _ in range(10):
+            log.append(b"alone")
+        elapsed = time.monotonic() - started
+        assert log.next_lsn == 16
+    # 10 fsyncs of 20 ms, and one wait of at most 2 ms for the thread that left.
+    assert elapsed < 10 * 0.02 + 0.15, f"{elapsed:.3f} s for 10 appends alone"
