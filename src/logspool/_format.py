@@ -87,6 +87,10 @@ SYNC_MARK = struct.Struct("<8sQQ")  # magic, segment base lsn, offset
 SYNC_FILE_SIZE = 64  # the file is at least this long; the mark is its first 24 bytes
 SYNC_BOOT_OFFSET = 24  # then the boot in which a writer last recovered the log (16 bytes)
 SYNC_BOOT_SIZE = 16
+# Then the gathering hint (advisory, §8.1): the lsn after the records the last group commit's
+# fsync covered, and the lsn the next one should wait for (0: none).
+SYNC_GATHER = struct.Struct("<QQQ")
+SYNC_GATHER_OFFSET = 40
 
 LSN_MAX = (1 << 63) - 1  # lsns are stored in 64 bits; we keep them within a signed int64 for Spark
 NAME_DIGITS = 20  # segment names: the base lsn in 20 decimal digits, so names sort as numbers
@@ -539,6 +543,17 @@ def write_sync_boot(buf: mmap.mmap, boot: bytes) -> None:
     """Set the boot id (16 bytes, or b"" to forget it: the next opening writer recovers the
     newest segment whole). The mark must carry the magic already."""
     buf[SYNC_BOOT_OFFSET : SYNC_BOOT_OFFSET + SYNC_BOOT_SIZE] = boot.ljust(SYNC_BOOT_SIZE, b"\0")
+
+
+def read_sync_gather(buf: mmap.mmap | bytes) -> tuple[int, int, int]:
+    """The gathering hint (§8.1): (lsn after the records the last fsync covered, lsn to wait
+    for). Advisory: any value is safe, it only bounds how long a syncer waits."""
+    covered, target, epoch = SYNC_GATHER.unpack_from(buf, SYNC_GATHER_OFFSET)
+    return covered, target, epoch
+
+
+def write_sync_gather(buf: mmap.mmap, covered: int, target: int, epoch: int) -> None:
+    SYNC_GATHER.pack_into(buf, SYNC_GATHER_OFFSET, covered, target, epoch & (2**64 - 1))
 
 
 # --- the checkpointed file's undo log (docs/FORMAT.md §13) ---------------------------------------

@@ -14,6 +14,7 @@ import errno
 import fcntl
 import mmap
 import os
+import struct
 import time
 from collections.abc import Iterable
 
@@ -181,6 +182,28 @@ class FileSystem:
     def unlock(self, fd: int) -> None:
         fcntl.flock(fd, fcntl.LOCK_UN)
 
+    def lock_gate(self, fd: int, byte: int, kind: int) -> None:
+        """Wait for and take (``fcntl.F_RDLCK``, ``F_WRLCK``) or release (``F_UNLCK``) gate
+        ``byte`` of ``fd``'s file: an open file description lock (``F_OFD_SETLKW``) on one byte
+        far past the end of the file, independent of the file's flock and, like it, released
+        when the descriptor closes or its process dies. A no-op where the system has none."""
+        if _OFD_LOCKS:
+            fcntl.fcntl(fd, fcntl.F_OFD_SETLKW, _GATE.pack(kind, 0, _GATE_BYTE + byte, 1, 0))
+
+    def try_gate(self, fd: int, byte: int) -> bool:
+        """Take gate ``byte`` exclusively if it is free now (always, where there are none)."""
+        if not _OFD_LOCKS:
+            return True
+        try:
+            fcntl.fcntl(fd, fcntl.F_OFD_SETLK, _GATE.pack(fcntl.F_WRLCK, 0, _GATE_BYTE + byte, 1, 0))
+        except (BlockingIOError, PermissionError):  # EAGAIN or EACCES: held by another
+            return False
+        return True
+
+
+_GATE = struct.Struct("hhqqi4x")  # struct flock on 64-bit Linux: type, whence, start, len, pid
+_GATE_BYTE = 1 << 40  # the gates' offset in the file (docs/FORMAT.md §8.1)
+_OFD_LOCKS = hasattr(fcntl, "F_OFD_SETLK")
 
 REAL = FileSystem()
 

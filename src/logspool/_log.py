@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import logging
 import mmap
 import os
@@ -51,6 +52,7 @@ from ._subscribers import (
     is_transient,
     subscriber_info,
 )
+from ._watch import DirectoryWatch
 from .errors import (
     AppendError,
     ClosedError,
@@ -225,6 +227,7 @@ class Log:
         self._wq_expected = 0
         self._wq_gate: threading.Lock | None = None
         self._fsync_cost_s = 0.0
+        self._gather_watch: DirectoryWatch | None = None  # made by the first gathering syncer
         self._queued = durability == "always"
         self._batch_first = -1  # under _lock: the first lsn of the batch being written
         self._sync_cond = threading.Condition(threading.Lock())
@@ -1274,7 +1277,7 @@ class Log:
             # fsync can have covered these bytes, and the mark is raised to ``end``, this handle's
             # own last write, not to the size (so a cut can never be under it). The sync lock is
             # taken only to change the mark, for a writer handle opened before this one.
-            fs.fsync(fd)
+            self._timed_fsync(fd)
             for other in fds:
                 fs.fsync(other)
             fs.lock_blocking(self._sync_fd)
@@ -1284,34 +1287,95 @@ class Log:
             finally:
                 fs.unlock(self._sync_fd)
             return
-        fs.lock_shared(self._sync_fd)
+        for _ in range(1 << 30):  # bounded: each turn ends with another process's fsync done
+            fs.lock_shared(self._sync_fd)
+            try:
+                if fmt.read_sync_mark(sync_map) >= (base, end):
+                    return
+                gather_covered, gather_target, epoch = fmt.read_sync_gather(sync_map)
+            finally:
+                fs.unlock(self._sync_fd)
+            # The syncer's role is a gate (a lock on one of two bytes, by the parity of the
+            # fsync's epoch), not the sync flock: the flock is held only to read or change the
+            # mark (and through the fsync), so a writer never queues for it behind a syncer
+            # that gathers. Those that find the gate of their epoch taken were written before
+            # its syncer's fsync begins (it moves the epoch on first): they sleep on that gate,
+            # which the next epoch's syncer does not take.
+            gate = epoch & 1
+            if fs.try_gate(self._sync_fd, gate):
+                break
+            fs.lock_gate(self._sync_fd, gate, fcntl.F_RDLCK)
+            fs.lock_gate(self._sync_fd, gate, fcntl.F_UNLCK)
         try:
-            if fmt.read_sync_mark(sync_map) >= (base, end):
-                return
-            fs.lock_blocking(self._sync_fd)  # converts; another process may fsync in between
-            mark = fmt.read_sync_mark(sync_map)
-            if mark >= (base, end):
-                return
-            # Everything written by anyone up to now is covered: the records others wrote after
-            # ours too, found whole in the file before the fsync starts (not the file's size,
-            # which counts the preallocated zeros).
-            covered = self._records_end(fd, end, lsn)
-            fs.fsync(fd)
-            for other in fds:
-                fs.fsync(other)
-            if mark < (base, covered):
-                fmt.write_sync_mark(sync_map, base, covered)
+            if lsn < gather_target and self._queued:
+                self._gather_processes(fd, end, lsn, gather_target)
+            fs.lock_blocking(self._sync_fd)
+            try:
+                mark = fmt.read_sync_mark(sync_map)
+                if mark >= (base, end):
+                    return
+                gather_covered, gather_target, epoch = fmt.read_sync_gather(sync_map)
+                fmt.write_sync_gather(sync_map, gather_covered, gather_target, epoch + 1)
+                # Everything written by anyone up to now is covered: the records others wrote
+                # after ours too, found whole in the file before the fsync starts (not the
+                # file's size, which counts the preallocated zeros).
+                covered, covered_lsn = self._records_end(fd, end, lsn)
+                self._timed_fsync(fd)
+                for other in fds:
+                    fs.fsync(other)
+                if mark < (base, covered):
+                    fmt.write_sync_mark(sync_map, base, covered)
+                # The hint for the next syncer: the writers of the records this fsync covered
+                # append again; it waits for as many records after those written meanwhile.
+                count = covered_lsn - gather_covered
+                target = 0
+                if 0 < count <= limits.GATHER_RECORDS_MAX:
+                    target = self._records_end(fd, covered, covered_lsn)[1] + count
+                fmt.write_sync_gather(sync_map, covered_lsn, target, epoch + 1)
+            finally:
+                fs.unlock(self._sync_fd)
         finally:
-            fs.unlock(self._sync_fd)
+            fs.lock_gate(self._sync_fd, gate, fcntl.F_UNLCK)
 
-    def _records_end(self, fd: int, end: int, lsn: int) -> int:
+    def _timed_fsync(self, fd: int) -> None:
+        """fsync, keeping the recent cost of one, which bounds a gathering wait."""
+        start = time.perf_counter()
+        self._fs.fsync(fd)
+        self._fsync_cost_s = 0.75 * self._fsync_cost_s + 0.25 * (time.perf_counter() - start)
+
+    def _gather_processes(self, fd: int, end: int, lsn: int, target: int) -> None:
+        """The syncer, before it takes the sync flock and fsyncs: wait until the records below
+        ``target`` are written (the writers the last fsync covered, appending again), for at
+        most the recent cost of an fsync (2 ms cap), woken by inotify on each write; without
+        inotify, no wait (docs/DESIGN.md, "gathering across processes")."""
+        wait = min(self._fsync_cost_s, limits.GATHER_WAIT_S_MAX)
+        if wait <= 0.0 or target - lsn > limits.GATHER_RECORDS_MAX:
+            return
+        watch = self._gather_watch
+        if watch is None:
+            watch = self._gather_watch = DirectoryWatch(self.path)
+        if not watch.uses_inotify:
+            return
+        deadline = time.perf_counter() + wait
+        for _ in range(limits.GATHER_RECORDS_MAX + 1):  # each turn sees a write, or times out
+            watch.drain()
+            if self._records_end(fd, end, lsn)[1] >= target:
+                return
+            left = deadline - time.perf_counter()
+            if left <= 0.0:
+                return
+            watch.wait(left)
+
+    def _records_end(self, fd: int, end: int, lsn: int) -> tuple[int, int]:
         """The end of the whole, valid records that follow offset ``end`` of segment ``fd`` (the
-        record of ``lsn`` first), within one chunk; ``end`` if there are none. A record counted
-        here is wholly in the file now: an fsync started after this covers it."""
+        record of ``lsn`` first), within one chunk, and the lsn after them; (``end``, ``lsn``) if
+        there are none. A record counted here is wholly in the file now: an fsync started after
+        this covers it."""
         if self._fs.pread(fd, fmt.RECORD_HEADER_SIZE, end) == _ZERO_HEADER:
-            return end  # the common case: nothing after ours
+            return end, lsn  # the common case: nothing after ours
         data = self._fs.pread(fd, _SYNC_LOOKAHEAD, end)
-        return seg.parse(data, 0, lsn, self.record_size_max, None, None, end).pos
+        stop = seg.parse(data, 0, lsn, self.record_size_max, None, None, end)
+        return stop.pos, stop.lsn
 
     def _cut_active(self, offset: int) -> None:
         """Under the writer lock: truncate the active segment at ``offset``, with the sync mark
@@ -1381,10 +1445,7 @@ class Log:
         synced = 0
         try:
             if fd >= 0:
-                start = time.perf_counter()
                 self._sync_through(fd, base, end, written)
-                # The recent cost of a group commit's fsync, which bounds a gathering wait.
-                self._fsync_cost_s = 0.75 * self._fsync_cost_s + 0.25 * (time.perf_counter() - start)
             synced = written
         except OSError as err:
             self._fail(err)
@@ -1666,6 +1727,9 @@ class Log:
             if self._sync_map is not None:
                 self._sync_map.close()
                 self._sync_map = None
+            if self._gather_watch is not None:
+                self._gather_watch.close()
+                self._gather_watch = None
             if self._single and self._lock_fd >= 0:
                 self._single = False
                 self._fs.unlock(self._lock_fd)  # (explicitly: a forked child may share the fd)

@@ -16,6 +16,7 @@ import ctypes.util
 import os
 import select
 import time
+import weakref
 
 from . import limits
 
@@ -26,6 +27,7 @@ _IN_CREATE = 0x00000100
 _IN_DELETE = 0x00000200
 _IN_NONBLOCK = 0o4000
 _IN_CLOEXEC = 0o2000000
+_FD_SETSIZE = 1024  # select() takes descriptors below this only
 _MASK = _IN_MODIFY | _IN_CLOSE_WRITE | _IN_MOVED_TO | _IN_CREATE | _IN_DELETE
 
 
@@ -57,6 +59,10 @@ class DirectoryWatch:
             os.close(fd)
             return
         self._fd = fd
+        # A watch dropped without close() (a reader left to the garbage collector) gives its
+        # descriptor back: inotify instances are few (128 a user by default), and a process
+        # that ran out would make every later watch poll instead.
+        self._close_fd = weakref.finalize(self, os.close, fd)
         self._poller = select.poll()
         self._poller.register(fd, select.POLLIN)
 
@@ -80,7 +86,10 @@ class DirectoryWatch:
         if timeout_s <= 0:
             return
         if self._fd >= 0:
-            self._poller.poll(timeout_s * 1000.0)
+            if timeout_s < 0.001 and self._fd < _FD_SETSIZE:
+                select.select([self._fd], [], [], timeout_s)  # microseconds; poll's unit is 1 ms
+            else:
+                self._poller.poll(timeout_s * 1000.0)
             return
         time.sleep(min(self._poll_delay_s, timeout_s))
         self._poll_delay_s = min(self._poll_delay_s * 2, limits.POLL_INTERVAL_S_MAX)
@@ -91,5 +100,5 @@ class DirectoryWatch:
 
     def close(self) -> None:
         if self._fd >= 0:
-            os.close(self._fd)
+            self._close_fd()
             self._fd = -1

@@ -63,6 +63,9 @@ POLL_INTERVAL_S_MAX = 0.05
 # The longest a durable append's leader waits for the threads its last fsync acknowledged to
 # append again (it waits at most the recent cost of an fsync, and never longer than this).
 GATHER_WAIT_S_MAX = 0.002
+# A group commit waits for other processes' records only when the last one covered at most this
+# many (a few concurrent appenders, not batches).
+GATHER_RECORDS_MAX = 256
 # Recovery looks this many lsns past a damaged record for later records that prove it was durable.
 RECOVERY_RESYNC_LSNS = 64
 # Repair looks this many lsns past a damaged record for the first good record after it; damage

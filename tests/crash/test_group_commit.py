@@ -13,6 +13,7 @@ import errno
 import mmap
 import os
 import threading
+import time
 
 import pytest
 
@@ -175,3 +176,75 @@ def test_a_leader_that_measured_a_partial_record_cannot_leave_the_mark_over_the_
     path, end = _record_ends(log_dir)[lsn]
     assert path == seg_path
     assert before < end <= after, "acknowledged on the word of a mark raised over cut bytes"
+
+
+class SlowSyncTracker(SyncTracker):
+    """A SyncTracker whose segment fsyncs last at least ``floor_s`` (a slower disk), counted."""
+
+    def __init__(self, floor_s: float) -> None:
+        super().__init__()
+        self.floor_s = floor_s
+        self.segment_fsyncs = 0
+
+    def fsync(self, fd: int) -> None:
+        start = time.monotonic()
+        super().fsync(fd)
+        if fmt.parse_segment_name(os.path.basename(self.paths[fd])) is not None:
+            with self.mutex:
+                self.segment_fsyncs += 1
+            time.sleep(max(0.0, self.floor_s - (time.monotonic() - start)))
+
+
+def test_handles_that_gather_still_acknowledge_only_what_an_fsync_covered(log_dir: str) -> None:
+    """4 handles (each its own open file descriptions: they gather as processes do), 2 threads
+    each, on a 3 ms fsync: the syncer of each fsync waits for the writers the last one covered,
+    so fsyncs carry most of the 8 writers' records; every acknowledgement was still covered."""
+    tracker = SlowSyncTracker(0.003)
+    logspool.open(log_dir, fs=tracker).close()
+    handles = [logspool.open(log_dir, durability="always", fs=tracker) for _ in range(4)]
+    acked: dict[int, dict[str, int]] = {}
+    lock = threading.Lock()
+    start = threading.Barrier(8)
+    fsyncs_before = tracker.segment_fsyncs
+
+    def writer(h: int, t: int) -> None:
+        start.wait()
+        for i in range(40):
+            lsn = handles[h].append(f"h{h} t{t} {i}".encode())
+            seen = tracker.snapshot()
+            with lock:
+                acked[lsn] = seen
+
+    threads = [threading.Thread(target=writer, args=(h, t)) for h in range(4) for t in range(2)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    fsyncs = tracker.segment_fsyncs - fsyncs_before
+    for h in handles:
+        h.close()
+    ends = _record_ends(log_dir)
+    assert sorted(acked) == list(range(320))
+    for lsn, seen in acked.items():
+        path, end = ends[lsn]
+        assert seen.get(path, 0) >= end, f"lsn {lsn} acknowledged before an fsync covered it"
+    assert fsyncs <= 70, f"{fsyncs} fsyncs for 320 records (measured: 43-44; 96-101 without gathering)"
+
+
+def test_a_wrong_gathering_hint_costs_at_most_one_bounded_wait(log_dir: str) -> None:
+    """The hint in the sync file is advisory: one that names records nobody will write makes
+    the next syncer wait at most the capped gathering time, and that fsync replaces it."""
+    tracker = SlowSyncTracker(0.001)
+    with logspool.open(log_dir, durability="always", fs=tracker) as log:
+        log.append(b"first")  # measures the fsync's cost
+        with open(os.path.join(log_dir, fmt.SYNC_NAME), "r+b") as f:
+            sync = mmap.mmap(f.fileno(), fmt.SYNC_FILE_SIZE)
+            fmt.write_sync_gather(sync, 1, 200, 5)  # 199 records that will never come
+            started = time.monotonic()
+            assert log.append(b"second") == 1
+            waited = time.monotonic() - started
+            covered, target, epoch = fmt.read_sync_gather(sync)
+            sync.close()
+    assert waited < 0.5, f"{waited:.3f} s"
+    assert (covered, epoch) == (2, 6)  # the fsync's own: through lsn 1, the epoch moved on
+    assert target in (0, 3)  # no writer, or this one, expected back

@@ -66,6 +66,7 @@ def test_sync_file_vector() -> None:
     assert fmt.read_sync_boot(v) == bytes.fromhex("02da6d0b8906484294c701432682104d")
     assert fmt.read_sync_boot(v[:24] + bytes(40)) == b""  # zeros: no boot known
     assert fmt.read_sync_boot(b"LOGSPSYN" + v[8:]) == b""  # another magic: nothing known
+    assert fmt.read_sync_gather(v) == (70, 74, 9)
 
 
 def test_meta_vector() -> None:

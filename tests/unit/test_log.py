@@ -5,6 +5,7 @@ Each test opens a log in a fresh temporary directory and checks what a user woul
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import threading
@@ -449,3 +450,24 @@ def test_catch_up_across_a_seal_at_any_chunk_boundary(tmp_path: Path) -> None:
     with logspool.open(path) as log:
         assert [r.lsn for r in log.read()] == list(range(100 * (9 + 10 + 11)))
     assert logspool.verify(path).ok
+
+
+def _inotify_descriptors() -> int:
+    count = 0
+    for name in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(FileNotFoundError):  # (the listing's own descriptor)
+            count += "inotify" in os.readlink(f"/proc/self/fd/{name}")
+    return count
+
+
+def test_tailing_readers_left_unclosed_give_back_their_inotify_instances(log_dir: str) -> None:
+    """Each waiting reader watches the directory with an inotify instance; a user has 128 by
+    default. Readers dropped without close() must give theirs back when collected, or the
+    process (and the writers' gathering, docs/DESIGN.md) falls back to polling for good."""
+    before = _inotify_descriptors()
+    with logspool.open(log_dir) as log:
+        for _ in range(200):
+            reader = log.reader(start="latest")
+            assert reader.next(timeout=0.001) is None  # waited: the watch exists
+            del reader
+        assert _inotify_descriptors() - before <= 2
