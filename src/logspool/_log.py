@@ -228,6 +228,8 @@ class Log:
         self._wq_gate: threading.Lock | None = None
         self._fsync_cost_s = 0.0
         self._gather_watch: DirectoryWatch | None = None  # made by the first gathering syncer
+        self._gather_backoff = 0  # gathering chances skipped after the last wait that ran out
+        self._gather_skip = 0  # of which this many are left
         self._queued = durability == "always"
         self._batch_first = -1  # under _lock: the first lsn of the batch being written
         self._sync_cond = threading.Condition(threading.Lock())
@@ -1300,14 +1302,15 @@ class Log:
             # mark (and through the fsync), so a writer never queues for it behind a syncer
             # that gathers. Those that find the gate of their epoch taken were written before
             # its syncer's fsync begins (it moves the epoch on first): they sleep on that gate,
-            # which the next epoch's syncer does not take.
-            gate = epoch & 1
-            if fs.try_gate(self._sync_fd, gate):
+            # which the next epoch's syncer does not take. With no target (a writer alone, or
+            # batches), no gate: the flock alone orders the syncers, as it always did.
+            gate = epoch & 1 if gather_target and self._queued else -1
+            if gate < 0 or fs.try_gate(self._sync_fd, gate):
                 break
             fs.lock_gate(self._sync_fd, gate, fcntl.F_RDLCK)
             fs.lock_gate(self._sync_fd, gate, fcntl.F_UNLCK)
         try:
-            if lsn < gather_target and self._queued:
+            if lsn < gather_target and gate >= 0:
                 self._gather_processes(fd, end, lsn, gather_target)
             fs.lock_blocking(self._sync_fd)
             try:
@@ -1327,15 +1330,20 @@ class Log:
                     fmt.write_sync_mark(sync_map, base, covered)
                 # The hint for the next syncer: the writers of the records this fsync covered
                 # append again; it waits for as many records after those written meanwhile.
+                # Only if others write too (the fsync covered more than one record, or some
+                # were written during it), and the fsync is slow enough to pay for a wait.
                 count = covered_lsn - gather_covered
                 target = 0
-                if 0 < count <= limits.GATHER_RECORDS_MAX:
-                    target = self._records_end(fd, covered, covered_lsn)[1] + count
+                if 0 < count <= limits.GATHER_RECORDS_MAX and self._fsync_cost_s >= limits.GATHER_FSYNC_S_MIN:
+                    written = self._records_end(fd, covered, covered_lsn)[1]
+                    if count > 1 or written > covered_lsn:
+                        target = written + count
                 fmt.write_sync_gather(sync_map, covered_lsn, target, epoch + 1)
             finally:
                 fs.unlock(self._sync_fd)
         finally:
-            fs.lock_gate(self._sync_fd, gate, fcntl.F_UNLCK)
+            if gate >= 0:
+                fs.lock_gate(self._sync_fd, gate, fcntl.F_UNLCK)
 
     def _timed_fsync(self, fd: int) -> None:
         """fsync, keeping the recent cost of one, which bounds a gathering wait."""
@@ -1351,6 +1359,9 @@ class Log:
         wait = min(self._fsync_cost_s, limits.GATHER_WAIT_S_MAX)
         if wait <= 0.0 or target - lsn > limits.GATHER_RECORDS_MAX:
             return
+        if self._gather_skip:  # the last waits ran out: the writers come back slower than that
+            self._gather_skip -= 1
+            return
         watch = self._gather_watch
         if watch is None:
             watch = self._gather_watch = DirectoryWatch(self.path)
@@ -1360,11 +1371,15 @@ class Log:
         for _ in range(limits.GATHER_RECORDS_MAX + 1):  # each turn sees a write, or times out
             watch.drain()
             if self._records_end(fd, end, lsn)[1] >= target:
+                self._gather_backoff = 0
                 return
             left = deadline - time.perf_counter()
             if left <= 0.0:
-                return
+                break
             watch.wait(left)
+        # Ran out: skip the next 1, 2, 4 .. 16 chances to gather (a fast disk, or a busy machine,
+        # where waiting costs more than the fsync it would save).
+        self._gather_backoff = self._gather_skip = min(2 * self._gather_backoff or 1, 16)
 
     def _records_end(self, fd: int, end: int, lsn: int) -> tuple[int, int]:
         """The end of the whole, valid records that follow offset ``end`` of segment ``fd`` (the
