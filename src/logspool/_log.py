@@ -228,8 +228,6 @@ class Log:
         self._wq_gate: threading.Lock | None = None
         self._fsync_cost_s = 0.0
         self._gather_watch: DirectoryWatch | None = None  # made by the first gathering syncer
-        self._gather_backoff = 0  # gathering chances skipped after the last wait that ran out
-        self._gather_skip = 0  # of which this many are left
         self._queued = durability == "always"
         self._batch_first = -1  # under _lock: the first lsn of the batch being written
         self._sync_cond = threading.Condition(threading.Lock())
@@ -1359,9 +1357,6 @@ class Log:
         wait = min(self._fsync_cost_s, limits.GATHER_WAIT_S_MAX)
         if wait <= 0.0 or target - lsn > limits.GATHER_RECORDS_MAX:
             return
-        if self._gather_skip:  # the last waits ran out: the writers come back slower than that
-            self._gather_skip -= 1
-            return
         watch = self._gather_watch
         if watch is None:
             watch = self._gather_watch = DirectoryWatch(self.path)
@@ -1371,15 +1366,11 @@ class Log:
         for _ in range(limits.GATHER_RECORDS_MAX + 1):  # each turn sees a write, or times out
             watch.drain()
             if self._records_end(fd, end, lsn)[1] >= target:
-                self._gather_backoff = 0
                 return
             left = deadline - time.perf_counter()
             if left <= 0.0:
-                break
+                return
             watch.wait(left)
-        # Ran out: skip the next 1, 2, 4 .. 16 chances to gather (a fast disk, or a busy machine,
-        # where waiting costs more than the fsync it would save).
-        self._gather_backoff = self._gather_skip = min(2 * self._gather_backoff or 1, 16)
 
     def _records_end(self, fd: int, end: int, lsn: int) -> tuple[int, int]:
         """The end of the whole, valid records that follow offset ``end`` of segment ``fd`` (the
