@@ -88,7 +88,7 @@ SYNC_FILE_SIZE = 64  # the file is at least this long; the mark is its first 24 
 SYNC_BOOT_OFFSET = 24  # then the boot in which a writer last recovered the log (16 bytes)
 SYNC_BOOT_SIZE = 16
 # Then the gathering hint (advisory, §8.1): the lsn after the records the last group commit's
-# fsync covered, and the lsn the next one should wait for (0: none).
+# fsync covered, the lsn the next one should wait for (0: none), and the fsyncs' epoch.
 SYNC_GATHER = struct.Struct("<QQQ")
 SYNC_GATHER_OFFSET = 40
 
@@ -547,7 +547,8 @@ def write_sync_boot(buf: mmap.mmap, boot: bytes) -> None:
 
 def read_sync_gather(buf: mmap.mmap | bytes) -> tuple[int, int, int]:
     """The gathering hint (§8.1): (lsn after the records the last fsync covered, lsn to wait
-    for). Advisory: any value is safe, it only bounds how long a syncer waits."""
+    for, epoch). Advisory: any value is safe; it only decides who fsyncs and how long one waits
+    (at most the capped gathering time)."""
     covered, target, epoch = SYNC_GATHER.unpack_from(buf, SYNC_GATHER_OFFSET)
     return covered, target, epoch
 

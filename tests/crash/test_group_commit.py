@@ -75,27 +75,40 @@ def _record_ends(path: str) -> dict[int, tuple[str, int]]:
     return ends
 
 
-def test_every_acknowledged_append_was_covered_by_an_fsync(log_dir: str) -> None:
-    tracker = SyncTracker()
-    logspool.open(log_dir, segment_size_max=16 * 1024, fs=tracker).close()
-    handles = [logspool.open(log_dir, durability="always", fs=tracker) for _ in range(2)]
+def _append_from_threads(
+    tracker: SyncTracker, handles: list[logspool.Log], per_handle: int, count: int, size: int
+) -> dict[int, dict[str, int]]:
+    """``per_handle`` threads on each handle append ``count`` records each, starting together;
+    then the handles are closed. lsn -> what was durable when its append returned."""
     acked: dict[int, dict[str, int]] = {}
     lock = threading.Lock()
+    start = threading.Barrier(len(handles) * per_handle)
 
     def writer(h: int, t: int) -> None:
-        for i in range(150):
-            lsn = handles[h].append(f"h{h} t{t} {i}".encode() * 4)
+        start.wait()
+        for i in range(count):
+            lsn = handles[h].append(f"h{h} t{t} {i}".encode() * size)
             seen = tracker.snapshot()  # what was durable when append returned
             with lock:
                 acked[lsn] = seen
 
-    threads = [threading.Thread(target=writer, args=(h, t)) for h in range(2) for t in range(3)]
+    threads = [
+        threading.Thread(target=writer, args=(h, t)) for h in range(len(handles)) for t in range(per_handle)
+    ]
     for th in threads:
         th.start()
     for th in threads:
         th.join()
-    for h in handles:
-        h.close()
+    for handle in handles:
+        handle.close()
+    return acked
+
+
+def test_every_acknowledged_append_was_covered_by_an_fsync(log_dir: str) -> None:
+    tracker = SyncTracker()
+    logspool.open(log_dir, segment_size_max=16 * 1024, fs=tracker).close()
+    handles = [logspool.open(log_dir, durability="always", fs=tracker) for _ in range(2)]
+    acked = _append_from_threads(tracker, handles, 3, 150, 4)
     ends = _record_ends(log_dir)
     assert sorted(acked) == list(range(900))
     assert len({p for p, _ in ends.values()}) > 3  # rotations happened along the way
@@ -202,27 +215,9 @@ def test_handles_that_gather_still_acknowledge_only_what_an_fsync_covered(log_di
     tracker = SlowSyncTracker(0.003)
     logspool.open(log_dir, fs=tracker).close()
     handles = [logspool.open(log_dir, durability="always", fs=tracker) for _ in range(4)]
-    acked: dict[int, dict[str, int]] = {}
-    lock = threading.Lock()
-    start = threading.Barrier(8)
     fsyncs_before = tracker.segment_fsyncs
-
-    def writer(h: int, t: int) -> None:
-        start.wait()
-        for i in range(40):
-            lsn = handles[h].append(f"h{h} t{t} {i}".encode())
-            seen = tracker.snapshot()
-            with lock:
-                acked[lsn] = seen
-
-    threads = [threading.Thread(target=writer, args=(h, t)) for h in range(4) for t in range(2)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
+    acked = _append_from_threads(tracker, handles, 2, 40, 1)
     fsyncs = tracker.segment_fsyncs - fsyncs_before
-    for h in handles:
-        h.close()
     ends = _record_ends(log_dir)
     assert sorted(acked) == list(range(320))
     for lsn, seen in acked.items():
