@@ -152,6 +152,7 @@ class FoldedStore(Generic[S, OpT]):
         self._closed = False
         self._ops_lost = 0
         self._stale = False  # the state holds ops that are not in the log (see _Writer)
+        self._others_write = False  # the last decision found ops it had not applied
         created = self._open_marker(create)
         self._log = Log(
             os.path.join(self.path, OPS_DIR),
@@ -311,6 +312,13 @@ class FoldedStore(Generic[S, OpT]):
         else:
             raise CorruptionError(self.path, 0, "could not catch up with the op log after 16 reloads")
 
+    def _catch_up_some(self) -> bool:
+        """While waiting for the writer lock (under ``_mutex``): apply what its holders wrote so
+        far, so that less is left to read once we hold it. True if there was some."""
+        before = self._state.next_lsn
+        self._catch_up()
+        return self._state.next_lsn != before
+
     def _lost(self, first: int, next_lsn: int) -> None:
         self._ops_lost += next_lsn - first
         _logger.error(
@@ -333,12 +341,17 @@ class FoldedStore(Generic[S, OpT]):
         ``durable=False`` returns without waiting for it (the op rides a later fsync)."""
         with self._mutex:
             self._check_open()
-            with self._log.exclusive(sync=False) as tail:
+            if self._others_write:
+                # Others wrote before our last decision: fold what they wrote so far before taking
+                # the writer lock, so that this runs while they hold it, not while they wait.
+                self._catch_up()
+            with self._log.exclusive(sync=False, idle=self._catch_up_some) as tail:
                 base, start = tail.end
                 reader = self._reader
                 # Under the writer lock the tail is final: a reader already there has nothing
                 # to read (no pread, no look for a next segment).
-                if reader is None or self._state.next_lsn != tail.next_lsn or not reader.at(base, start):
+                self._others_write = self._state.next_lsn != tail.next_lsn
+                if reader is None or self._others_write or not reader.at(base, start):
                     self._catch_up()
                     base, start = tail.end
                 first = tail.next_lsn
@@ -477,10 +490,7 @@ class _Writer(Generic[S, OpT]):
             return []
         store = self._store
         payloads = self._tail.check([store._encode_op(op) for op in items])  # before applying any
-        if not self._timestamp:
-            now, last = time.time_ns(), self._tail.timestamp
-            self._timestamp = now if now > last else last
-        timestamp = self._timestamp
+        timestamp = self._stamp()
         state = store._state
         out = []
         store._stale = True  # until the write: an apply that fails halfway leaves it so too
@@ -489,6 +499,31 @@ class _Writer(Generic[S, OpT]):
             op = store._decode_op(payload, f"{store.path}: lsn {state.next_lsn}")
             out.append(state.apply(state.next_lsn, timestamp, op))
         return out
+
+    def _stamp(self) -> int:
+        """The timestamp of the decision's records (one for all, not below the log's last)."""
+        if not self._timestamp:
+            now, last = time.time_ns(), self._tail.timestamp
+            self._timestamp = now if now > last else last
+        return self._timestamp
+
+    def begin_applied(self) -> tuple[int, int]:
+        """For an op the caller applies itself, piece by piece, through the fold's own steps
+        (each piece's choice depends on the ones before: a TAKE_MANY's picks): the lsn and the
+        timestamp the op will have. Then ``write_applied`` writes it, before any other op."""
+        self._store._stale = True  # until the write
+        return self._store._state.next_lsn, self._stamp()
+
+    def write_applied(self, op: OpT) -> None:
+        """Write ``op``, applied already by the caller (``begin_applied``) exactly as the fold
+        applies it. Its bytes are decoded back and must give the op again."""
+        store = self._store
+        state = store._state
+        [payload] = self._tail.check([store._encode_op(op)])
+        if store._decode_op(payload, f"{store.path}: lsn {state.next_lsn}") != op:
+            raise AssertionError(f"{op!r} does not read back from its own bytes")  # pragma: no cover
+        self._payloads.append(payload)
+        state.next_lsn += 1
 
     def flush(self) -> None:
         """Write the ops made since the last flush (their records share one timestamp)."""

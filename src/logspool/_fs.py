@@ -16,7 +16,7 @@ import mmap
 import os
 import struct
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from . import limits
 
@@ -147,8 +147,10 @@ class FileSystem:
         mm.flush()
 
     # --- locking -------------------------------------------------------------------------------
-    def lock(self, fd: int, timeout_s: float) -> bool:
+    def lock(self, fd: int, timeout_s: float, idle: Callable[[], bool] | None = None) -> bool:
         """Take an exclusive flock on ``fd`` within ``timeout_s``; False if it was not free in time.
+        ``idle``: work to do while the lock is taken (True if it did some: look again at once
+        rather than sleep), such as reading what the lock's holders write.
 
         flock, not fcntl record locks: a record lock is dropped when *any* fd of the process on that
         file is closed, which a library cannot control. flock belongs to the open file description,
@@ -159,15 +161,18 @@ class FileSystem:
             return True
         except BlockingIOError:
             pass
-        deadline = time.monotonic() + timeout_s
-        delay = limits.POLL_INTERVAL_S_MIN
-        while time.monotonic() < deadline:  # bounded by the deadline
-            time.sleep(delay)
+        start = time.monotonic()
+        deadline = start + timeout_s
+        delay = limits.LOCK_POLL_S_MIN
+        while (now := time.monotonic()) < deadline:  # bounded by the deadline
+            if idle is None or not idle():
+                time.sleep(min(delay, deadline - now))
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 return True
             except BlockingIOError:
-                delay = min(delay * 2, limits.POLL_INTERVAL_S_MAX)
+                cap = limits.LOCK_POLL_S_FAST if now - start < limits.LOCK_POLL_FAST_S else limits.POLL_INTERVAL_S_MAX
+                delay = min(delay * 2, cap)
         return False
 
     def lock_blocking(self, fd: int) -> None:

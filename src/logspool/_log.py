@@ -32,7 +32,7 @@ import threading
 import time
 import uuid
 import weakref
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
@@ -409,8 +409,11 @@ class Log:
             self._recover()
 
     @contextlib.contextmanager
-    def _writer_locked(self, timeout_s: float | None) -> Iterator[None]:
-        """Hold the thread lock and the process flock; the caller catches up inside."""
+    def _writer_locked(
+        self, timeout_s: float | None, idle: Callable[[], bool] | None = None
+    ) -> Iterator[None]:
+        """Hold the thread lock and the process flock; the caller catches up inside. ``idle``:
+        as ``FileSystem.lock``."""
         if self._exclusive_owner is not None:
             self._refuse_inside_exclusive()
         with self._lock:
@@ -420,7 +423,7 @@ class Log:
                 return
             if timeout_s is None:
                 self._fs.lock_blocking(self._lock_fd)
-            elif not self._fs.lock(self._lock_fd, timeout_s):
+            elif not self._fs.lock(self._lock_fd, timeout_s, idle):
                 raise LockedError(self.path, timeout_s)
             try:
                 yield
@@ -1478,17 +1481,21 @@ class Log:
 
     # --- exclusive appends for state machines ------------------------------------------------------
     @contextlib.contextmanager
-    def exclusive(self, timeout_s: float | None = None, *, sync: bool = True) -> Iterator[Tail]:
+    def exclusive(
+        self, timeout_s: float | None = None, *, sync: bool = True, idle: Callable[[], bool] | None = None
+    ) -> Iterator[Tail]:
         """Hold the writer lock: no other thread or process appends until the block ends.
 
         The ``Tail`` says the next lsn; a state machine reads up to it, decides, and appends
         through ``tail.append`` knowing nobody appended in between. Durability as ``append``:
         with ``"always"`` the block's records are fsynced when it ends, before it returns. With
         ``sync=False`` the caller calls ``sync()`` itself (after releasing its own locks, so that
-        its threads share one fsync).
+        its threads share one fsync). ``idle``: called while another process holds the lock
+        (True if it did some work, such as reading what that process writes; else the wait
+        sleeps a little before it looks again).
         """
         first = -1
-        with self._writer_locked(timeout_s if timeout_s is not None else self._lock_timeout_s):
+        with self._writer_locked(timeout_s if timeout_s is not None else self._lock_timeout_s, idle):
             self._catch_up()
             first = self._next_lsn
             self._exclusive_owner = threading.get_ident()

@@ -336,8 +336,12 @@ class Reader:
                 if stop.need > len(data) == request:
                     self._need = stop.need  # a record larger than one chunk: read it whole
                     continue
+                self._chunk = limits.READ_CHUNK_PROBE
                 return False  # being written (or torn, until the next writer cuts it)
             if kind in (seg.END, seg.ZERO):
+                # At the end: the next look is a small read (a tailing reader looks often, and
+                # finds a few records at a time); the chunk grows again as records come.
+                self._chunk = limits.READ_CHUNK_PROBE
                 return self._next_segment_exists()
             if kind == seg.TORN and self._settles(len(data)):
                 continue

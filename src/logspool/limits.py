@@ -54,12 +54,21 @@ PREALLOCATE_SIZE = 1 * MIB
 TORN_SETTLE_S = 0.5
 # A reader's first read: smaller, so that the first record of a large log is parsed sooner.
 READ_CHUNK_FIRST = 64 * KIB
+# A reader's read after it found nothing new (the end of the log): smaller still.
+READ_CHUNK_PROBE = 4 * KIB
 # How long a writer waits for the writer lock before LockedError (seconds). A writer holds the lock
 # only for one write (or one exclusive() block), so a minute means something is stuck.
 LOCK_TIMEOUT_S_DEFAULT = 60.0
 # When inotify is not available, a waiting reader polls with a backoff between these (seconds).
 POLL_INTERVAL_S_MIN = 0.001
 POLL_INTERVAL_S_MAX = 0.05
+# A writer waiting for a lock with a timeout (flock has none) polls it: from the first of these
+# (seconds), doubling to the second for the first LOCK_POLL_FAST_S of the wait (a lock held for one
+# decision is freed within milliseconds, and a sleeper that oversleeps leaves it idle), then
+# backing off to POLL_INTERVAL_S_MAX (a lock held that long is held by something slow).
+LOCK_POLL_S_MIN = 0.00005
+LOCK_POLL_S_FAST = 0.001
+LOCK_POLL_FAST_S = 1.0
 # The longest a durable append's leader waits for the threads its last fsync acknowledged to
 # append again (it waits at most the recent cost of an fsync, and never longer than this).
 GATHER_WAIT_S_MAX = 0.002

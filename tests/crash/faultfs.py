@@ -33,7 +33,7 @@ import mmap
 import os
 import random
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from logspool import _format as fmt
@@ -313,10 +313,10 @@ class FaultFS(FileSystem):
             raise PowerLoss("lock")
         super().lock_blocking(fd)
 
-    def lock(self, fd: int, timeout_s: float) -> bool:
+    def lock(self, fd: int, timeout_s: float, idle: Callable[[], bool] | None = None) -> bool:
         if self.crashed:
             raise PowerLoss("lock")
-        return super().lock(fd, timeout_s)
+        return super().lock(fd, timeout_s, idle)
 
 
 PAGE_SIZE = 4096  # the unit of the page cache, whose dirty pages a failed fsync drops

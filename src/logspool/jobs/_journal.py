@@ -168,15 +168,25 @@ def _job(entry: JobEntry) -> Job:
     )
 
 
-def _ack_op(job: Job) -> ops.Op:
-    return ops.Ack(job.id, job.token)
+def _ack_ops(jobs_: list[Job]) -> tuple[list[ops.Op], int]:
+    """The ops that ack ``jobs_``, and the journal format they need: one ACK, or one ACK_MANY."""
+    if len(jobs_) == 1:
+        return [ops.Ack(jobs_[0].id, jobs_[0].token)], 1
+    return [ops.AckMany(tuple(j.id for j in jobs_), tuple(j.token for j in jobs_))], 3
+
+
+def _release_ops(jobs_: list[Job]) -> tuple[list[ops.Op], int]:
+    return [ops.Release(job.id, job.token) for job in jobs_], 2
+
+
+_MakeOps = Callable[[list[Job]], tuple[list[ops.Op], int]]
 
 
 class Journal(FoldedStore[State, ops.Op]):
     """A job journal in a directory. Use ``logspool.jobs.open``. See the module docstring."""
 
     KIND = "logspool-jobs"
-    VERSION = 2  # 2: RELEASE ops (a journal says 1 until its first release)
+    VERSION = 3  # 2: RELEASE ops; 3: TAKE_MANY and ACK_MANY (a journal says the lowest it needs)
     WHAT = "job journal"
 
     def __init__(
@@ -376,7 +386,7 @@ class Journal(FoldedStore[State, ops.Op]):
         deadline = time.monotonic() + wait_s
         for _ in range(1 << 40):  # bounded by the deadline
             with self._decide() as w:
-                self._settle_in(w, acks, _ack_op)
+                self._settle_in(w, acks, _ack_ops)
                 result = self._lease(w, lease_s, count)
             for job in acks:
                 self._mark_settled(job.token)  # (once written)
@@ -400,23 +410,38 @@ class Journal(FoldedStore[State, ops.Op]):
         until = now + int(lease_s * _NS)
         max_deliveries = state.max_deliveries or limits.JOB_MAX_DELIVERIES_DEFAULT
         chosen: list[Job] = []
+        # The leases are one TAKE_MANY op, applied as each job is picked (the next pick sees it
+        # taken, so domains take turns) and written once; a burial in between ends it.
+        taken: list[int] = []
+        lsn = timestamp = 0
         # bounded: each turn takes a job or buries one, and there are finitely many
         for _ in range(count + limits.JOB_STALE_ENTRIES_MAX):
             entry = state.pick(now)
             if entry is None:
                 break
             if entry.deliveries >= max_deliveries:
+                if taken:
+                    w.write_applied(ops.TakeMany(tuple(taken), until))
+                    taken = []
                 reason = f"delivered {entry.deliveries} times (max_deliveries {max_deliveries})"
                 if entry.error:
                     reason += f"; last error: {entry.error}"
                 w.write(ops.Dead(entry.id, reason))
                 continue
-            w.write(ops.Take(entry.id, until))
-            chosen.append(_job(state.jobs[entry.id]))
+            if not taken:
+                self._require_version(3)
+                lsn, timestamp = w.begin_applied()
+            token = lsn << ops.TAKE_INDEX_BITS | len(taken)
+            if not state.take(token, timestamp, entry.id, until):
+                raise AssertionError(f"take: picked job {entry.id}, which cannot be taken")
+            taken.append(entry.id)
+            chosen.append(_job(entry))
             if len(chosen) == count:
                 break
         else:
             raise AssertionError("take: no decision after looking at every index entry")
+        if taken:
+            w.write_applied(ops.TakeMany(tuple(taken), until))
         if chosen:
             return chosen
         at = state.next_at()
@@ -446,16 +471,15 @@ class Journal(FoldedStore[State, ops.Op]):
         result = self._take(count, _seconds(lease, "lease", zero=False), _seconds(wait, "wait"), ack)
         return [] if isinstance(result, Idle) else result
 
-    def _settle_in(
-        self, w: _Writer[State, ops.Op], jobs_: list[Job], make: Callable[[Job], ops.Op], version: int = 1
-    ) -> None:
-        """Inside a decision: write ``make(job)`` for every one of ``jobs_`` (an ack, a release),
-        or nothing if any lease was lost. ``version``: the journal format those ops need."""
+    def _settle_in(self, w: _Writer[State, ops.Op], jobs_: list[Job], make: _MakeOps) -> None:
+        """Inside a decision: write the ops ``make`` makes for ``jobs_`` (acks, releases), or
+        nothing if any lease was lost."""
         for job in jobs_:
             self._leased(job)  # every lease is checked before anything is made
         if jobs_:
-            self._require_version(version)
-        w.write_many([make(job) for job in jobs_])
+            made, version = make(jobs_)
+            self._require_version(version)  # the journal format those ops need
+            w.write_many(made)
 
     def _leased(self, job: Job) -> JobEntry:
         """The state's entry for ``job`` if the caller's lease still holds; else LeaseExpiredError."""
@@ -491,20 +515,18 @@ class Journal(FoldedStore[State, ops.Op]):
     def ack_many(self, jobs: Iterable[Job]) -> None:
         """``ack`` each of ``jobs``, in one durable step (one write, one fsync): all are acked, or,
         if any lease was lost, none (LeaseExpiredError naming it). Durable on return."""
-        self._settle_many("ack", jobs, _ack_op)
+        self._settle_many("ack", jobs, _ack_ops)
 
-    def _settle_many(
-        self, what: str, jobs: Iterable[Job], make: Callable[[Job], ops.Op], version: int = 1
-    ) -> None:
-        """ack_many and release_many: the op ``make`` makes for each job, all in one decision,
-        or none if any lease was lost. ``version``: the journal format the op needs."""
+    def _settle_many(self, what: str, jobs: Iterable[Job], make: _MakeOps) -> None:
+        """ack_many and release_many: the ops ``make`` makes for the jobs, in one decision, or
+        none if any lease was lost."""
         if isinstance(jobs, Job):
             raise TypeError(f"{what}_many takes a list of jobs; {what}(job) takes one")
         items = _jobs_list(jobs, "jobs")
         if not items:
             return
         with self._decide() as w:
-            self._settle_in(w, items, make, version)
+            self._settle_in(w, items, make)
         for job in items:
             self._mark_settled(job.token)
 
@@ -534,7 +556,7 @@ class Journal(FoldedStore[State, ops.Op]):
     def release_many(self, jobs: Iterable[Job]) -> None:
         """``release`` each of ``jobs`` in one durable step: all of them, or, if any lease was
         lost, none (LeaseExpiredError naming it). Durable on return."""
-        self._settle_many("release", jobs, lambda job: ops.Release(job.id, job.token), version=2)
+        self._settle_many("release", jobs, _release_ops)
 
     def extend(self, job: Job, lease: float = limits.JOB_LEASE_S_DEFAULT) -> Job:
         """Renew the lease: it now ends ``lease`` seconds from now. Returns the job as it is now.

@@ -33,6 +33,8 @@ PURGE = 9
 CANCEL = 10
 CONFIG = 11
 RELEASE = 12  # journal version 2
+TAKE_MANY = 13  # journal version 3
+ACK_MANY = 14  # journal version 3
 OP_NAMES = {
     PUT: "put",
     TAKE: "take",
@@ -46,7 +48,16 @@ OP_NAMES = {
     CANCEL: "cancel",
     CONFIG: "config",
     RELEASE: "release",
+    TAKE_MANY: "take_many",
+    ACK_MANY: "ack_many",
 }
+# A TAKE_MANY at lsn L grants its i-th job the lease token (L << TAKE_INDEX_BITS) | i, which is
+# also the fairness memory of that job's (priority, domain): one order for every lease, growing
+# with lsn and, within the op, with the order of the picks. (A TAKE's token is its lsn, smaller
+# than any TAKE_MANY's that follows it.)
+TAKE_INDEX_BITS = 16
+TAKE_MANY_MAX = 1 << TAKE_INDEX_BITS
+
 
 # How a put that finds a pending job for its key merges priority and not_before (2 bits each).
 REPLACE = 0
@@ -63,6 +74,8 @@ _ID_TOKEN_TIME = struct.Struct("<B7xQQq")  # type, 0, id, token, time (EXTEND: l
 _NACK = struct.Struct("<BB6xQQqH")  # type, dead, 0, id, token, not_before, error size; error
 _DEAD = struct.Struct("<B7xQH")  # type, 0, job id, reason size; reason
 _CONFIG = struct.Struct("<B7xI")  # type, 0, max_deliveries
+_TAKE_MANY = struct.Struct("<B7xqI")  # type, 0, lease_until, count; then count job ids (u64)
+_ACK_MANY = struct.Struct("<B7xI")  # type, 0, count; then count (job id u64, token u64)
 
 
 class Put(NamedTuple):
@@ -133,7 +146,22 @@ class Release(NamedTuple):
     token: int
 
 
-Op = Put | Take | Ack | Nack | Extend | Expire | Dead | Retry | Purge | Cancel | Config | Release
+class TakeMany(NamedTuple):
+    """Leases for jobs, in the order they were picked (version 3): the i-th gets token
+    ``(lsn << TAKE_INDEX_BITS) | i``."""
+
+    job_ids: tuple[int, ...]
+    lease_until_ns: int
+
+
+class AckMany(NamedTuple):
+    """Acks, each as ACK (version 3)."""
+
+    job_ids: tuple[int, ...]
+    tokens: tuple[int, ...]
+
+
+Op = Put | Take | Ack | Nack | Extend | Expire | Dead | Retry | Purge | Cancel | Config | Release | TakeMany | AckMany
 
 
 def utf8(text: str, what: str, size_max: int) -> bytes:
@@ -186,6 +214,13 @@ def encode(op: Op) -> bytes:
         return _CONFIG.pack(CONFIG, op.max_deliveries)
     if isinstance(op, Release):
         return _ID_TOKEN.pack(RELEASE, op.job_id, op.token)
+    if isinstance(op, TakeMany):
+        n = len(op.job_ids)
+        return _TAKE_MANY.pack(TAKE_MANY, op.lease_until_ns, n) + struct.pack(f"<{n}Q", *op.job_ids)
+    if isinstance(op, AckMany):
+        n = len(op.job_ids)
+        flat = [x for pair in zip(op.job_ids, op.tokens, strict=True) for x in pair]
+        return _ACK_MANY.pack(ACK_MANY, n) + struct.pack(f"<{2 * n}Q", *flat)
     raise TypeError(f"not an op: {op!r}")  # pragma: no cover - our own bug
 
 
@@ -197,6 +232,16 @@ def _text(buf: bytes, start: int, size: int, where: str, what: str) -> tuple[str
         return buf[start:end].decode("utf-8", "surrogatepass"), end
     except UnicodeDecodeError as err:
         raise CorruptionError(where, start, f"{what} is not UTF-8: {err}") from err
+
+
+def _check_count(buf: bytes, where: str, count: int, head: int, each: int) -> None:
+    """A list op's count against its size: from 1 to TAKE_MANY_MAX entries, exactly filling it."""
+    if not 1 <= count <= TAKE_MANY_MAX:
+        raise CorruptionError(where, head - 4, f"{OP_NAMES[buf[0]]} op of {count} entries (1..{TAKE_MANY_MAX})")
+    if len(buf) != head + count * each:
+        raise CorruptionError(
+            where, head, f"{OP_NAMES[buf[0]]} op of {count} entries is {len(buf)} bytes, not {head + count * each}"
+        )
 
 
 def decode(buf: bytes, where: str) -> Op:
@@ -244,6 +289,15 @@ def decode(buf: bytes, where: str) -> Op:
         if kind == RELEASE:
             _, job_id, token = _ID_TOKEN.unpack_from(buf)
             return Release(job_id, token)
+        if kind == TAKE_MANY:
+            _, lease_until, count = _TAKE_MANY.unpack_from(buf)
+            _check_count(buf, where, count, _TAKE_MANY.size, 8)
+            return TakeMany(struct.unpack_from(f"<{count}Q", buf, _TAKE_MANY.size), lease_until)
+        if kind == ACK_MANY:
+            (_, count) = _ACK_MANY.unpack_from(buf)
+            _check_count(buf, where, count, _ACK_MANY.size, 16)
+            flat = struct.unpack_from(f"<{2 * count}Q", buf, _ACK_MANY.size)
+            return AckMany(flat[0::2], flat[1::2])
     except struct.error as err:
         raise CorruptionError(where, 0, f"{OP_NAMES[kind]} op of {len(buf)} bytes is too short") from err
     raise UnsupportedVersionError(where, kind, max(OP_NAMES))

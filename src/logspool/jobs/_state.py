@@ -168,13 +168,22 @@ class State:
         if isinstance(op, ops.Config):
             self.max_deliveries = op.max_deliveries
             return
+        if isinstance(op, ops.TakeMany):
+            first = lsn << ops.TAKE_INDEX_BITS
+            for i, job_id in enumerate(op.job_ids):
+                self.take(first | i, timestamp_ns, job_id, op.lease_until_ns)
+            return
+        if isinstance(op, ops.AckMany):
+            for job_id, token in zip(op.job_ids, op.tokens, strict=True):
+                self._ack(timestamp_ns, job_id, token)
+            return
         job = self.jobs.get(op.job_id)
         if job is None or not self._fits(job, op):
             self.counters["ops_ignored"] += 1
             return
         job.updated_ns = timestamp_ns
         if isinstance(op, ops.Take):
-            self._take(lsn, job, op)
+            self._take(lsn, job, op.lease_until_ns)
         elif isinstance(op, ops.Ack):
             self.counters["acked"] += 1
             self._remove(job)
@@ -200,11 +209,35 @@ class State:
         elif isinstance(op, ops.Release):
             self._release(job)
 
+    def take(self, token: int, timestamp_ns: int, job_id: int, lease_until_ns: int) -> bool:
+        """One lease of a TAKE_MANY (its fold, and its writer as it picks): ``token`` is the
+        lease's order (ops.TAKE_INDEX_BITS). False if the job cannot be taken (ops_ignored)."""
+        job = self.jobs.get(job_id)
+        if job is None or not self._takeable(job):
+            self.counters["ops_ignored"] += 1
+            return False
+        job.updated_ns = timestamp_ns
+        self._take(token, job, lease_until_ns)
+        return True
+
+    def _ack(self, timestamp_ns: int, job_id: int, token: int) -> None:
+        """One ack of an ACK_MANY, as ACK."""
+        job = self.jobs.get(job_id)
+        if job is None or job.state != LEASED or job.token != token:
+            self.counters["ops_ignored"] += 1
+            return
+        job.updated_ns = timestamp_ns
+        self.counters["acked"] += 1
+        self._remove(job)
+
+    def _takeable(self, job: JobEntry) -> bool:
+        if job.state == LEASED:
+            return True
+        return job.state == PENDING and self.keys[job.key][0] == NONE
+
     def _fits(self, job: JobEntry, op: ops.Op) -> bool:
         if isinstance(op, ops.Take):
-            if job.state == LEASED:
-                return True
-            return job.state == PENDING and self.keys[job.key][0] == NONE
+            return self._takeable(job)
         if isinstance(op, ops.Ack | ops.Nack | ops.Extend | ops.Release):
             return job.state == LEASED and job.token == op.token
         if isinstance(op, ops.Expire | ops.Cancel):
@@ -247,7 +280,7 @@ class State:
         if job.ttl_until_ns:
             heapq.heappush(self._ttls, (job.ttl_until_ns, job.id))
 
-    def _take(self, lsn: int, job: JobEntry, op: ops.Take) -> None:
+    def _take(self, token: int, job: JobEntry, lease_until_ns: int) -> None:
         slots = self.keys[job.key]
         if job.state == LEASED:
             self.counters["redelivered"] += 1
@@ -255,13 +288,13 @@ class State:
             slots[1] = NONE
             slots[0] = job.id
         job.state = LEASED
-        job.token = lsn
-        job.lease_until_ns = op.lease_until_ns
+        job.token = token
+        job.lease_until_ns = lease_until_ns
         job.deliveries += 1
         job.ttl_until_ns = 0  # a TTL drops jobs nobody took; this one was taken
-        self.served[(job.priority, job.domain)] = lsn
+        self.served[(job.priority, job.domain)] = token
         self.counters["taken"] += 1
-        heapq.heappush(self._leases, (op.lease_until_ns, job.id))
+        heapq.heappush(self._leases, (lease_until_ns, job.id))
         heapq.heappush(self._level(job.priority).waiting, (0, job.domain))  # its domain may have more
 
     def _nack(self, job: JobEntry, op: ops.Nack) -> None:
