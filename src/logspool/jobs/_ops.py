@@ -255,11 +255,20 @@ def decode(buf: bytes, where: str) -> Op:
     try:
         if kind == PUT:
             _, merge, priority, not_before, ttl_until, key_size, domain_size = _PUT.unpack_from(buf)
-            key, at = _text(buf, _PUT.size, key_size, where, "key")
-            domain, at = _text(buf, at, domain_size, where, "domain")
-            if merge > 0xF:
+            at = _PUT.size + key_size
+            end = at + domain_size
+            if end > len(buf) or merge > 0xF:
+                _text(buf, _PUT.size, key_size, where, "key")
+                _text(buf, at, domain_size, where, "domain")
                 raise CorruptionError(where, 1, f"unknown merge bits 0x{merge:02x}")
-            return Put(key, domain, buf[at:], priority, not_before, ttl_until, merge & 3, merge >> 2)
+            try:
+                key = buf[_PUT.size : at].decode("utf-8", "surrogatepass")
+                domain = buf[at:end].decode("utf-8", "surrogatepass")
+            except UnicodeDecodeError:
+                _text(buf, _PUT.size, key_size, where, "key")
+                _text(buf, at, domain_size, where, "domain")
+                raise  # pragma: no cover - one of the two raised
+            return Put(key, domain, buf[end:], priority, not_before, ttl_until, merge & 3, merge >> 2)
         if kind == TAKE:
             _, job_id, lease_until = _ID_TIME.unpack_from(buf)
             return Take(job_id, lease_until)

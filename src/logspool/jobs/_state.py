@@ -81,12 +81,22 @@ class JobEntry:
     )
 
     def __init__(self, row: ops.JobRow) -> None:
-        # written out (not a loop over the fields): a put makes one on every process's fold
         (
             self.id, self.key, self.domain, self.payload, self.priority, self.state,
             self.not_before_ns, self.ttl_until_ns, self.deliveries, self.token,
             self.lease_until_ns, self.created_ns, self.updated_ns, self.error,
         ) = row  # fmt: skip
+
+    @classmethod
+    def new(cls, job_id: int, ts: int, op: ops.Put) -> JobEntry:
+        """The pending job a PUT creates (written out: a put makes one on every process's fold)."""
+        job = cls.__new__(cls)
+        job.id, job.key, job.domain, job.payload, job.priority = job_id, op.key, op.domain, op.payload, op.priority
+        job.state, job.not_before_ns, job.ttl_until_ns = PENDING, op.not_before_ns, op.ttl_until_ns
+        job.deliveries = job.token = job.lease_until_ns = 0
+        job.created_ns = job.updated_ns = ts
+        job.error = ""
+        return job
 
     def row(self) -> ops.JobRow:
         return ops.JobRow(*(getattr(self, name) for name in ops.JobRow._fields))
@@ -264,11 +274,7 @@ class State:
             if (job.priority, job.domain, job.not_before_ns) != old:
                 self._enqueue(job)
         else:
-            row = ops.JobRow(
-                lsn, op.key, op.domain, op.payload, op.priority, PENDING,
-                op.not_before_ns, op.ttl_until_ns, 0, 0, 0, ts, ts, "",
-            )  # fmt: skip
-            job = JobEntry(row)
+            job = JobEntry.new(lsn, ts, op)
             self.jobs[lsn] = job
             self._count_pair((job.priority, job.domain), 1)
             if slots is None:
@@ -406,8 +412,13 @@ class State:
         queue = level.queues.get(job.domain)
         if queue is None:
             queue = level.queues[job.domain] = []
-        heapq.heappush(queue, (job.not_before_ns, job.id))
-        heapq.heappush(level.waiting, (job.not_before_ns, job.domain))
+        entry = (job.not_before_ns, job.id)
+        heapq.heappush(queue, entry)
+        if queue[0] is entry:
+            # The domain's head changed: place it again when its time comes. (Behind the head, the
+            # job waits for it: the head's place stands for the domain, in ``ready`` or
+            # ``waiting``, and is looked at again when the head is taken or found stale.)
+            heapq.heappush(level.waiting, (job.not_before_ns, job.domain))
 
     def _runnable(self, priority: int, domain: str, entry: tuple[int, int], now_ns: int) -> bool:
         """Whether a queue entry still stands for a job that may be delivered (at some time)."""
