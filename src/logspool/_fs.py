@@ -171,7 +171,11 @@ class FileSystem:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 return True
             except BlockingIOError:
-                cap = limits.LOCK_POLL_S_FAST if now - start < limits.LOCK_POLL_FAST_S else limits.POLL_INTERVAL_S_MAX
+                cap = (
+                    limits.LOCK_POLL_S_FAST
+                    if now - start < limits.LOCK_POLL_FAST_S
+                    else limits.POLL_INTERVAL_S_MAX
+                )
                 delay = min(delay * 2, cap)
         return False
 

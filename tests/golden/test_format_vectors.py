@@ -206,6 +206,12 @@ def test_job_op_and_snapshot_vectors() -> None:
     assert jops.decode(v["job-nack"], "vector") == nack and jops.encode(nack) == v["job-nack"]
     release = jops.Release(5, 9)
     assert jops.decode(v["job-release"], "vector") == release and jops.encode(release) == v["job-release"]
+    take_many = jops.TakeMany((5, 7), 1795000030000000000)
+    assert jops.decode(v["job-take-many"], "vector") == take_many
+    assert jops.encode(take_many) == v["job-take-many"]
+    ack_many = jops.AckMany((5, 7), (589824, 589825))
+    assert jops.decode(v["job-ack-many"], "vector") == ack_many and jops.encode(ack_many) == v["job-ack-many"]
+    assert 9 << jops.TAKE_INDEX_BITS == 589824
     snap = jops.decode_snapshot(v["job-snapshot"], "vector")
     row = jops.JobRow(
         5, "k", "", b"p", 128, jops.PENDING, 1795000000000000000, 0, 1, 0, 0,

@@ -17,7 +17,6 @@ import pytest
 
 import logspool
 from logspool import jobs
-from logspool.jobs import _ops as jops
 from logspool.errors import (
     CorruptionError,
     JobNotFoundError,
@@ -25,6 +24,7 @@ from logspool.errors import (
     NotALogError,
     UnsupportedVersionError,
 )
+from logspool.jobs import _ops as jops
 from tests.clock import Clock
 
 
@@ -496,6 +496,17 @@ def test_a_corrupt_newest_snapshot_falls_back_to_the_older_one(tmp_path: Path, c
     [
         (b"\x02\x00", CorruptionError, "take op of 2 bytes is too short"),
         (b"\x7f" + bytes(15), UnsupportedVersionError, "version 127"),
+        (
+            b"\x0d" + bytes(15) + (2).to_bytes(4, "little") + bytes(8),
+            CorruptionError,
+            "take_many op of 2 entries is 28 bytes, not 36",
+        ),
+        (b"\x0d" + bytes(15) + bytes(4), CorruptionError, "take_many op of 0 entries"),
+        (
+            b"\x0e" + bytes(7) + (1).to_bytes(4, "little") + bytes(24),
+            CorruptionError,
+            "ack_many op of 1 entries is 36 bytes, not 28",
+        ),
     ],
 )
 def test_an_op_that_does_not_read_back_is_named_by_its_lsn(
@@ -610,6 +621,33 @@ def test_take_many_takes_in_take_order_with_domains_taking_turns(journal: jobs.J
     rest = journal.take_many(10)
     assert [j.key for j in rest] == ["https://busy.example/2", "https://busy.example/3"]
     assert journal.take_many(10) == []
+
+
+def test_a_batch_that_buries_a_job_on_the_way_folds_the_same_in_every_handle(
+    tmp_path: Path, clock: Clock
+) -> None:
+    path = tmp_path / "j"
+    with jobs.open(path, clock=clock, max_deliveries=1) as j, jobs.open(path, clock=clock) as other:
+        j.put_many([("a:1", b""), ("b:1", b""), ("c:1", b"")])
+        first = j.take_many(1, lease=5)
+        assert [x.key for x in first] == ["a:1"]
+        clock.advance(10)  # a:1's lease runs out: delivered once already, it is buried by the next take
+        j.put_many([("a:2", b""), ("d:1", b"")])
+        got = j.take_many(10, lease=60)
+        # domains never served first; then domain a, whose a:1 is buried before a:2 is taken:
+        # two TAKE_MANY ops with a DEAD between them
+        assert [x.key for x in got] == ["b:1", "c:1", "d:1", "a:2"]
+        with logspool.open(path / "ops", readonly=True) as ops_log:
+            kinds = [rec.payload[0] for rec in ops_log.reader(0)]
+        assert kinds[-3:] == [jops.TAKE_MANY, jops.DEAD, jops.TAKE_MANY]
+        assert [x.key for x in j.dead_letters()] == ["a:1"]
+        assert len({x.token for x in got}) == 4
+        for view in (other, jobs.open(path, clock=clock)):  # caught up, and folded from scratch
+            assert view.stats() == j.stats()
+            assert {x.key: x.token for x in view.jobs(state="leased")} == {x.key: x.token for x in got}
+            view._state.check()
+        other.ack_many(got)  # the other handle's fold accepts every lease token
+        assert j.stats().counters["acked"] == 4 and j.jobs(state="leased") == []
 
 
 def test_take_many_acks_the_previous_batch_in_the_same_step(journal: jobs.Journal) -> None:

@@ -170,6 +170,40 @@ def test_exclusive_appends_see_a_stable_tail(log_dir: str) -> None:
         assert log.append(b"w") == 3
 
 
+def test_a_writer_waiting_for_exclusive_does_its_idle_work_until_the_lock_is_free(log_dir: str) -> None:
+    with logspool.open(log_dir) as holder, logspool.open(log_dir) as waiter:
+        held, release = threading.Event(), threading.Event()
+
+        def hold() -> None:
+            with holder.exclusive() as tail:
+                tail.append(b"by the holder")
+                held.set()
+                release.wait(10)
+
+        thread = threading.Thread(target=hold)
+        thread.start()
+        held.wait(10)
+        seen: list[int] = []
+
+        def idle() -> bool:
+            # what a folded store does here: read what the holder wrote
+            seen.append(len(list(waiter.read())))
+            if len(seen) == 5:
+                release.set()
+            return len(seen) % 2 == 0  # (a turn with news looks again at once; one without sleeps)
+
+        with waiter.exclusive(idle=idle) as tail:
+            assert tail.next_lsn == 1, "the holder's record, adopted once the lock is ours"
+            tail.append(b"by the waiter")
+        thread.join()
+        turns = len(seen)
+        assert turns >= 5 and seen[0] == 1, "idle ran while the other handle held the lock"
+        with waiter.exclusive(idle=idle):
+            pass
+        assert len(seen) == turns, "a free lock is taken without idle work"
+        assert [r.payload for r in waiter.read()] == [b"by the holder", b"by the waiter"]
+
+
 def test_exclusive_appends_take_a_chosen_timestamp_never_an_earlier_one(log_dir: str) -> None:
     with logspool.open(log_dir, segment_size_max=4096) as log:
         log.append(b"x")

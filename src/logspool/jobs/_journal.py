@@ -180,6 +180,7 @@ def _release_ops(jobs_: list[Job]) -> tuple[list[ops.Op], int]:
 
 
 _MakeOps = Callable[[list[Job]], tuple[list[ops.Op], int]]
+assert limits.JOB_TAKE_MAX <= ops.TAKE_MANY_MAX, "a take_many is one TAKE_MANY op (if it buries none)"
 
 
 class Journal(FoldedStore[State, ops.Op]):

@@ -4,9 +4,10 @@ docs/FORMAT.md §14 is the specification; tests/golden checks this code against 
 
 Every op is one record of the journal's op log (a logspool log in ``DIR/ops``). Its lsn and
 timestamp are the log record's: a job's id is the lsn of the PUT that created it (which is also its
-place in arrival order), and a lease's token is the lsn of the TAKE that granted it, so tokens
-only grow and a stale one can never match again. Integers are little-endian; times are
-nanoseconds since the Unix epoch (signed 64-bit); strings are UTF-8 with a 16-bit byte length.
+place in arrival order), and a lease's token is the position of its grant in the op log
+(TAKE_INDEX_BITS below), so tokens only grow and a stale one can never match again. Integers are
+little-endian; times are nanoseconds since the Unix epoch (signed 64-bit); strings are UTF-8 with
+a 16-bit byte length.
 A decision that depends on the clock or on settings (which job to take, whether a nack is the last
 delivery) is made by the writer and recorded in the op, so replaying the ops is deterministic.
 """
@@ -161,7 +162,22 @@ class AckMany(NamedTuple):
     tokens: tuple[int, ...]
 
 
-Op = Put | Take | Ack | Nack | Extend | Expire | Dead | Retry | Purge | Cancel | Config | Release | TakeMany | AckMany
+Op = (
+    Put
+    | Take
+    | Ack
+    | Nack
+    | Extend
+    | Expire
+    | Dead
+    | Retry
+    | Purge
+    | Cancel
+    | Config
+    | Release
+    | TakeMany
+    | AckMany
+)
 
 
 def utf8(text: str, what: str, size_max: int) -> bytes:
@@ -237,10 +253,14 @@ def _text(buf: bytes, start: int, size: int, where: str, what: str) -> tuple[str
 def _check_count(buf: bytes, where: str, count: int, head: int, each: int) -> None:
     """A list op's count against its size: from 1 to TAKE_MANY_MAX entries, exactly filling it."""
     if not 1 <= count <= TAKE_MANY_MAX:
-        raise CorruptionError(where, head - 4, f"{OP_NAMES[buf[0]]} op of {count} entries (1..{TAKE_MANY_MAX})")
+        raise CorruptionError(
+            where, head - 4, f"{OP_NAMES[buf[0]]} op of {count} entries (1..{TAKE_MANY_MAX})"
+        )
     if len(buf) != head + count * each:
         raise CorruptionError(
-            where, head, f"{OP_NAMES[buf[0]]} op of {count} entries is {len(buf)} bytes, not {head + count * each}"
+            where,
+            head,
+            f"{OP_NAMES[buf[0]]} op of {count} entries is {len(buf)} bytes, not {head + count * each}",
         )
 
 

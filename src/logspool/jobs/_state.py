@@ -10,8 +10,9 @@ Invariants (after every op; ``check()`` asserts them in the tests):
   letters belong to no key. A pending job whose key has an active job is *blocked*: it runs after
   the active job is acked, nacked or dead (the seed's warning that dedup must ignore the
   "worked on" flag).
-- A job's id is the lsn of the PUT that created it; a lease token is the lsn of the TAKE that
-  granted it. Tokens grow, so a stale token never matches a later lease (fencing).
+- A job's id is the lsn of the PUT that created it; a lease token is the position of the grant
+  (a TAKE's lsn; ``lsn << 16 | i`` for the i-th job of a TAKE_MANY). Tokens grow, so a stale
+  token never matches a later lease (fencing).
 - An op that does not fit the state (an ack with a stale token) changes nothing but a counter:
   writers check under the log's writer lock before they write, so this only counts our own bugs or
   ops written by hand.
@@ -91,8 +92,9 @@ class JobEntry:
     def new(cls, job_id: int, ts: int, op: ops.Put) -> JobEntry:
         """The pending job a PUT creates (written out: a put makes one on every process's fold)."""
         job = cls.__new__(cls)
-        job.id, job.key, job.domain, job.payload, job.priority = job_id, op.key, op.domain, op.payload, op.priority
-        job.state, job.not_before_ns, job.ttl_until_ns = PENDING, op.not_before_ns, op.ttl_until_ns
+        job.id, job.key, job.domain, job.payload = job_id, op.key, op.domain, op.payload
+        job.priority, job.state = op.priority, PENDING
+        job.not_before_ns, job.ttl_until_ns = op.not_before_ns, op.ttl_until_ns
         job.deliveries = job.token = job.lease_until_ns = 0
         job.created_ns = job.updated_ns = ts
         job.error = ""
