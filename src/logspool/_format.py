@@ -91,6 +91,12 @@ SYNC_BOOT_SIZE = 16
 # fsync covered, the lsn the next one should wait for (0: none), and the fsyncs' epoch.
 SYNC_GATHER = struct.Struct("<QQQ")
 SYNC_GATHER_OFFSET = 40
+# Then the tail hint (advisory, §8.1), read and written under the writer lock: where the last
+# record a writer wrote is (segment base lsn, offset, lsn) and where it ends. It lets a writer
+# adopt what others appended without parsing it all; checked against that record before use.
+SYNC_TAIL = struct.Struct("<QQQQ")
+SYNC_TAIL_OFFSET = 64
+SYNC_FILE_SIZE_TAIL = 128  # writers of this release make the file this long (earlier ones: 64)
 
 LSN_MAX = (1 << 63) - 1  # lsns are stored in 64 bits; we keep them within a signed int64 for Spark
 NAME_DIGITS = 20  # segment names: the base lsn in 20 decimal digits, so names sort as numbers
@@ -555,6 +561,33 @@ def read_sync_gather(buf: mmap.mmap | bytes) -> tuple[int, int, int]:
 
 def write_sync_gather(buf: mmap.mmap, covered: int, target: int, epoch: int) -> None:
     SYNC_GATHER.pack_into(buf, SYNC_GATHER_OFFSET, covered, target, epoch & (2**64 - 1))
+
+
+class TailHint(NamedTuple):
+    """Where the last record a writer wrote is (§8.1). Advisory: a writer checks the record is
+    there before it believes it, so any value is safe (zeros, torn fields, a stale hint)."""
+
+    base_lsn: int  # the segment's
+    offset: int  # the record's, in that segment
+    lsn: int  # the record's
+    end: int  # the offset after it
+
+
+def read_sync_tail(buf: mmap.mmap | bytes) -> TailHint:
+    """The tail hint; all zeros (which name no record) if the file is too short to hold one."""
+    if len(buf) < SYNC_TAIL_OFFSET + SYNC_TAIL.size:
+        return TailHint(0, 0, 0, 0)
+    return TailHint(*SYNC_TAIL.unpack_from(buf, SYNC_TAIL_OFFSET))
+
+
+def write_sync_tail(buf: mmap.mmap, base_lsn: int, offset: int, lsn: int, end: int) -> None:
+    SYNC_TAIL.pack_into(buf, SYNC_TAIL_OFFSET, base_lsn, offset, lsn, end)
+
+
+def clear_sync_tail(buf: mmap.mmap) -> None:
+    """Forget the tail hint (zeros), if the file is long enough to hold one."""
+    if len(buf) >= SYNC_TAIL_OFFSET + SYNC_TAIL.size:
+        write_sync_tail(buf, 0, 0, 0, 0)
 
 
 # --- the checkpointed file's undo log (docs/FORMAT.md §13) ---------------------------------------

@@ -733,6 +733,8 @@ class Log:
             head = fs.pread(self._seg_fd, fmt.RECORD_HEADER_SIZE, end)
         if head == _ZERO_HEADER:
             return  # the common case: nobody else wrote
+        if head and self._adopt_tail_hint():
+            return
         if not head:
             size = fs.size(self._seg_fd)
             if size == end:
@@ -756,6 +758,45 @@ class Log:
         if self._alloc_end < self._seg_end:
             self._alloc_end = self._seg_end  # (the others preallocated; allocate() says how far)
         self._mark_written()
+
+    def _adopt_tail_hint(self) -> bool:
+        """Under the writer lock, others having written after our end: adopt the end of their
+        records from the tail hint (FORMAT.md §8.1) if the record it names is there, whole and
+        valid, after our end, in our segment. Then, if more follows it (a writer of an earlier
+        release, or one killed before it published), catch up from there. False: no usable hint
+        (catch up by parsing from our end)."""
+        if self._sync_map is None:
+            return False
+        hint = fmt.read_sync_tail(self._sync_map)
+        if (
+            hint.base_lsn != self._seg_base
+            or hint.offset < self._seg_end
+            or hint.lsn < self._next_lsn
+            or not fmt.RECORD_OVERHEAD <= hint.end - hint.offset <= fmt.RECORD_OVERHEAD + self.record_size_max
+        ):
+            return False
+        data = self._fs.pread(self._seg_fd, hint.end - hint.offset + fmt.RECORD_HEADER_SIZE, hint.offset)
+        infos: list[seg.RecordInfo] = []
+        stop = seg.parse(data, 0, hint.lsn, self.record_size_max, None, infos, hint.offset)
+        if len(infos) != 1 or stop.pos != hint.end:
+            return False  # not the record it names: stale (the log was cut) or torn
+        info = infos[0]
+        self._next_lsn = hint.lsn + 1
+        self._seg_end = hint.end
+        if info.durable_lsn > self._durable_lsn:
+            self._durable_lsn = info.durable_lsn
+        if info.timestamp > self._last_ts:
+            self._last_ts = info.timestamp
+        # What a parse of every record would leave (§5.2): the last record's offset decides it.
+        interval = self.meta.index_interval
+        self._index_due = (info.offset // interval + 1) * interval
+        if self._alloc_end < hint.end:
+            self._alloc_end = hint.end
+        self._mark_written()
+        head = data[hint.end - hint.offset :]
+        if head != _ZERO_HEADER:
+            self._catch_up(head)  # more after it: parsed from there (the hint is behind now)
+        return True
 
     def _sync_if_durable(self, fd: int) -> None:
         if self.durability != "os":
@@ -906,10 +947,13 @@ class Log:
             ts = now if now > self._last_ts else self._last_ts
             rec = fmt.encode_record(lsn, ts, self._durable_lsn, data, flags)
             self._write_at_end(rec, "writing records")
-            self._seg_end = offset + len(rec)
+            end = offset + len(rec)
+            self._seg_end = end
             self._next_lsn = lsn + 1
-            self._written = (self._seg_fd, lsn + 1, self._seg_base, offset + len(rec))
+            self._written = (self._seg_fd, lsn + 1, self._seg_base, end)
             self._last_ts = ts
+            if not single:
+                self._publish_tail(offset, lsn, end)
             return lsn
         finally:
             if not single:
@@ -1115,7 +1159,9 @@ class Log:
                 lsn += 1
                 i += 1
             if chunk:
-                self._write_chunk(b"".join(chunk) if len(chunk) > 1 else chunk[0], offset, lsn)
+                self._write_chunk(
+                    b"".join(chunk) if len(chunk) > 1 else chunk[0], offset, lsn, len(chunk[-1])
+                )
                 self._index_due = due
                 if index:
                     self._write_index_entry_bytes(b"".join(index))
@@ -1155,11 +1201,23 @@ class Log:
             return end
         return target
 
-    def _write_chunk(self, data: bytes, end: int, next_lsn: int) -> None:
+    def _write_chunk(self, data: bytes, end: int, next_lsn: int, last_size: int) -> None:
+        """Write records ``data``, which end at ``end`` (the last of them ``last_size`` bytes
+        long), the next lsn after them ``next_lsn``."""
         self._write_at_end(data, "writing records")
         self._seg_end = end
         self._next_lsn = next_lsn
         self._mark_written()
+        if not self._single:
+            self._publish_tail(end - last_size, next_lsn - 1, end)
+
+    def _publish_tail(self, offset: int, lsn: int, end: int) -> None:
+        """Under the writer lock, after a write: tell the next writer where our last record is
+        (the tail hint, FORMAT.md §8.1), so its catch-up checks that record instead of parsing
+        all we wrote. (A process killed before this leaves the hint behind the records: the next
+        writer checks it, finds records after it, and parses those.)"""
+        if self._sync_map is not None:
+            fmt.write_sync_tail(self._sync_map, self._seg_base, offset, lsn, end)
 
     def _write_index_entry_bytes(self, data: bytes) -> None:
         if not self._index_ok:
@@ -1251,14 +1309,14 @@ class Log:
     def _open_sync_file(self) -> None:
         fs = self._fs
         self._sync_fd = fs.open(os.path.join(self.path, fmt.SYNC_NAME), os.O_RDWR | os.O_CREAT)
-        if fs.size(self._sync_fd) < fmt.SYNC_FILE_SIZE:
+        if fs.size(self._sync_fd) < fmt.SYNC_FILE_SIZE_TAIL:
             fs.lock_blocking(self._sync_fd)
             try:
-                if fs.size(self._sync_fd) < fmt.SYNC_FILE_SIZE:  # only ever grown, never cut
-                    fs.truncate(self._sync_fd, fmt.SYNC_FILE_SIZE)
+                if fs.size(self._sync_fd) < fmt.SYNC_FILE_SIZE_TAIL:  # only ever grown, never cut
+                    fs.truncate(self._sync_fd, fmt.SYNC_FILE_SIZE_TAIL)
             finally:
                 fs.unlock(self._sync_fd)
-        self._sync_map = fs.map_shared(self._sync_fd, fmt.SYNC_FILE_SIZE)
+        self._sync_map = fs.map_shared(self._sync_fd, fmt.SYNC_FILE_SIZE_TAIL)
 
     def _sync_through(self, fd: int, base: int, end: int, lsn: int, *fds: int) -> None:
         """With the sync role: make segment ``base`` (open as ``fd``) durable to offset ``end``
@@ -1393,6 +1451,8 @@ class Log:
         the mark over them after the first lowering; the next record written there would then be
         acknowledged without an fsync (tests/crash/test_group_commit.py)."""
         self._lower_sync_mark(self._seg_base, offset)
+        if self._sync_map is not None:
+            fmt.clear_sync_tail(self._sync_map)  # (it may name a record cut here)
         self._alloc_end = offset
         self._fs.truncate(self._seg_fd, offset)
         self._lower_sync_mark(self._seg_base, offset)

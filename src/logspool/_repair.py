@@ -247,8 +247,13 @@ class _Repair:
 
     def forget_boot(self) -> None:
         """Before changing segments: the next writer recovers the newest segment whole, not from
-        its last index entry (docs/FORMAT.md §8.1)."""
-        self.change_sync_file(lambda mark: fmt.write_sync_boot(mark, b""))
+        its last index entry, and no writer trusts the tail hint (docs/FORMAT.md §8.1)."""
+
+        def forget(mark: mmap.mmap) -> None:
+            fmt.write_sync_boot(mark, b"")
+            fmt.clear_sync_tail(mark)  # (it may name records repair changes)
+
+        self.change_sync_file(forget)
 
     def change_sync_file(self, change: Callable[[mmap.mmap], None]) -> None:
         """Apply ``change`` to the sync file's mapping under its exclusive flock (if it exists)."""
@@ -262,7 +267,7 @@ class _Repair:
                 return
             self.fs.lock_blocking(fd)
             try:
-                mark = self.fs.map_shared(fd, fmt.SYNC_FILE_SIZE)
+                mark = self.fs.map_shared(fd, min(self.fs.size(fd), fmt.SYNC_FILE_SIZE_TAIL))
                 try:
                     change(mark)
                 finally:

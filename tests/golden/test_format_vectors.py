@@ -61,12 +61,14 @@ def test_index_vectors() -> None:
 
 def test_sync_file_vector() -> None:
     v = vectors()["sync-file"]
-    assert len(v) == fmt.SYNC_FILE_SIZE
+    assert len(v) == fmt.SYNC_FILE_SIZE_TAIL
     assert fmt.read_sync_mark(v) == (64, 4136)
     assert fmt.read_sync_boot(v) == bytes.fromhex("02da6d0b8906484294c701432682104d")
     assert fmt.read_sync_boot(v[:24] + bytes(40)) == b""  # zeros: no boot known
     assert fmt.read_sync_boot(b"LOGSPSYN" + v[8:]) == b""  # another magic: nothing known
     assert fmt.read_sync_gather(v) == (70, 74, 9)
+    assert fmt.read_sync_tail(v) == fmt.TailHint(base_lsn=64, offset=4036, lsn=73, end=4136)
+    assert fmt.read_sync_tail(v[: fmt.SYNC_FILE_SIZE]) == (0, 0, 0, 0)  # an earlier release's file
 
 
 def test_meta_vector() -> None:

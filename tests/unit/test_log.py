@@ -10,6 +10,7 @@ import os
 import pickle
 import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -17,6 +18,7 @@ import pytest
 
 import logspool
 from logspool import _format as fmt
+from logspool._fs import FileSystem
 
 
 def payloads(n: int, prefix: bytes = b"r") -> list[bytes]:
@@ -401,19 +403,20 @@ def test_errors_pickle_with_their_attributes() -> None:
     assert logspool.CorruptionError("/p/seg", 40, "x").offset == 40
 
 
+class CountingFS(FileSystem):
+    """The real file system, counting the bytes read (one count for all handles that use it)."""
+
+    read_size = 0
+
+    def pread(self, fd: int, size: int, offset: int) -> bytes:
+        data = super().pread(fd, size, offset)
+        CountingFS.read_size += len(data)
+        return data
+
+
 def test_catch_up_reads_only_what_others_appended(log_dir: str) -> None:
     # Two handles (as two processes would) alternate appends. Each catch-up must read the bytes
     # the other appended, not the segment from its start: that made interleaving quadratic.
-    from logspool._fs import FileSystem
-
-    class CountingFS(FileSystem):
-        read_size = 0
-
-        def pread(self, fd: int, size: int, offset: int) -> bytes:
-            data = super().pread(fd, size, offset)
-            CountingFS.read_size += len(data)
-            return data
-
     a = logspool.open(log_dir, durability="os", fs=CountingFS())
     b = logspool.open(log_dir, durability="os", fs=CountingFS())
     CountingFS.read_size = 0
@@ -428,6 +431,107 @@ def test_catch_up_reads_only_what_others_appended(log_dir: str) -> None:
     assert [r.lsn for r in a.read()] == list(range(400))
     a.close()
     b.close()
+
+
+def test_a_catch_up_checks_the_last_record_others_wrote_not_all_of_them(log_dir: str) -> None:
+    # The tail hint (FORMAT.md §8.1): the writer that appended last says where its last record
+    # is; the next writer reads that record (and the header after it), not all that came before.
+    a = logspool.open(log_dir, durability="os", fs=CountingFS())
+    b = logspool.open(log_dir, durability="os", fs=CountingFS())
+    assert b.append(b"b") == 0
+    a.append_many([b"x" * 100] * 1000)  # 136 KB, the batch path
+    assert a.append(b"one more") == 1001  # the one-record path
+    CountingFS.read_size = 0
+    assert b.append(b"b again") == 1002
+    assert CountingFS.read_size < 1024
+    assert a.append_many([b"a again"] * 3) == [1003, 1004, 1005]
+    a.close()
+    b.close()
+    with logspool.open(log_dir) as log:
+        assert [r.lsn for r in log.read()] == list(range(1006))
+    assert logspool.verify(log_dir).ok
+
+
+def _set_tail_hint(log_dir: str, base: int, offset: int, lsn: int, end: int) -> None:
+    """Write the sync file's tail hint as another process (of any release, or killed) may have."""
+    with open(os.path.join(log_dir, fmt.SYNC_NAME), "r+b") as f:
+        f.seek(fmt.SYNC_TAIL_OFFSET)
+        f.write(fmt.SYNC_TAIL.pack(base, offset, lsn, end))
+
+
+_SIZES = [1 + 37 * i % 300 for i in range(20)]  # A's records' payload sizes
+
+
+def _a_offsets() -> list[int]:
+    """Where A's records are: after the segment header and B's one-byte record."""
+    offsets = [fmt.SEGMENT_HEADER_SIZE + fmt.RECORD_OVERHEAD + 1]
+    for size in _SIZES:
+        offsets.append(offsets[-1] + fmt.RECORD_OVERHEAD + size)
+    return offsets  # the last is where A's records end
+
+
+@pytest.mark.parametrize(
+    "hint",
+    [
+        pytest.param(lambda off: (0, 0, 0, 0), id="none"),
+        pytest.param(lambda off: (0, off[9], 10, off[10]), id="stale: a record before the last"),
+        pytest.param(lambda off: (0, off[0], 1, off[1]), id="stale: the first of them"),
+        pytest.param(lambda off: (0, off[9], 11, off[10]), id="wrong lsn"),
+        pytest.param(lambda off: (0, off[9], 10, off[11]), id="wrong end"),
+        pytest.param(lambda off: (0, off[9] + 5, 10, off[10]), id="inside a record"),
+        pytest.param(lambda off: (0, off[20], 21, off[20] + 100), id="past the records"),
+        pytest.param(lambda off: (0, off[19], 20, 1 << 40), id="end far past the file"),
+        pytest.param(lambda off: (7, off[19], 20, off[20]), id="another segment"),
+        pytest.param(lambda off: (0, fmt.SEGMENT_HEADER_SIZE, 0, off[0]), id="b's own record"),
+        pytest.param(lambda off: (2**64 - 1, 2**64 - 1, 2**64 - 1, 2**64 - 1), id="all ones"),
+    ],
+)
+def test_a_tail_hint_is_believed_only_as_far_as_the_record_it_names(
+    log_dir: str, hint: Callable[[list[int]], tuple[int, int, int, int]]
+) -> None:
+    """Any value in the hint is safe: a writer of an earlier release does not write it, one killed
+    after its write leaves it behind, a torn store mixes two. The catch-up must land exactly
+    after the others' records whatever it says."""
+    a = logspool.open(log_dir, durability="os")
+    b = logspool.open(log_dir, durability="os")
+    assert b.append(b"b") == 0
+    for i, size in enumerate(_SIZES):
+        assert a.append(bytes([65 + i]) * size) == i + 1
+    _set_tail_hint(log_dir, *hint(_a_offsets()))
+    assert b.append(b"b again") == 21
+    assert a.append(b"a again") == 22
+    assert b.append_many([b"b", b"b"]) == [23, 24]
+    a.close()
+    b.close()
+    expected = [b"b"] + [bytes([65 + i]) * size for i, size in enumerate(_SIZES)]
+    expected += [b"b again", b"a again", b"b", b"b"]
+    with logspool.open(log_dir) as log:
+        assert [r.payload for r in log.read()] == expected
+    report = logspool.verify(log_dir)
+    assert report.ok, report
+
+
+def test_a_sync_file_of_an_earlier_release_grows_to_hold_the_tail_hint(log_dir: str) -> None:
+    with logspool.open(log_dir) as log:
+        log.append(b"one")
+    sync = os.path.join(log_dir, fmt.SYNC_NAME)
+    os.truncate(sync, fmt.SYNC_FILE_SIZE)  # as the releases before the hint made it
+    with logspool.open(log_dir) as a, logspool.open(log_dir) as b:
+        assert os.path.getsize(sync) == fmt.SYNC_FILE_SIZE_TAIL
+        assert a.append(b"a") == 1
+        assert b.append(b"b") == 2
+        assert a.append(b"a") == 3
+
+
+def test_repair_forgets_the_tail_hint(log_dir: str) -> None:
+    with logspool.open(log_dir) as a, logspool.open(log_dir) as b:
+        a.append(b"a")
+        b.append(b"b")
+    with open(os.path.join(log_dir, fmt.SYNC_NAME), "rb") as f:
+        assert fmt.read_sync_tail(f.read()).lsn == 1
+    logspool.repair(log_dir)
+    with open(os.path.join(log_dir, fmt.SYNC_NAME), "rb") as f:
+        assert fmt.read_sync_tail(f.read()) == (0, 0, 0, 0)
 
 
 def test_a_handle_cannot_append_in_a_forked_child(log_dir: str) -> None:
