@@ -171,6 +171,7 @@ class FoldedStore(Generic[S, OpT]):
                 self._write_marker(self.VERSION_CREATED)
             self._state: S = self._new_state(None, self.path)
             self._reader: Reader | None = None
+            self._waiters: list[Reader] = []  # readers that waited for ops, kept for the next wait
             self._snapshot_lsn = 0
             self._load()
             self._catch_up()
@@ -385,15 +386,31 @@ class FoldedStore(Generic[S, OpT]):
         if timeout_s <= 0:
             return
         with self._mutex:
+            self._check_open()
             start = self._state.next_lsn
+            # A reader kept from an earlier wait, with its directory watch: setting up an inotify
+            # watch and taking it down again cost ~5 and ~15 ms on this machine's kernel, more
+            # than a short wait itself (benchmarks/RESULTS.md, issue 7).
+            waiter = self._waiters.pop() if self._waiters else None
         try:
-            waiter = self._log.reader(start)
-        except PositionError:
-            return  # compacted past us: there is news
-        try:
+            if waiter is None:
+                waiter = self._log.reader(start)
+            else:
+                waiter.seek(start)
             waiter.next(timeout=timeout_s)
-        finally:
-            waiter.close()
+        except PositionError:
+            if waiter is not None:
+                waiter.close()
+            return  # compacted past us: there is news
+        except BaseException:
+            if waiter is not None:
+                waiter.close()
+            raise
+        with self._mutex:
+            if self._closed:
+                waiter.close()
+            else:
+                self._waiters.append(waiter)
 
     # --- snapshots --------------------------------------------------------------------------------
     def _maybe_snapshot(self) -> None:
@@ -456,6 +473,9 @@ class FoldedStore(Generic[S, OpT]):
             self._closed = True
             if self._reader is not None:
                 self._reader.close()
+            for waiter in self._waiters:
+                waiter.close()
+            self._waiters.clear()
             self._log.close()
 
     def __enter__(self) -> Self:

@@ -1413,16 +1413,16 @@ class Log:
     def _gather_processes(self, fd: int, end: int, lsn: int, target: int) -> None:
         """The syncer, before it takes the sync flock and fsyncs: wait until the records below
         ``target`` are written (the writers the last fsync covered, appending again), for at
-        most the recent cost of an fsync (2 ms cap), woken by inotify on each write; without
-        inotify, no wait (docs/DESIGN.md, "gathering across processes")."""
+        most the recent cost of an fsync (2 ms cap), looking again after each write (the watch
+        polls in short steps, then, for a handle that has gathered long, is woken by inotify:
+        docs/DESIGN.md, "gathering across processes")."""
         wait = min(self._fsync_cost_s, limits.GATHER_WAIT_S_MAX)
         if wait <= 0.0 or target - lsn > limits.GATHER_RECORDS_MAX:
             return
         watch = self._gather_watch
         if watch is None:
             watch = self._gather_watch = DirectoryWatch(self.path)
-        if not watch.uses_inotify:
-            return
+        watch.reset_backoff()
         deadline = time.perf_counter() + wait
         for _ in range(limits.GATHER_RECORDS_MAX + 1):  # each turn sees a write, or times out
             watch.drain()

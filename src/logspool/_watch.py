@@ -1,12 +1,15 @@
-"""Waking a reader when a log directory changes: inotify where the kernel has it, polling otherwise.
+"""Waking a reader when a log directory changes: polling for a short wait, inotify for a long one
+where the kernel has it, polling otherwise.
 
 A waiting reader must wake within milliseconds of an append made by *any* process, with no broker.
 Linux's inotify reports every write to a file in a watched directory; we reach it through ctypes
 (the standard library has no binding) and fall back to polling with a backoff where it is missing.
+A short wait polls in steps of at most half a millisecond, and sets up no watch at all.
 
-The race between "look for data" and "wait" is closed by order: the watch exists before the first
-look, events are drained *before* each look, and an event that arrives after the look stays queued,
-so the following wait returns at once.
+The race between "look for data" and "wait" is closed by order: ``wait`` returns at once after it
+sets up the inotify watch, so the caller looks again with the watch in place; events are drained
+*before* each look, and an event that arrives after the look stays queued, so the following wait
+returns at once.
 """
 
 from __future__ import annotations
@@ -45,19 +48,30 @@ _LIBC = _load_libc() if os.environ.get("LOGSPOOL_NO_INOTIFY") != "1" else None
 
 
 class DirectoryWatch:
-    """Wait for any change in one directory. One per waiting reader; not shared between threads."""
+    """Wait for any change in one directory. One per waiting reader; not shared between threads.
+
+    It polls first, in steps of WATCH_POLL_S_MIN doubling to WATCH_POLL_S_FAST, and sets up
+    inotify once it has waited WATCH_INOTIFY_AFTER_S in all: an inotify watch costs milliseconds
+    to set up and more to take down (the kernel waits out a grace period), so a short wait, or a
+    short-lived process, never pays for one; a reader tailing a log gets one within its first
+    waits and keeps it. Without inotify it polls on, backing off to POLL_INTERVAL_S_MAX."""
 
     def __init__(self, path: str) -> None:
+        self._path = path
         self._fd = -1
-        self._poll_delay_s = limits.POLL_INTERVAL_S_MIN
-        if _LIBC is None:
-            return
+        self._waited_s = 0.0  # polled so far; inotify from WATCH_INOTIFY_AFTER_S on
+        self._no_inotify = _LIBC is None
+        self._poll_delay_s = limits.WATCH_POLL_S_MIN
+
+    def _start_inotify(self) -> bool:
+        """Set up the inotify watch; False if it cannot be had (then this watch polls for good)."""
+        assert _LIBC is not None
         fd = _LIBC.inotify_init1(_IN_NONBLOCK | _IN_CLOEXEC)
         if fd < 0:
-            return  # out of inotify instances: poll instead
-        if _LIBC.inotify_add_watch(fd, os.fsencode(path), _MASK) < 0:
+            return False  # out of inotify instances
+        if _LIBC.inotify_add_watch(fd, os.fsencode(self._path), _MASK) < 0:
             os.close(fd)
-            return
+            return False
         self._fd = fd
         # A watch dropped without close() (a reader left to the garbage collector) gives its
         # descriptor back: inotify instances are few (128 a user by default), and a process
@@ -65,6 +79,7 @@ class DirectoryWatch:
         self._close_fd = weakref.finalize(self, os.close, fd)
         self._poller = select.poll()
         self._poller.register(fd, select.POLLIN)
+        return True
 
     @property
     def uses_inotify(self) -> bool:
@@ -82,7 +97,8 @@ class DirectoryWatch:
                 return
 
     def wait(self, timeout_s: float) -> None:
-        """Return when the directory may have changed, or after ``timeout_s`` seconds."""
+        """Return when the directory may have changed, or after ``timeout_s`` seconds (or
+        sooner: the caller looks again, and waits again if nothing changed)."""
         if timeout_s <= 0:
             return
         if self._fd >= 0:
@@ -91,12 +107,19 @@ class DirectoryWatch:
             else:
                 self._poller.poll(timeout_s * 1000.0)
             return
-        time.sleep(min(self._poll_delay_s, timeout_s))
-        self._poll_delay_s = min(self._poll_delay_s * 2, limits.POLL_INTERVAL_S_MAX)
+        if not self._no_inotify and self._waited_s >= limits.WATCH_INOTIFY_AFTER_S:
+            if self._start_inotify():
+                return  # the caller looks again, now that changes are watched: no race
+            self._no_inotify = True
+        delay = min(self._poll_delay_s, timeout_s)
+        time.sleep(delay)
+        self._waited_s += delay
+        cap = limits.POLL_INTERVAL_S_MAX if self._no_inotify else limits.WATCH_POLL_S_FAST
+        self._poll_delay_s = min(self._poll_delay_s * 2, cap)
 
     def reset_backoff(self) -> None:
-        """Data arrived: poll quickly again (only matters without inotify)."""
-        self._poll_delay_s = limits.POLL_INTERVAL_S_MIN
+        """Data arrived: poll quickly again (only matters while polling)."""
+        self._poll_delay_s = limits.WATCH_POLL_S_MIN
 
     def close(self) -> None:
         if self._fd >= 0:

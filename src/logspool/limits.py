@@ -62,6 +62,13 @@ LOCK_TIMEOUT_S_DEFAULT = 60.0
 # When inotify is not available, a waiting reader polls with a backoff between these (seconds).
 POLL_INTERVAL_S_MIN = 0.001
 POLL_INTERVAL_S_MAX = 0.05
+# A wait for a change in a directory polls first: from the first of these (seconds), doubling to
+# the second, until the watch has waited WATCH_INOTIFY_AFTER_S in all; only then does it set up
+# inotify. Setting up a watch and taking it down cost ~5 and ~15 ms on a VM measured (issue 7):
+# more than the short waits most callers make (a group commit's gathering, take(wait=0.01)).
+WATCH_POLL_S_MIN = 0.00005
+WATCH_POLL_S_FAST = 0.0005
+WATCH_INOTIFY_AFTER_S = 0.05
 # A writer waiting for a lock with a timeout (flock has none) polls it: from the first of these
 # (seconds), doubling to the second for the first LOCK_POLL_FAST_S of the wait (a lock held for one
 # decision is freed within milliseconds, and a sleeper that oversleeps leaves it idle), then

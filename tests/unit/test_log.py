@@ -18,6 +18,7 @@ import pytest
 
 import logspool
 from logspool import _format as fmt
+from logspool import limits
 from logspool._fs import FileSystem
 
 
@@ -599,13 +600,37 @@ def _inotify_descriptors() -> int:
 
 
 def test_tailing_readers_left_unclosed_give_back_their_inotify_instances(log_dir: str) -> None:
-    """Each waiting reader watches the directory with an inotify instance; a user has 128 by
-    default. Readers dropped without close() must give theirs back when collected, or the
-    process (and the writers' gathering, docs/DESIGN.md) falls back to polling for good."""
+    """A reader that waits long watches the directory with an inotify instance; a user has 128
+    by default. Readers dropped without close() must give theirs back when collected, or the
+    process falls back to polling for good."""
     before = _inotify_descriptors()
     with logspool.open(log_dir) as log:
-        for _ in range(200):
+        for _ in range(30):
             reader = log.reader(start="latest")
-            assert reader.next(timeout=0.001) is None  # waited: the watch exists
+            assert reader.next(timeout=limits.WATCH_INOTIFY_AFTER_S + 0.02) is None
+            assert _inotify_descriptors() == before + 1  # it waited long enough to set one up
             del reader
         assert _inotify_descriptors() - before <= 2
+
+
+def test_a_short_wait_polls_and_a_long_one_sets_up_inotify(log_dir: str) -> None:
+    """Setting up an inotify watch and taking it down costs milliseconds (the kernel waits out a
+    grace period to take one down): a short wait polls instead, in steps under a millisecond,
+    and still sees an append at once; a reader that keeps waiting gets a watch and keeps it."""
+    before = _inotify_descriptors()
+    with logspool.open(log_dir) as log, log.reader(start="latest") as reader:
+        for i in range(5):
+            assert reader.next(timeout=0.005) is None
+            threading.Timer(0.002, log.append, [b"%d" % i]).start()
+            start = time.monotonic()
+            rec = reader.next(timeout=5)
+            assert rec is not None and rec.payload == b"%d" % i
+            assert time.monotonic() - start < 0.05
+        assert _inotify_descriptors() == before  # 5 waits of 5 ms and a few of 2: no watch
+        assert reader.next(timeout=limits.WATCH_INOTIFY_AFTER_S) is None
+        assert reader.next(timeout=0.01) is None
+        assert _inotify_descriptors() == before + 1
+        threading.Timer(0.05, log.append, [b"late"]).start()
+        rec = reader.next(timeout=5)
+        assert rec is not None and rec.payload == b"late"
+    assert _inotify_descriptors() == before
