@@ -25,7 +25,7 @@ import os
 import time
 import urllib.parse
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from types import TracebackType
 from typing import Literal
@@ -149,23 +149,34 @@ def _seconds(value: object, what: str, *, zero: bool = True) -> float:
     return float(value)
 
 
+# Job is frozen, so its __init__ stores each field through object.__setattr__: 3.4 us a job,
+# more than picking it. _job stores them through the slots' own descriptors instead (2.1 us;
+# measured with timeit, 2026-11-22): take_many builds a Job for every lease.
+_JOB_FIELDS = tuple(Job.__dict__[f.name].__set__ for f in fields(Job))
+
+
 def _job(entry: JobEntry) -> Job:
-    return Job(
-        id=entry.id,
-        key=entry.key,
-        domain=entry.domain,
-        payload=entry.payload,
-        priority=entry.priority,
-        state=ops.STATES[entry.state],
-        not_before=entry.not_before_ns / _NS,
-        deliveries=entry.deliveries,
-        token=entry.token,
-        lease_until=entry.lease_until_ns / _NS if entry.state == ops.LEASED else None,
-        ttl_until=entry.ttl_until_ns / _NS if entry.ttl_until_ns else None,
-        created=entry.created_ns / _NS,
-        updated=entry.updated_ns / _NS,
-        error=entry.error,
+    job = object.__new__(Job)
+    state = entry.state
+    values = (
+        entry.id,
+        entry.key,
+        entry.domain,
+        entry.payload,
+        entry.priority,
+        ops.STATES[state],
+        entry.not_before_ns / _NS,
+        entry.deliveries,
+        entry.token,
+        entry.lease_until_ns / _NS if state == ops.LEASED else None,
+        entry.ttl_until_ns / _NS if entry.ttl_until_ns else None,
+        entry.created_ns / _NS,
+        entry.updated_ns / _NS,
+        entry.error,
     )
+    for store, value in zip(_JOB_FIELDS, values, strict=True):
+        store(job, value)
+    return job
 
 
 def _ack_ops(jobs_: list[Job]) -> tuple[list[ops.Op], int]:
