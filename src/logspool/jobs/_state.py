@@ -440,18 +440,24 @@ class State:
         level.queues.pop(domain, None)
         return None
 
-    def _place(self, priority: int, level: _Level, domain: str, now_ns: int) -> None:
+    def _place(
+        self, priority: int, level: _Level, domain: str, now_ns: int
+    ) -> tuple[int, int, int, str] | None:
+        """Put the domain where its head says: in ``ready`` (returns the entry that stands for
+        it there, if this call pushed it), or in ``waiting`` until its time."""
         head = self._head(priority, level, domain, now_ns)
         if head is None:
             level.placed.pop(domain, None)
-            return
+            return None
         if head[0] <= now_ns:
             entry = (self.served.get((priority, domain), -1), head[0], head[1], domain)
             if level.placed.get(domain) != entry:
                 level.placed[domain] = entry
                 heapq.heappush(level.ready, entry)
+                return entry
         else:
             heapq.heappush(level.waiting, (head[0], domain))
+        return None
 
     def due(self, now_ns: int) -> tuple[list[int], list[int]]:
         """Jobs whose TTL passed untaken (to EXPIRE), and expired leases made runnable again."""
@@ -476,13 +482,22 @@ class State:
         earliest not_before, then the earliest arrival. Call ``due`` first."""
         for priority in sorted(self._levels):
             level = self._levels[priority]
+            # Entries placed by this call: their domain's head was found runnable at now_ns and
+            # nothing has changed since, so the head need not be looked up again.
+            fresh: dict[str, tuple[int, int, int, str]] = {}
             while level.waiting and level.waiting[0][0] <= now_ns:
-                self._place(priority, level, heapq.heappop(level.waiting)[1], now_ns)
+                domain = heapq.heappop(level.waiting)[1]
+                placed = self._place(priority, level, domain, now_ns)
+                if placed is not None:
+                    fresh[domain] = placed
             while level.ready:
-                served, not_before, job_id, domain = level.ready[0]
-                if level.placed.get(domain) != level.ready[0]:
+                entry = level.ready[0]
+                served, not_before, job_id, domain = entry
+                if level.placed.get(domain) != entry:
                     heapq.heappop(level.ready)  # superseded by a newer entry of its domain
                     continue
+                if fresh.get(domain) is entry:
+                    return self.jobs[job_id]
                 head = self._head(priority, level, domain, now_ns)
                 if (
                     head == (not_before, job_id)
