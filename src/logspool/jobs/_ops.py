@@ -67,6 +67,7 @@ EARLIEST = 2  # the value that runs first: the smaller priority number, the earl
 LATEST = 3
 MERGES = {"replace": REPLACE, "keep": KEEP, "earliest": EARLIEST, "latest": LATEST}
 
+_new_tuple = tuple.__new__
 _PUT = struct.Struct("<BBBxqqHH")  # type, merge, priority, 0, not_before, ttl_until (0: none), sizes
 _ID = struct.Struct("<B7xQ")  # type, 0, job id                      (EXPIRE, PURGE, CANCEL)
 _ID_TIME = struct.Struct("<B7xQq")  # type, 0, job id, time          (TAKE: lease_until; RETRY: not_before)
@@ -288,7 +289,9 @@ def decode(buf: bytes, where: str) -> Op:
                 _text(buf, _PUT.size, key_size, where, "key")
                 _text(buf, at, domain_size, where, "domain")
                 raise  # pragma: no cover - one of the two raised
-            return Put(key, domain, buf[end:], priority, not_before, ttl_until, merge & 3, merge >> 2)
+            # (tuple.__new__: half the cost of Put(...), and every process folds every put)
+            fields = (key, domain, buf[end:], priority, not_before, ttl_until, merge & 3, merge >> 2)
+            return _new_tuple(Put, fields)
         if kind == TAKE:
             _, job_id, lease_until = _ID_TIME.unpack_from(buf)
             return Take(job_id, lease_until)
