@@ -78,19 +78,15 @@ def _run(journal: jobs.Journal, args: argparse.Namespace) -> int:
                 key, _, payload = line.rstrip(b"\n").partition(b"\t")
                 if key:
                     items.append((key.decode("utf-8"), payload))
-        lsns = [
-            journal.put(
-                key,
-                payload,
-                priority=args.priority,
-                delay=args.delay,
-                not_before=args.not_before,
-                ttl=args.ttl,
-                domain=args.domain,
-            )
-            for key, payload in items
-        ]
-        out = {"lsns": lsns} if args.json else "\n".join(map(str, lsns))
+        ids = journal.put_many(
+            items,
+            priority=args.priority,
+            delay=args.delay,
+            not_before=args.not_before,
+            ttl=args.ttl,
+            domain=args.domain,
+        )
+        out = {"ids": ids} if args.json else "\n".join(map(str, ids))
     elif action == "take" and args.count != 1:
         batch = journal.take_many(args.count, lease=args.lease, wait=args.wait)
         if not batch:
@@ -176,7 +172,9 @@ def add_parser(sub: Any) -> None:
         a.add_argument("--json", action="store_true", help="JSON output")
         return a
 
-    a = action("put", help="put KEY [PAYLOAD]; without KEY, key<TAB>payload lines from stdin")
+    a = action(
+        "put", help="put KEY [PAYLOAD]; without KEY, key<TAB>payload lines from stdin (one durable step)"
+    )
     a.add_argument("key", nargs="?", metavar="KEY")
     a.add_argument("payload", nargs="?", metavar="PAYLOAD")
     a.add_argument("--priority", type=int, help="0..255, smaller runs first (default 128; kept on update)")

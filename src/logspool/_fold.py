@@ -190,22 +190,43 @@ class FoldedStore(Generic[S, OpT]):
         store keeps the lowest version that holds what it holds, so older code opens it until
         then, and refuses it at open after, rather than meeting an op it does not know."""
         if self._version < version:
-            self._write_marker(version)
+            # Another process may have raised it since this handle read it: never lower it.
+            self._write_marker(max(version, self._read_marker() or 0))
+
+    def _ensure_version(self, version: int) -> None:
+        """``_require_version`` for an op written without a decision (a put): takes the writer
+        lock the first time only (once a handle has seen the marker at ``version``)."""
+        if self._version < version:
+            with self._mutex, self._log.exclusive(sync=False):
+                self._require_version(version)
+
+    def _read_marker(self) -> int | None:
+        """The version ``DIR/JOURNAL`` says, or None if there is none (CorruptionError if it is
+        not a marker, NotALogError if of another kind, UnsupportedVersionError if too new)."""
+        marker = os.path.join(self.path, MARKER)
+        try:
+            raw = self._fs.read_file(marker, limits.META_SIZE_MAX)
+        except FileNotFoundError:
+            return None
+        try:
+            body = json.loads(raw)
+            kind, version = body["kind"], body["version"]
+        except (ValueError, KeyError, TypeError) as err:
+            raise CorruptionError(marker, 0, f"not a {MARKER} marker: {err}") from err
+        if kind != self.KIND:
+            raise NotALogError(self.path, f"the marker says {kind!r}, not a {self.WHAT}")
+        if not isinstance(version, int) or version > self.VERSION:
+            raise UnsupportedVersionError(marker, version if isinstance(version, int) else -1, self.VERSION)
+        return version
 
     def _open_marker(self, create: bool) -> bool:
         """Check ``DIR/JOURNAL``; True if there is none and this call is to create the store (the
         caller writes the marker once the op log is set up)."""
         self._version = self.VERSION_CREATED
-        marker = os.path.join(self.path, MARKER)
-        try:
-            raw = self._fs.read_file(marker, limits.META_SIZE_MAX)
-        except FileNotFoundError:
-            raw = None
-        if raw is None:
+        version = self._read_marker()
+        if version is None:
             if not create:
-                raise NotALogError(
-                    self.path, f"no {self.WHAT} here (no {MARKER} file) and create=False"
-                ) from None
+                raise NotALogError(self.path, f"no {self.WHAT} here (no {MARKER} file) and create=False")
             try:
                 self._fs.mkdir(self.path)
                 # the new directory's name must survive a power cut before anything in it matters
@@ -220,15 +241,6 @@ class FoldedStore(Generic[S, OpT]):
             if extra:
                 raise NotALogError(self.path, f"not a {self.WHAT} and not empty (holds {sorted(extra)[:3]})")
             return True
-        try:
-            body = json.loads(raw)
-            kind, version = body["kind"], body["version"]
-        except (ValueError, KeyError, TypeError) as err:
-            raise CorruptionError(marker, 0, f"not a {MARKER} marker: {err}") from err
-        if kind != self.KIND:
-            raise NotALogError(self.path, f"the marker says {kind!r}, not a {self.WHAT}")
-        if not isinstance(version, int) or version > self.VERSION:
-            raise UnsupportedVersionError(marker, version if isinstance(version, int) else -1, self.VERSION)
         self._version = version
         return False
 

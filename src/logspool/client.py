@@ -153,8 +153,9 @@ class RemoteJournal(_Remote):
         priority_merge: str = "replace",
         not_before_merge: str = "replace",
     ) -> Any:
-        return self._call(p.JOB_PUT, lambda b: b["lsn"], key=key, payload=payload, priority=priority,
-                          not_before=not_before, delay=delay, ttl=ttl, domain=domain,
+        # (a daemon of a release before journal format 4 answers "lsn" only: a put's id was its lsn)
+        return self._call(p.JOB_PUT, lambda b: b.get("id", b["lsn"]), key=key, payload=payload,
+                          priority=priority, not_before=not_before, delay=delay, ttl=ttl, domain=domain,
                           priority_merge=priority_merge, not_before_merge=not_before_merge)  # fmt: skip
 
     def take(self, lease: float = 30.0, *, wait: float = 0.0) -> Any:

@@ -213,7 +213,14 @@ def test_job_op_and_snapshot_vectors() -> None:
     assert jops.encode(take_many) == v["job-take-many"]
     ack_many = jops.AckMany((5, 7), (589824, 589825))
     assert jops.decode(v["job-ack-many"], "vector") == ack_many and jops.encode(ack_many) == v["job-ack-many"]
-    assert 9 << jops.TAKE_INDEX_BITS == 589824
+    assert 9 << jops.INDEX_BITS == 589824
+    put_many = jops.PutMany(
+        (("https://a.example/x", "a.example", b"hi"), ("k", "", b"")),
+        10, 1795000000000000000, 0, jops.REPLACE, jops.KEEP,
+    )  # fmt: skip
+    assert jops.decode(v["job-put-many"], "vector") == put_many
+    assert jops.encode(put_many) == v["job-put-many"]
+    assert [3 << jops.INDEX_BITS | i for i in range(2)] == [196608, 196609]
     snap = jops.decode_snapshot(v["job-snapshot"], "vector")
     row = jops.JobRow(
         5, "k", "", b"p", 128, jops.PENDING, 1795000000000000000, 0, 1, 0, 0,

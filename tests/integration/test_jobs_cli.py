@@ -16,7 +16,8 @@ def cli(*args: str, stdin: bytes = b"") -> tuple[int, str, str]:
 def test_put_take_ack_nack_list_stats_dead_from_the_shell(tmp_path: Path) -> None:
     d = str(tmp_path / "j")
     assert cli("put", d, "https://a.example/x", "hello", "--priority", "3")[:2] == (0, "0\n")
-    assert cli("put", d, stdin=b"k1\tv1\nk2\t\xff\n")[:2] == (0, "1\n2\n")
+    # stdin's lines are one put_many, the PUT_MANY op at lsn 1: ids (1 << 16) | i
+    assert cli("put", d, stdin=b"k1\tv1\nk2\t\xff\n")[:2] == (0, "65536\n65537\n")
     code, out, _ = cli("list", d, "--json")
     listed = json.loads(out)
     assert [j["key"] for j in listed] == ["https://a.example/x", "k1", "k2"]

@@ -96,10 +96,11 @@ def test_ttl_touch_and_memory_only_values_over_the_wire(running: Running) -> Non
 def test_jobs_over_the_wire(running: Running) -> None:
     with client.connect(running.address) as c:
         j = c.jobs("work")
-        j.put("http://a.example/1", b"one", priority=1)
+        one = j.put("http://a.example/1", b"one", priority=1)
         j.put("http://b.example/2", b"two", priority=2)
         first = j.take(lease=30)
         assert first.key == "http://a.example/1" and first.payload == b"one" and first.domain == "a.example"
+        assert first.id == one, "put returns the job's id"
         assert j.extend(first, 60).lease_until > time.time() + 50
         j.ack(first)
         with pytest.raises(LeaseExpiredError):
@@ -211,8 +212,8 @@ def test_the_async_client_pipelines_with_gather(running: Running) -> None:
             k = c.kv("async")
             results = await asyncio.gather(*(k.add("n") for _ in range(100)))
             assert (await k.get("n")).value == 100
-            job_lsn = await c.jobs("aj").put("key", b"x")
-            assert isinstance(job_lsn, int)
+            job_id = await c.jobs("aj").put("key", b"x")
+            assert [j.id for j in await c.jobs("aj").get("key")] == [job_id]
             return sorted(results)
 
     assert asyncio.run(go()) == list(range(1, 101))

@@ -353,12 +353,18 @@ def test_the_journal_format_version_rises_with_the_first_op_that_needs_it(tmp_pa
     class VersionTwoReader(jobs.Journal):
         VERSION = 2  # code that knows no TAKE_MANY or ACK_MANY op
 
+    class VersionThreeReader(jobs.Journal):
+        VERSION = 3  # code that knows no PUT_MANY op
+
     def marker() -> int:
         return int(json.loads((path / "JOURNAL").read_text())["version"])
 
     with jobs.open(path) as j:
-        j.put("a")
+        stale = jobs.open(path)  # reads the marker at version 1 and keeps it
+        with j._decide() as w:  # a put as versions 1-3 wrote it (a PUT op)
+            w.write(jops.Put("a", "", b"", 128, j._clock(), 0, jops.KEEP, jops.KEEP))
         assert marker() == 1, "a journal keeps the lowest version that holds what it holds"
+        assert j.get("a")[0].id == 0, "a PUT's job id is its lsn"
         VersionOneReader(path).close()
         # a lease as version 1 wrote it (a TAKE op), released by this code: a RELEASE needs 2
         with j._decide() as w:
@@ -373,10 +379,25 @@ def test_the_journal_format_version_rises_with_the_first_op_that_needs_it(tmp_pa
     with jobs.open(path) as j:
         job = j.take()
         assert isinstance(job, jobs.Job) and job.key == "a"
-        assert job.token == 3 << jops.TAKE_INDEX_BITS, "the first lease of the TAKE_MANY at lsn 3"
+        assert job.token == 3 << jops.INDEX_BITS, "the first lease of the TAKE_MANY at lsn 3"
         assert marker() == 3
     with pytest.raises(UnsupportedVersionError, match="version 3"):
         VersionTwoReader(path)
+    VersionThreeReader(path).close()
+    with jobs.open(path) as j:
+        b = j.put("b")
+        assert marker() == 4
+        assert b == 4 << jops.INDEX_BITS, "the first put of the PUT_MANY at lsn 4"
+        assert [x.id for x in j.get("b")] == [b] and b > job.id, "ids grow through the upgrade"
+        c, d = j.put_many([("c", b""), ("d", b"")])
+        assert (c, d) == (5 << jops.INDEX_BITS, 5 << jops.INDEX_BITS | 1)
+        assert [x.key for x in j.jobs(state="pending")] == ["b", "c", "d"], "arrival order"
+    with pytest.raises(UnsupportedVersionError, match="version 4"):
+        VersionThreeReader(path)
+    with stale:  # a handle that raises the version from a stale reading never lowers it
+        assert stale._version == 1
+        stale.release(stale.take_many(1)[0])
+        assert marker() == 4
     with jobs.open(path) as j:
         assert [x.key for x in j.jobs(state="leased")] == ["a"]
         j.ack(job)
@@ -491,10 +512,31 @@ def test_a_corrupt_newest_snapshot_falls_back_to_the_older_one(tmp_path: Path, c
         assert j.stats() == want
 
 
+def _put_many_op(count: int, items: bytes, merge: int = 0) -> bytes:
+    """A PUT_MANY op's bytes (FORMAT §14.1) around ``items`` as given."""
+    return bytes([jops.PUT_MANY, merge, 128, 0]) + count.to_bytes(4, "little") + bytes(16) + items
+
+
+def _put_item(key: bytes, domain: bytes = b"", payload: bytes = b"") -> bytes:
+    sizes = (
+        len(key).to_bytes(2, "little")
+        + len(domain).to_bytes(2, "little")
+        + len(payload).to_bytes(4, "little")
+    )
+    return sizes + key + domain + payload
+
+
 @pytest.mark.parametrize(
     ("op", "error", "words"),
     [
         (b"\x02\x00", CorruptionError, "take op of 2 bytes is too short"),
+        (b"\x0f" + bytes(10), CorruptionError, "put_many op of 11 bytes is too short"),
+        (_put_many_op(0, b""), CorruptionError, "put_many op of 0 entries"),
+        (_put_many_op(1, _put_item(b"k"), merge=0x10), CorruptionError, "unknown merge bits 0x10"),
+        (_put_many_op(2, _put_item(b"k")), CorruptionError, "put_many op of 33 bytes is too short"),
+        (_put_many_op(1, _put_item(b"k", payload=b"abc")[:-1]), CorruptionError, "put 0 of 1 runs past"),
+        (_put_many_op(1, _put_item(b"k") + b"zz"), CorruptionError, "2 bytes after the last of 1 puts"),
+        (_put_many_op(1, _put_item(b"\xff")), CorruptionError, "put 0 of 1: key or domain is not UTF-8"),
         (b"\x7f" + bytes(15), UnsupportedVersionError, "version 127"),
         (
             b"\x0d" + bytes(15) + (2).to_bytes(4, "little") + bytes(8),
@@ -579,12 +621,34 @@ def test_closed_journal_refuses_calls(tmp_path: Path) -> None:
 
 
 def test_put_many_is_one_durable_step_with_the_rules_of_put(journal: jobs.Journal) -> None:
-    lsns = journal.put_many([("a", b"1"), ("b", b"2"), ("a", b"3")], priority=7)
-    assert lsns == [0, 1, 2]
-    assert [(j.key, j.payload, j.priority) for j in journal.jobs()] == [("a", b"3", 7), ("b", b"2", 7)]
+    ids = journal.put_many([("a", b"1"), ("b", b"2"), ("a", b"3")], priority=7)
+    assert ids == [0, 1, 2], "one PUT_MANY op at lsn 0: the i-th put's id is (0 << 16) | i"
+    assert [(j.id, j.key, j.payload, j.priority) for j in journal.jobs()] == [
+        (0, "a", b"3", 7),
+        (1, "b", b"2", 7),
+    ]
     with pytest.raises(ValueError, match="empty"):
         journal.put_many([("c", b""), ("", b"")])
-    assert journal.stats().next_lsn == 3, "a refused batch writes nothing"
+    assert journal.stats().next_lsn == 1, "one op; a refused batch writes nothing"
+    assert journal.put_many([]) == [] and journal.stats().next_lsn == 1
+
+
+def test_put_many_splits_at_65536_puts_and_at_the_op_logs_record_size(tmp_path: Path) -> None:
+    big = bytes(range(256)) * (9 << 12)  # 9 MiB: two of them pass the 16 MiB record_size_max
+    n = jops.LIST_MAX + 1
+    with jobs.open(tmp_path / "j") as j:
+        ids = j.put_many([("big1", big), ("big2", big), ("small", b"s")])
+        assert ids == [0, 1 << 16, 1 << 16 | 1]
+        ids = j.put_many([(f"k{i}", b"") for i in range(n)])
+        assert ids[0] == 2 << 16 and ids[-2] == 2 << 16 | (n - 2) and ids[-1] == 3 << 16
+        assert j.stats().next_lsn == 4
+        with pytest.raises(logspool.RecordTooLargeError):
+            j.put("huge", bytes(16 << 20))
+        assert j.stats().next_lsn == 4, "a put the op log refuses writes nothing"
+    with jobs.open(tmp_path / "j") as j:
+        assert j.stats().pending == n + 3
+        assert [x.payload for x in j.get("big1") + j.get("big2")] == [big, big]
+        assert [x.key for x in j.take_many(4)] == ["big1", "big2", "small", "k0"], "arrival order"
 
 
 def test_take_with_ack_settles_the_previous_job_in_the_same_step(journal: jobs.Journal, clock: Clock) -> None:

@@ -50,8 +50,9 @@ Merge = Literal["replace", "keep", "earliest", "latest"]
 class Job:
     """A job as the journal holds it: a copy, taken when the call returned.
 
-    ``id`` is the lsn of the put that created it (its arrival order); ``token`` is the lease's
-    fencing token while it is leased (0 otherwise); times are seconds since the epoch.
+    ``id`` is the id ``put`` returned when it created the job (ids grow with arrival order);
+    ``token`` is the lease's fencing token while it is leased (0 otherwise); times are seconds
+    since the epoch.
     ``state`` is "pending", "leased" or "dead"; ``error`` is the last nack's or death's reason.
     """
 
@@ -191,14 +192,15 @@ def _release_ops(jobs_: list[Job]) -> tuple[list[ops.Op], int]:
 
 
 _MakeOps = Callable[[list[Job]], tuple[list[ops.Op], int]]
-assert limits.JOB_TAKE_MAX <= ops.TAKE_MANY_MAX, "a take_many is one TAKE_MANY op (if it buries none)"
+assert limits.JOB_TAKE_MAX <= ops.LIST_MAX, "a take_many is one TAKE_MANY op (if it buries none)"
 
 
 class Journal(FoldedStore[State, ops.Op]):
     """A job journal in a directory. Use ``logspool.jobs.open``. See the module docstring."""
 
     KIND = "logspool-jobs"
-    VERSION = 3  # 2: RELEASE ops; 3: TAKE_MANY and ACK_MANY (a journal says the lowest it needs)
+    # 2: RELEASE ops; 3: TAKE_MANY and ACK_MANY; 4: PUT_MANY (a journal says the lowest it needs)
+    VERSION = 4
     WHAT = "job journal"
 
     def __init__(
@@ -282,7 +284,7 @@ class Journal(FoldedStore[State, ops.Op]):
         priority_merge: Merge = "replace",
         not_before_merge: Merge = "replace",
     ) -> int:
-        """Record that ``key`` needs work; return the op's lsn (the job's id if it created one).
+        """Record that ``key`` needs work; return the put's id (the job's ``id`` if it created one).
 
         If ``key`` has a pending job, that job is updated (latest wins): the payload and TTL are
         replaced; ``priority`` and ``not_before`` are merged as ``priority_merge`` and
@@ -293,46 +295,25 @@ class Journal(FoldedStore[State, ops.Op]):
         is UTC, or seconds since the epoch) or ``delay`` (seconds from now): the job is invisible
         until then. ``ttl``: seconds after which the job is dropped if nobody took it.
         ``domain``: the fairness group (default: ``domain_of(key)``).
-        Durability: returns after the op is fsynced ("always"). Any thread or process.
+        Durability: returns after the op is fsynced ("always"). Any thread or process. The first
+        put raises an older journal's format version to 4 (docs/FORMAT.md §14).
         """
         op = self._put_op(
-            key,
-            payload,
+            ((key, payload, domain),),
             priority=priority,
             not_before=not_before,
             delay=delay,
             ttl=ttl,
-            domain=domain,
             priority_merge=priority_merge,
             not_before_merge=not_before_merge,
         )
         self._check_open()
-        return self._log.append(ops.encode(op))
+        self._ensure_version(4)
+        return self._log.append(ops.encode(op)) << ops.INDEX_BITS
 
     def put_many(
         self,
         items: Iterable[tuple[str, bytes]],
-        *,
-        priority: int | None = None,
-        delay: float | None = None,
-        ttl: float | None = None,
-        priority_merge: Merge = "replace",
-        not_before_merge: Merge = "replace",
-    ) -> list[int]:
-        """``put`` for each ``(key, payload)`` in order, with the same options, in one write and
-        one fsync: all or none of them are in the journal. Returns the op lsns. Durable on return."""
-        built = [
-            self._put_op(key, payload, priority=priority, delay=delay, ttl=ttl,
-                         priority_merge=priority_merge, not_before_merge=not_before_merge)
-            for key, payload in items
-        ]  # fmt: skip
-        self._check_open()
-        return self._log.append_many([ops.encode(op) for op in built])
-
-    def _put_op(
-        self,
-        key: str,
-        payload: bytes = b"",
         *,
         priority: int | None = None,
         not_before: datetime | float | None = None,
@@ -341,16 +322,48 @@ class Journal(FoldedStore[State, ops.Op]):
         domain: str | None = None,
         priority_merge: Merge = "replace",
         not_before_merge: Merge = "replace",
-    ) -> ops.Put:
-        """The PUT op for these arguments, checked (the rules are on ``put``)."""
+    ) -> list[int]:
+        """``put`` for each ``(key, payload)`` in order, with the same options, in one write and
+        one fsync: all or none of them are in the journal (one op, or one per 65,536 puts or per
+        ``record_size_max`` bytes of the op log). Returns the puts' ids. Durable on return."""
+        op = self._put_op(
+            ((key, payload, domain) for key, payload in items), priority=priority, not_before=not_before,
+            delay=delay, ttl=ttl, priority_merge=priority_merge, not_before_merge=not_before_merge,
+        )  # fmt: skip
+        if not op.items:
+            return []
+        self._check_open()
+        self._ensure_version(4)
+        records = ops.encode_put_many(op, self._log.record_size_max)
+        lsns = self._log.append_many([record for record, _ in records])
+        return [
+            lsn << ops.INDEX_BITS | i for lsn, (_, n) in zip(lsns, records, strict=True) for i in range(n)
+        ]
+
+    def _put_op(
+        self,
+        items: Iterable[tuple[str, bytes, str | None]],
+        *,
+        priority: int | None = None,
+        not_before: datetime | float | None = None,
+        delay: float | None = None,
+        ttl: float | None = None,
+        priority_merge: Merge = "replace",
+        not_before_merge: Merge = "replace",
+    ) -> ops.PutMany:
+        """The PUT_MANY op of ``(key, payload, domain)`` items with these options, checked (the
+        rules are on ``put``; a domain None is the key's)."""
         now = self._clock()
-        key_raw = ops.utf8(key, "key", limits.JOB_KEY_SIZE_MAX)
-        if not key_raw:
-            raise ValueError("key must not be empty")
-        dom = domain_of(key) if domain is None else domain
-        ops.utf8(dom, "domain", limits.JOB_DOMAIN_SIZE_MAX)
-        if not isinstance(payload, bytes | bytearray | memoryview):
-            raise TypeError(f"payload must be bytes, not {type(payload).__name__}")
+        checked = []
+        for key, payload, domain in items:
+            key_raw = ops.utf8(key, "key", limits.JOB_KEY_SIZE_MAX)
+            if not key_raw:
+                raise ValueError("key must not be empty")
+            dom = domain_of(key) if domain is None else domain
+            ops.utf8(dom, "domain", limits.JOB_DOMAIN_SIZE_MAX)
+            if not isinstance(payload, bytes | bytearray | memoryview):
+                raise TypeError(f"payload must be bytes, not {type(payload).__name__}")
+            checked.append((key, dom, bytes(payload)))
         merges = []
         for name, mode in (("priority_merge", priority_merge), ("not_before_merge", not_before_merge)):
             if mode not in ops.MERGES:
@@ -369,7 +382,7 @@ class Journal(FoldedStore[State, ops.Op]):
         else:
             nb, merges[1] = now, ops.KEEP
         ttl_until = 0 if ttl is None else now + int(_seconds(ttl, "ttl", zero=False) * _NS)
-        return ops.Put(key, dom, bytes(payload), priority, nb, ttl_until, merges[0], merges[1])
+        return ops.PutMany(tuple(checked), priority, nb, ttl_until, merges[0], merges[1])
 
     # --- consuming --------------------------------------------------------------------------------
     def take(
@@ -443,7 +456,7 @@ class Journal(FoldedStore[State, ops.Op]):
             if not taken:
                 self._require_version(3)
                 lsn, timestamp = w.begin_applied()
-            token = lsn << ops.TAKE_INDEX_BITS | len(taken)
+            token = lsn << ops.INDEX_BITS | len(taken)
             if not state.take(token, timestamp, entry.id, until):
                 raise AssertionError(f"take: picked job {entry.id}, which cannot be taken")
             taken.append(entry.id)

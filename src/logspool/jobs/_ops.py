@@ -3,9 +3,9 @@
 docs/FORMAT.md §14 is the specification; tests/golden checks this code against its vectors.
 
 Every op is one record of the journal's op log (a logspool log in ``DIR/ops``). Its lsn and
-timestamp are the log record's: a job's id is the lsn of the PUT that created it (which is also its
-place in arrival order), and a lease's token is the position of its grant in the op log
-(TAKE_INDEX_BITS below), so tokens only grow and a stale one can never match again. Integers are
+timestamp are the log record's: a job's id is the position of the put that created it in the op
+log (INDEX_BITS below; its place in arrival order), and a lease's token is the position of its
+grant, so ids and tokens only grow and a stale token can never match again. Integers are
 little-endian; times are nanoseconds since the Unix epoch (signed 64-bit); strings are UTF-8 with
 a 16-bit byte length.
 A decision that depends on the clock or on settings (which job to take, whether a nack is the last
@@ -36,6 +36,7 @@ CONFIG = 11
 RELEASE = 12  # journal version 2
 TAKE_MANY = 13  # journal version 3
 ACK_MANY = 14  # journal version 3
+PUT_MANY = 15  # journal version 4
 OP_NAMES = {
     PUT: "put",
     TAKE: "take",
@@ -51,13 +52,15 @@ OP_NAMES = {
     RELEASE: "release",
     TAKE_MANY: "take_many",
     ACK_MANY: "ack_many",
+    PUT_MANY: "put_many",
 }
-# A TAKE_MANY at lsn L grants its i-th job the lease token (L << TAKE_INDEX_BITS) | i, which is
-# also the fairness memory of that job's (priority, domain): one order for every lease, growing
-# with lsn and, within the op, with the order of the picks. (A TAKE's token is its lsn, smaller
-# than any TAKE_MANY's that follows it.)
-TAKE_INDEX_BITS = 16
-TAKE_MANY_MAX = 1 << TAKE_INDEX_BITS
+# A TAKE_MANY at lsn L grants its i-th job the lease token (L << INDEX_BITS) | i, which is also
+# the fairness memory of that job's (priority, domain): one order for every lease, growing with
+# lsn and, within the op, with the order of the picks. (A TAKE's token is its lsn, smaller than
+# any TAKE_MANY's that follows it.) Likewise the i-th put of a PUT_MANY at lsn L creates job id
+# (L << INDEX_BITS) | i (a PUT's job id is its lsn, smaller than any PUT_MANY's after it).
+INDEX_BITS = 16
+LIST_MAX = 1 << INDEX_BITS  # entries of a list op (TAKE_MANY, ACK_MANY, PUT_MANY)
 
 
 # How a put that finds a pending job for its key merges priority and not_before (2 bits each).
@@ -78,6 +81,12 @@ _DEAD = struct.Struct("<B7xQH")  # type, 0, job id, reason size; reason
 _CONFIG = struct.Struct("<B7xI")  # type, 0, max_deliveries
 _TAKE_MANY = struct.Struct("<B7xqI")  # type, 0, lease_until, count; then count job ids (u64)
 _ACK_MANY = struct.Struct("<B7xI")  # type, 0, count; then count (job id u64, token u64)
+# type, merge, priority, 0, count, not_before, ttl_until (0: none); then count items, each
+# _PUT_ITEM (key size, domain size, payload size) and the key, domain and payload
+_PUT_MANY = struct.Struct("<BBBxIqq")
+_PUT_ITEM = struct.Struct("<HHI")
+PUT_MANY_HEAD = _PUT_MANY.size
+PUT_ITEM_HEAD = _PUT_ITEM.size
 
 
 class Put(NamedTuple):
@@ -87,6 +96,18 @@ class Put(NamedTuple):
     priority: int
     not_before_ns: int
     ttl_until_ns: int  # 0: no TTL
+    priority_merge: int
+    not_before_merge: int
+
+
+class PutMany(NamedTuple):
+    """Puts with the same options, in order (version 4): the i-th (key, domain, payload) creates
+    job ``(lsn << INDEX_BITS) | i`` if its key has no pending job. Fields as ``Put``."""
+
+    items: tuple[tuple[str, str, bytes], ...]
+    priority: int
+    not_before_ns: int
+    ttl_until_ns: int
     priority_merge: int
     not_before_merge: int
 
@@ -150,7 +171,7 @@ class Release(NamedTuple):
 
 class TakeMany(NamedTuple):
     """Leases for jobs, in the order they were picked (version 3): the i-th gets token
-    ``(lsn << TAKE_INDEX_BITS) | i``."""
+    ``(lsn << INDEX_BITS) | i``."""
 
     job_ids: tuple[int, ...]
     lease_until_ns: int
@@ -178,6 +199,7 @@ Op = (
     | Release
     | TakeMany
     | AckMany
+    | PutMany
 )
 
 
@@ -199,8 +221,41 @@ def cut_utf8(text: str, size_max: int) -> bytes:
     return data[:size_max].decode("utf-8", "ignore").encode("utf-8")
 
 
+def encode_put_many(op: PutMany, size_max: int) -> list[tuple[bytes, int]]:
+    """``op`` as PUT_MANY records of at most ``size_max`` bytes and LIST_MAX puts each (a put
+    larger than ``size_max`` on its own is one record, which the log refuses): (record payload,
+    puts in it) in order. Arguments are assumed checked by the caller (jobs._journal)."""
+    merge = op.priority_merge | op.not_before_merge << 2
+    out: list[tuple[bytes, int]] = []
+    parts: list[bytes] = []
+    size = PUT_MANY_HEAD
+    count = 0
+
+    def flush() -> None:
+        head = _PUT_MANY.pack(PUT_MANY, merge, op.priority, count, op.not_before_ns, op.ttl_until_ns)
+        out.append((b"".join((head, *parts)), count))
+
+    pack = _PUT_ITEM.pack
+    for key, domain, payload in op.items:
+        key_raw = key.encode("utf-8", "surrogatepass")
+        domain_raw = domain.encode("utf-8", "surrogatepass")
+        item = PUT_ITEM_HEAD + len(key_raw) + len(domain_raw) + len(payload)
+        if count and (count == LIST_MAX or size + item > size_max):
+            flush()
+            parts, size, count = [], PUT_MANY_HEAD, 0
+        parts += (pack(len(key_raw), len(domain_raw), len(payload)), key_raw, domain_raw, payload)
+        size += item
+        count += 1
+    if count:
+        flush()
+    return out
+
+
 def encode(op: Op) -> bytes:
     """The record payload of ``op``. Arguments are assumed checked by the caller (jobs._journal)."""
+    if isinstance(op, PutMany):
+        [(record, _)] = encode_put_many(op, 1 << 62)
+        return record
     if isinstance(op, Put):
         key = op.key.encode("utf-8", "surrogatepass")
         domain = op.domain.encode("utf-8", "surrogatepass")
@@ -251,13 +306,12 @@ def _text(buf: bytes, start: int, size: int, where: str, what: str) -> tuple[str
         raise CorruptionError(where, start, f"{what} is not UTF-8: {err}") from err
 
 
-def _check_count(buf: bytes, where: str, count: int, head: int, each: int) -> None:
-    """A list op's count against its size: from 1 to TAKE_MANY_MAX entries, exactly filling it."""
-    if not 1 <= count <= TAKE_MANY_MAX:
-        raise CorruptionError(
-            where, head - 4, f"{OP_NAMES[buf[0]]} op of {count} entries (1..{TAKE_MANY_MAX})"
-        )
-    if len(buf) != head + count * each:
+def _check_count(buf: bytes, where: str, count: int, head: int, each: int | None) -> None:
+    """A list op's count against its size: from 1 to LIST_MAX entries, exactly filling it (if
+    entries are ``each`` bytes)."""
+    if not 1 <= count <= LIST_MAX:
+        raise CorruptionError(where, head - 4, f"{OP_NAMES[buf[0]]} op of {count} entries (1..{LIST_MAX})")
+    if each is not None and len(buf) != head + count * each:
         raise CorruptionError(
             where,
             head,
@@ -274,6 +328,8 @@ def decode(buf: bytes, where: str) -> Op:
         raise CorruptionError(where, 0, "empty op record")
     kind = buf[0]
     try:
+        if kind == PUT_MANY:
+            return _decode_put_many(buf, where)
         if kind == PUT:
             _, merge, priority, not_before, ttl_until, key_size, domain_size = _PUT.unpack_from(buf)
             at = _PUT.size + key_size
@@ -333,6 +389,34 @@ def decode(buf: bytes, where: str) -> Op:
     except struct.error as err:
         raise CorruptionError(where, 0, f"{OP_NAMES[kind]} op of {len(buf)} bytes is too short") from err
     raise UnsupportedVersionError(where, kind, max(OP_NAMES))
+
+
+def _decode_put_many(buf: bytes, where: str) -> PutMany:
+    _, merge, priority, count, not_before, ttl_until = _PUT_MANY.unpack_from(buf)
+    _check_count(buf, where, count, 8, None)
+    if merge > 0xF:
+        raise CorruptionError(where, 1, f"unknown merge bits 0x{merge:02x}")
+    items = []
+    unpack = _PUT_ITEM.unpack_from
+    end = len(buf)
+    at = PUT_MANY_HEAD
+    for i in range(count):
+        key_size, domain_size, payload_size = unpack(buf, at)  # (struct.error: too short)
+        k = at + PUT_ITEM_HEAD
+        d = k + key_size
+        p = d + domain_size
+        at = p + payload_size
+        if at > end:
+            raise CorruptionError(where, k - PUT_ITEM_HEAD, f"put {i} of {count} runs past the end of the op")
+        try:
+            key = buf[k:d].decode("utf-8", "surrogatepass")
+            domain = buf[d:p].decode("utf-8", "surrogatepass")
+        except UnicodeDecodeError as err:
+            raise CorruptionError(where, k, f"put {i} of {count}: key or domain is not UTF-8: {err}") from err
+        items.append((key, domain, buf[p:at]))
+    if at != end:
+        raise CorruptionError(where, at, f"{end - at} bytes after the last of {count} puts")
+    return PutMany(tuple(items), priority, not_before, ttl_until, merge & 3, merge >> 2)
 
 
 # --- snapshot file ---------------------------------------------------------------------------------

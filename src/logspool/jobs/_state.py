@@ -10,9 +10,10 @@ Invariants (after every op; ``check()`` asserts them in the tests):
   letters belong to no key. A pending job whose key has an active job is *blocked*: it runs after
   the active job is acked, nacked or dead (the seed's warning that dedup must ignore the
   "worked on" flag).
-- A job's id is the lsn of the PUT that created it; a lease token is the position of the grant
-  (a TAKE's lsn; ``lsn << 16 | i`` for the i-th job of a TAKE_MANY). Tokens grow, so a stale
-  token never matches a later lease (fencing).
+- A job's id is the position of the put that created it (a PUT's lsn; ``lsn << 16 | i`` for
+  the i-th put of a PUT_MANY); a lease token is the position of the grant (a TAKE's lsn;
+  ``lsn << 16 | i`` for the i-th job of a TAKE_MANY). Both grow, so ids are arrival order and a
+  stale token never matches a later lease (fencing).
 - An op that does not fit the state (an ack with a stale token) changes nothing but a counter:
   writers check under the log's writer lock before they write, so this only counts our own bugs or
   ops written by hand.
@@ -26,7 +27,7 @@ from dataclasses import dataclass
 from . import _ops as ops
 from ._ops import DEAD_LETTER, LEASED, PENDING
 
-NONE = -1  # no job (ids are lsns, so 0 is a real id)
+NONE = -1  # no job (0 is a real id)
 COUNTERS = (
     "put",  # puts that created a job
     "updated",  # puts that merged into a pending job (latest wins)
@@ -89,10 +90,12 @@ class JobEntry:
         ) = row  # fmt: skip
 
     @classmethod
-    def new(cls, job_id: int, ts: int, op: ops.Put) -> JobEntry:
-        """The pending job a PUT creates (written out: a put makes one on every process's fold)."""
+    def new(
+        cls, job_id: int, ts: int, key: str, domain: str, payload: bytes, op: ops.Put | ops.PutMany
+    ) -> JobEntry:
+        """The pending job a put creates (written out: a put makes one on every process's fold)."""
         job = cls.__new__(cls)
-        job.id, job.key, job.domain, job.payload = job_id, op.key, op.domain, op.payload
+        job.id, job.key, job.domain, job.payload = job_id, key, domain, payload
         job.priority, job.state = op.priority, PENDING
         job.not_before_ns, job.ttl_until_ns = op.not_before_ns, op.ttl_until_ns
         job.deliveries = job.token = job.lease_until_ns = 0
@@ -174,14 +177,20 @@ class State:
         """Apply the op recorded at ``lsn`` (the log record's lsn and timestamp)."""
         assert lsn == self.next_lsn, (lsn, self.next_lsn)
         self.next_lsn = lsn + 1
+        if isinstance(op, ops.PutMany):
+            first = lsn << ops.INDEX_BITS
+            put = self._put
+            for i, (key, domain, payload) in enumerate(op.items):
+                put(first | i, timestamp_ns, key, domain, payload, op)
+            return
         if isinstance(op, ops.Put):
-            self._put(lsn, timestamp_ns, op)
+            self._put(lsn, timestamp_ns, op.key, op.domain, op.payload, op)
             return
         if isinstance(op, ops.Config):
             self.max_deliveries = op.max_deliveries
             return
         if isinstance(op, ops.TakeMany):
-            first = lsn << ops.TAKE_INDEX_BITS
+            first = lsn << ops.INDEX_BITS
             for i, job_id in enumerate(op.job_ids):
                 self.take(first | i, timestamp_ns, job_id, op.lease_until_ns)
             return
@@ -223,7 +232,7 @@ class State:
 
     def take(self, token: int, timestamp_ns: int, job_id: int, lease_until_ns: int) -> bool:
         """One lease of a TAKE_MANY (its fold, and its writer as it picks): ``token`` is the
-        lease's order (ops.TAKE_INDEX_BITS). False if the job cannot be taken (ops_ignored)."""
+        lease's order (ops.INDEX_BITS). False if the job cannot be taken (ops_ignored)."""
         job = self.jobs.get(job_id)
         if job is None or not self._takeable(job):
             self.counters["ops_ignored"] += 1
@@ -258,13 +267,17 @@ class State:
             return job.state != DEAD_LETTER
         return job.state == DEAD_LETTER  # Retry, Purge
 
-    def _put(self, lsn: int, ts: int, op: ops.Put) -> None:
-        slots = self.keys.get(op.key)
+    def _put(
+        self, job_id: int, ts: int, key: str, domain: str, payload: bytes, op: ops.Put | ops.PutMany
+    ) -> None:
+        """A put of ``key`` (``op`` has its options) that creates job ``job_id`` or updates the
+        key's pending job."""
+        slots = self.keys.get(key)
         if slots is not None and slots[1] != NONE:
             job = self.jobs[slots[1]]
             old = (job.priority, job.domain, job.not_before_ns)
-            job.payload = op.payload
-            job.domain = op.domain
+            job.payload = payload
+            job.domain = domain
             job.priority = _merge(op.priority_merge, job.priority, op.priority)
             if (job.priority, job.domain) != old[:2]:
                 self._count_pair((job.priority, job.domain), 1)
@@ -276,13 +289,13 @@ class State:
             if (job.priority, job.domain, job.not_before_ns) != old:
                 self._enqueue(job)
         else:
-            job = JobEntry.new(lsn, ts, op)
-            self.jobs[lsn] = job
-            self._count_pair((job.priority, job.domain), 1)
+            job = JobEntry.new(job_id, ts, key, domain, payload, op)
+            self.jobs[job_id] = job
+            self._count_pair((job.priority, domain), 1)
             if slots is None:
-                self.keys[op.key] = [NONE, lsn]
+                self.keys[key] = [NONE, job_id]
             else:
-                slots[1] = lsn
+                slots[1] = job_id
             self.counters["put"] += 1
             self._enqueue(job)
         if job.ttl_until_ns:

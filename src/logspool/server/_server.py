@@ -449,13 +449,14 @@ class Server:
             return forward_into(s.log(b), s.get("forward", name), s.lock_for(name), producer, first, records)
 
         def job_put(b: dict[str, Any]) -> dict[str, Any]:
-            op = s.jobs(b).put(
+            put_id = s.jobs(b).put(
                 _need(b, "key", str), _get(b, "payload", bytes, b""), priority=_get(b, "priority", int),
                 not_before=_get(b, "not_before", num), delay=_get(b, "delay", num), ttl=_get(b, "ttl", num),
                 domain=_get(b, "domain", str), priority_merge=_get(b, "priority_merge", str, "replace"),
                 not_before_merge=_get(b, "not_before_merge", str, "replace"),
             )  # fmt: skip
-            return {"lsn": op}
+            # "lsn": the field's name in releases before journal format 4, when a put's id was its lsn
+            return {"id": put_id, "lsn": put_id}
 
         def job_take(b: dict[str, Any]) -> dict[str, Any]:
             got = s.jobs(b).take(_get(b, "lease", num, 30.0), wait=min(_get(b, "wait", num, 0.0), WAIT_S_MAX))
