@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import base64
-import dataclasses
 import json
 import sys
 from datetime import UTC, datetime
@@ -60,7 +59,7 @@ def _lease(journal: jobs.Journal, job_id: int, token: int) -> jobs.Job:
         job = journal.job(job_id)
     except LogspoolError:
         job = jobs.Job(job_id, "", "", b"", 0, "leased", 0.0, 0, token, None, None, 0.0, 0.0, "")
-    return dataclasses.replace(job, token=token)
+    return job._replace(token=token)
 
 
 def _cmd(args: argparse.Namespace) -> int:
