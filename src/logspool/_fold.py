@@ -191,7 +191,11 @@ class FoldedStore(Generic[S, OpT]):
         then, and refuses it at open after, rather than meeting an op it does not know."""
         if self._version < version:
             # Another process may have raised it since this handle read it: never lower it.
-            self._write_marker(max(version, self._read_marker() or 0))
+            found = self._read_marker() or 0
+            if found >= version:
+                self._version = found
+            else:
+                self._write_marker(version)
 
     def _ensure_version(self, version: int) -> None:
         """``_require_version`` for an op written without a decision (a put): takes the writer
