@@ -474,24 +474,8 @@ class Log:
         path = self._seg_path(base)
         fd = fs.open(path, os.O_RDWR)
         try:
+            header = self._checked_segment_header(fd, base)
             size = fs.size(fd)
-            data = fs.pread(fd, fmt.SEGMENT_HEADER_SIZE, 0)
-            try:
-                header = fmt.decode_segment_header(data, path)
-            except CorruptionError:
-                if self._nonzero_after(fd, fmt.SEGMENT_HEADER_SIZE, size):
-                    raise
-                # A crash while creating the segment: its header never reached the disk and it
-                # holds no record. Write the header again (the name gives the base lsn).
-                self._lower_sync_mark(base, 0)
-                fs.truncate(fd, 0)  # crash here: an empty segment, handled the same way again
-                fs.pwrite(fd, fmt.encode_segment_header(base, time.time_ns(), self._segment_version), 0)
-                fs.fsync(fd)
-                size = fs.size(fd)
-                data = fs.pread(fd, fmt.SEGMENT_HEADER_SIZE, 0)
-                header = fmt.decode_segment_header(data, path)
-            if header.base_lsn != base:
-                raise CorruptionError(path, 16, f"header base lsn {header.base_lsn}, name says {base}")
         except BaseException:
             fs.close(fd)
             raise
@@ -533,6 +517,31 @@ class Log:
             # this handle writes into later records (durable_lsn) is true.
             self._sync_segment_for_rotation()
         self._mark_written()
+
+    def _checked_segment_header(self, fd: int, base: int) -> fmt.SegmentHeader:
+        """Under the writer lock: the header of segment ``base`` (open as ``fd``), written again
+        if a crash while creating the segment left it missing (a 0-byte file, or zeros: no record
+        can be there yet). Recovery and a catch-up that crosses a seal both come here, so a live
+        handle meets every state a peer killed mid-rotation can leave exactly as a fresh open
+        does. CorruptionError if the header is bad and anything but zeros follows it (damage)."""
+        fs = self._fs
+        path = self._seg_path(base)
+        data = fs.pread(fd, fmt.SEGMENT_HEADER_SIZE, 0)
+        try:
+            header = fmt.decode_segment_header(data, path)
+        except CorruptionError:
+            if self._nonzero_after(fd, fmt.SEGMENT_HEADER_SIZE, fs.size(fd)):
+                raise
+            # A crash while creating the segment: its header never reached the disk and it
+            # holds no record. Write the header again (the name gives the base lsn).
+            self._lower_sync_mark(base, 0)
+            fs.truncate(fd, 0)  # crash here: an empty segment, handled the same way again
+            fs.pwrite(fd, fmt.encode_segment_header(base, time.time_ns(), self._segment_version), 0)
+            fs.fsync(fd)  # crash before: the header may be lost again, rewritten again
+            header = fmt.decode_segment_header(fs.pread(fd, fmt.SEGMENT_HEADER_SIZE, 0), path)
+        if header.base_lsn != base:
+            raise CorruptionError(path, 16, f"header base lsn {header.base_lsn}, name says {base}")
+        return header
 
     def _nonzero_after(self, fd: int, offset: int, size: int) -> bool:
         """Whether any byte of ``fd`` from ``offset`` to ``size`` is not zero (read in chunks)."""
@@ -686,10 +695,10 @@ class Log:
                         self._fs.fsync(self._idx_fd)  # (a catch-up: the entries its writer wrote)
                     self._create_segment(next_base, max(self._last_ts, time.time_ns()))
                 self._switch_to(next_base)
+                # (A peer killed while creating it may have left it without its header.)
+                header = self._checked_segment_header(self._seg_fd, next_base)
+                self._alloc_end = self._fs.size(self._seg_fd)
                 data = self._fs.pread(self._seg_fd, _SCAN_CHUNK, 0)
-                header = fmt.decode_segment_header(data, next_path)
-                if header.base_lsn != next_base:
-                    raise CorruptionError(next_path, 16, "header base lsn does not match name")
                 self._set_segment_deadline(header.created_ns)
                 offset, base, due, index_pos = fmt.SEGMENT_HEADER_SIZE, 0, [], 0
                 partial = len(data) == _SCAN_CHUNK
@@ -754,7 +763,14 @@ class Log:
             _CATCH_UP_READ,
         )
         data = fs.pread(self._seg_fd, want, end)
-        self._scan_from(data, end, partial=len(data) == want)
+        due, index_pos = self._scan_from(data, end, partial=len(data) == want)
+        if index_pos == 0 and self._index_ok:
+            # Crossed a seal: the new segment's index must hold exactly what its records imply
+            # (a peer killed mid-rotation may have left it without a header or without entries).
+            try:
+                self._rewrite_index_if_needed(due)
+            except OSError:
+                self._index_ok = False  # derived data: lookups scan; the next open rebuilds it
         if self._alloc_end < self._seg_end:
             self._alloc_end = self._seg_end  # (the others preallocated; allocate() says how far)
         self._mark_written()
@@ -855,9 +871,30 @@ class Log:
 
     # --- the index --------------------------------------------------------------------------------
     def _open_index(self) -> None:
+        """Under the writer lock: open the active segment's index, checking its header first.
+
+        A writer never appends to an index whose header it has not checked: a peer killed
+        between creating the index file and writing its header (or before creating it at all)
+        leaves an empty or missing file, and entries appended to it would start at offset 0.
+        The index is derived data, so such a file is started again from its header; whoever
+        switched to the segment then writes the entries its records imply (recovery and the
+        catch-up across a seal both do: ``_rewrite_index_if_needed``)."""
+        fs = self._fs
         path = self._idx_path(self._seg_base)
-        self._idx_fd = self._fs.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND)
+        fd = fs.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND)
+        self._idx_fd = fd
         self._index_ok = True
+        try:
+            ibase, interval = fmt.decode_index_header(fs.pread(fd, fmt.INDEX_HEADER_SIZE, 0), path)
+            if ibase == self._seg_base and interval == self.meta.index_interval:
+                return
+        except CorruptionError:
+            pass  # (an UnsupportedVersionError, a newer writer's index, is left to propagate)
+        try:
+            fs.truncate(fd, 0)  # derived data: a crash here leaves it empty, checked again here
+            fs.write(fd, fmt.encode_index_header(self._seg_base, self.meta.index_interval))
+        except OSError:
+            self._index_ok = False  # lookups scan; the next writer to open it tries again
 
     def _rewrite_index_if_needed(self, due: list[seg.RecordInfo], index_pos: int = 0) -> bool:
         """Make the active segment's index exactly what its records imply (after recovery):
