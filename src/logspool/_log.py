@@ -39,6 +39,7 @@ from typing import Literal
 
 from . import _codec, limits
 from . import _format as fmt
+from . import _quarantine as quarantine
 from . import _segment as seg
 from ._fs import REAL, FileSystem
 from ._reader import OnDataLoss, Position, Reader, list_segments
@@ -52,6 +53,7 @@ from ._subscribers import (
     is_transient,
     subscriber_info,
 )
+from ._sync import PROVEN_ALL, proven_offset
 from ._watch import DirectoryWatch
 from .errors import (
     AppendError,
@@ -251,6 +253,10 @@ class Log:
         self._written = (-1, 0, 0, 0)
         self._sync_fd = -1
         self._sync_map: mmap.mmap | None = None
+        # When this handle last made the sync mark durable (time.monotonic(); 0.0: never), and
+        # whether the last recovery ran in the boot that wrote the newest segment's bytes.
+        self._mark_persisted_s = 0.0
+        self._recovered_same_boot = False
         self._flusher: threading.Thread | None = None
         self._retention_due = False
         # The last error of an automatic retention pass (after a rotation), if it failed: the
@@ -491,6 +497,7 @@ class Log:
         sync_map = self._sync_map
         assert sync_map is not None  # a writer maps it on open
         same_boot = bool(boot) and fmt.read_sync_boot(sync_map) == boot
+        self._recovered_same_boot = same_boot
         start = self._trusted_start(size) if same_boot else None
         index_pos = 0  # where the index entries the scan implies begin (0: the header too)
         if start is not None:
@@ -532,6 +539,10 @@ class Log:
         except CorruptionError:
             if self._nonzero_after(fd, fmt.SEGMENT_HEADER_SIZE, fs.size(fd)):
                 raise
+            if self._proven_end(base) > fmt.SEGMENT_HEADER_SIZE:
+                raise CorruptionError(
+                    path, 0, "segment header gone, but the sync mark proves records fsynced in it"
+                ) from None
             # A crash while creating the segment: its header never reached the disk and it
             # holds no record. Write the header again (the name gives the base lsn).
             self._lower_sync_mark(base, 0)
@@ -542,6 +553,56 @@ class Log:
         if header.base_lsn != base:
             raise CorruptionError(path, 16, f"header base lsn {header.base_lsn}, name says {base}")
         return header
+
+    def _proven_end(self, base: int) -> int:
+        """The offset of segment ``base`` below which the sync mark proves every byte fsynced
+        (read under the sync file's shared flock: never a torn mix of two marks)."""
+        sync_map = self._sync_map
+        if sync_map is None:
+            return 0
+        self._fs.lock_shared(self._sync_fd)
+        try:
+            mark = fmt.read_sync_mark(sync_map)
+        finally:
+            self._fs.unlock(self._sync_fd)
+        return proven_offset(mark, base)
+
+    def _check_proven_end(self, stop: seg.Stop) -> None:
+        """Recovery found the active segment's records ending cleanly at ``stop`` (the end of the
+        file, or zeros to it): CorruptionError if the sync mark proves records fsynced past it
+        (acknowledged records were cut off or zeroed after they were written)."""
+        proven = self._proven_end(self._seg_base)
+        if stop.pos < proven:
+            shown = "its end" if proven == PROVEN_ALL else f"offset {proven}"
+            raise CorruptionError(
+                self._seg_path(self._seg_base),
+                stop.pos,
+                f"the records end at lsn {stop.lsn}, but the sync mark proves the segment fsynced "
+                f"to {shown}: acknowledged records from lsn {stop.lsn} on are missing",
+            )
+
+    def _quarantine_tail(self, cut: int, stop: seg.Stop) -> None:
+        """Before recovery or a catch-up cuts the active segment at ``cut``: copy the bytes from
+        there to the last non-zero one into quarantine/ (nothing that was a record is ever
+        removed without a copy) and say so in the log's logger."""
+        fs = self._fs
+        size = fs.size(self._seg_fd)
+        chunks = [
+            fs.pread(self._seg_fd, min(_SCAN_CHUNK, size - p), p) for p in range(cut, size, _SCAN_CHUNK)
+        ]
+        tail = b"".join(chunks).rstrip(b"\0")  # (the zeros after it are preallocated space)
+        if not tail:
+            return  # zeros only: preallocated space, or a tail that never got its data
+        rel = quarantine.save(fs, self.path, self._seg_base, cut, tail)
+        _logger.warning(
+            "%s: offset %d: cut %d bytes from lsn %d (%s), never proven durable; a copy is in %s",
+            self._seg_path(self._seg_base),
+            cut,
+            len(tail),
+            stop.lsn,
+            stop.reason or stop.kind,
+            rel,
+        )
 
     def _nonzero_after(self, fd: int, offset: int, size: int) -> bool:
         """Whether any byte of ``fd`` from ``offset`` to ``size`` is not zero (read in chunks)."""
@@ -659,6 +720,8 @@ class Log:
                 self._last_ts = max(self._last_ts, infos[-1].timestamp)
                 infos.clear()
             if stop.kind == seg.END and not partial:
+                if recovering:
+                    self._check_proven_end(stop)
                 self._seg_end = stop.pos
                 return due, index_pos
             if (
@@ -672,6 +735,8 @@ class Log:
                 # the start of a record's header, a seal's zero length.)
                 size = self._fs.size(self._seg_fd)
                 if not (recovering and partial and self._nonzero_after(self._seg_fd, base + len(data), size)):
+                    if recovering:
+                        self._check_proven_end(stop)
                     self._seg_end = stop.pos
                     return due, index_pos
                 # Bytes after the zeros: a hole (a power loss, or damage), judged below on them all.
@@ -722,8 +787,13 @@ class Log:
                 self._durable_lsn,
                 self.record_size_max,
                 base,
+                proven_end=self._proven_end(self._seg_base),
+                # (a catch-up reads what peers wrote in this boot; recovery knows from the sync file)
+                same_boot=self._recovered_same_boot or not recovering,
             )
-            # Never acknowledged: a crash left it half-written. Cut it (and anything after it).
+            # Never proven durable: a crash left it half-written. Cut it (and anything after
+            # it), keeping a copy of its bytes first.
+            self._quarantine_tail(cut, stop)
             self._cut_active(cut)  # crash here: the same cut is made on next open
             self._sync_if_durable(self._seg_fd)
             self._seg_end = cut
@@ -1354,8 +1424,30 @@ class Log:
             finally:
                 fs.unlock(self._sync_fd)
         self._sync_map = fs.map_shared(self._sync_fd, fmt.SYNC_FILE_SIZE_TAIL)
+        self._mark_persisted_s = time.monotonic()
+
+    def _persist_sync_mark(self) -> None:
+        """Make the sync mark durable (msync and fsync of DIR/sync), so that what it proves
+        fsynced is known after a power loss too: damage below it is then reported, never cut
+        (FORMAT.md §9). Done on a clean close, at each rotation, and by a syncer at most every
+        limits.SYNC_MARK_PERSIST_S: never an extra fsync per append. Any copy of the mark that
+        reaches the disk is safe: it is raised only after the fsync it claims."""
+        sync_map = self._sync_map
+        if sync_map is None:
+            return
+        self._mark_persisted_s = time.monotonic()
+        self._fs.msync(sync_map)
+        self._fs.fsync(self._sync_fd)
 
     def _sync_through(self, fd: int, base: int, end: int, lsn: int, *fds: int) -> None:
+        """With the sync role: make segment ``base`` (open as ``fd``) durable to offset ``end``
+        (where the record of ``lsn`` goes), unless another process's fsync already did; and the
+        sync mark durable if this handle has not made it so for limits.SYNC_MARK_PERSIST_S."""
+        self._sync_segment_through(fd, base, end, lsn, *fds)
+        if time.monotonic() - self._mark_persisted_s >= limits.SYNC_MARK_PERSIST_S:
+            self._persist_sync_mark()
+
+    def _sync_segment_through(self, fd: int, base: int, end: int, lsn: int, *fds: int) -> None:
         """With the sync role: make segment ``base`` (open as ``fd``) durable to offset ``end``
         (where the record of ``lsn`` goes), unless another process's fsync already did. ``fds``:
         more files to fsync with it.
@@ -1516,7 +1608,8 @@ class Log:
         synced = 0
         try:
             fds = (self._idx_fd,) if self._index_ok else ()
-            self._sync_through(self._seg_fd, self._seg_base, self._seg_end, self._next_lsn, *fds)
+            self._sync_segment_through(self._seg_fd, self._seg_base, self._seg_end, self._next_lsn, *fds)
+            self._persist_sync_mark()  # (one a segment: the seal proves its segment whole)
             synced = self._next_lsn
         except OSError as err:
             self._fail(err)
@@ -1827,6 +1920,10 @@ class Log:
         if self.durability != "os" and self._failure is None and self._usable:
             with contextlib.suppress(FailedError):
                 self._await_durable(self._written[1])
+            with contextlib.suppress(OSError):
+                # A clean close proves every record it acknowledged, after a power loss too. (A
+                # failure here loses no record: the mark on disk just proves less.)
+                self._persist_sync_mark()
         with self._lock:
             if self._usable:
                 self._trim_zeros()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import bisect
 import logging
+import mmap
 import operator
 import os
 import time
@@ -22,6 +23,7 @@ from . import _segment as seg
 from . import limits
 from ._format import Gap
 from ._fs import FileSystem
+from ._sync import PROVEN_ALL, proven_offset
 from ._watch import DirectoryWatch
 from .errors import ClosedError, CorruptionError, DataLossError, PositionError
 
@@ -85,6 +87,8 @@ class Reader:
         self._fd = -1
         self._base = -1
         self._unsealed_checked = -1
+        self._proven_checked = (-1, 0)  # (segment, offset): an end of records found unproven
+        self._sync_view: mmap.mmap | None = None  # DIR/sync, mapped read-only once needed
         self._pos = 0
         self._lsn = 0
         self._need = 0
@@ -337,7 +341,8 @@ class Reader:
                     self._need = stop.need  # a record larger than one chunk: read it whole
                     continue
                 self._chunk = limits.READ_CHUNK_PROBE
-                return False  # being written (or torn, until the next writer cuts it)
+                # Being written (or torn, until the next writer cuts it), unless proven whole.
+                return self._proven_end_reached()
             if kind in (seg.END, seg.ZERO):
                 # At the end: the next look is a small read (a tailing reader looks often, and
                 # finds a few records at a time); the chunk grows again as records come.
@@ -389,14 +394,14 @@ class Reader:
             self._goto(self._lsn)
             return self._fill()
         if self._unsealed_checked == self._base:
-            return False
+            return self._proven_end_reached()
         # Once per segment: a later segment means this one was sealed (the seal is durable before
         # the next segment is created), so ending here is damage -- unless the seal or more
         # records arrived after our read, which a second read shows.
         later = [b for b in list_segments(self._fs, self._path) if b > self._base]
         if not later:
             self._unsealed_checked = self._base
-            return False
+            return self._proven_end_reached()
         again = self._fs.pread(self._fd, limits.READ_CHUNK_SIZE, self._pos)
         stop = seg.parse(again, 0, self._lsn, self._size_max, None, None, self._pos)
         if stop.kind not in (seg.END, seg.ZERO) or stop.pos != self._pos:
@@ -407,6 +412,55 @@ class Reader:
             f"the segment ends at lsn {self._lsn} without a seal, but segment {later[0]} follows: "
             f"lsns {self._lsn}..{later[0] - 1} are missing (logspool repair records the loss)",
         )
+
+    def _proven_end_reached(self) -> bool:
+        """At the end of the records of the newest segment (or a record not complete yet): the
+        end of the log, unless the
+        writers' sync mark proves records fsynced past it (FORMAT.md §9): then they were
+        acknowledged and are gone (cut off or zeroed), and this raises CorruptionError naming
+        the file, the offset and the first lsn missing. Looked at once per end position. True if
+        records came meanwhile (read on), False at the end."""
+        if self._proven_checked == (self._base, self._pos):
+            return False
+        proven = proven_offset(self._read_mark(), self._base)
+        if proven <= self._pos:
+            self._proven_checked = (self._base, self._pos)
+            return False
+        # The mark is raised only over records already in the file: read again, after the mark.
+        again = self._fs.pread(self._fd, max(limits.READ_CHUNK_PROBE, self._need), self._pos)
+        stop = seg.parse(again, 0, self._lsn, self._size_max, None, None, self._pos)
+        if stop.pos != self._pos or stop.kind not in (seg.END, seg.ZERO, seg.INCOMPLETE):
+            return self._fill()
+        shown = "its end" if proven == PROVEN_ALL else f"offset {proven}"
+        raise CorruptionError(
+            os.path.join(self._path, fmt.segment_name(self._base)),
+            self._pos,
+            f"the records end at lsn {self._lsn}, but the sync mark proves the segment fsynced to "
+            f"{shown}: acknowledged records from lsn {self._lsn} on are missing",
+        )
+
+    def _read_mark(self) -> tuple[int, int]:
+        """The writers' sync mark, through a read-only shared mapping of DIR/sync (made once);
+        (0, 0) if there is none. Read until two reads agree: a writer may be changing it."""
+        view = self._sync_view
+        if view is None:
+            try:
+                fd = self._fs.open(os.path.join(self._path, fmt.SYNC_NAME), os.O_RDONLY)
+            except (FileNotFoundError, PermissionError):
+                return (0, 0)
+            try:
+                if self._fs.size(fd) < fmt.SYNC_FILE_SIZE:
+                    return (0, 0)
+                view = self._sync_view = mmap.mmap(fd, fmt.SYNC_FILE_SIZE, mmap.MAP_SHARED, mmap.PROT_READ)
+            finally:
+                self._fs.close(fd)
+        mark = fmt.read_sync_mark(view)
+        for _ in range(100):  # bounded: a store of 24 bytes is over in nanoseconds
+            again = fmt.read_sync_mark(view)
+            if again == mark:
+                return mark
+            mark = again
+        return (0, 0)
 
     def _filter(self, out: list[fmt.Record]) -> list[fmt.Record]:
         skip = self._skip_below
@@ -470,6 +524,9 @@ class Reader:
     def close(self) -> None:
         self._closed = True
         self._close_fd()
+        if self._sync_view is not None:
+            self._sync_view.close()
+            self._sync_view = None
         if self._watch is not None:
             self._watch.close()
             self._watch = None

@@ -32,13 +32,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from . import _format as fmt
+from . import _quarantine as quarantine
 from . import _segment as seg
 from . import limits
 from ._fs import REAL, FileSystem, process_alive, replace_file
+from ._quarantine import QUARANTINE_DIR
 from ._reader import list_segments
+from ._sync import proven_offset, read_mark
 from .errors import CorruptionError, LockedError, LogspoolError, NotALogError
-
-QUARANTINE_DIR = "quarantine"
 
 TRUNCATE_TAIL = "truncate-tail"
 QUARANTINE = "quarantine"
@@ -121,6 +122,10 @@ class _Repair:
         # New headers and gap records: a gap needs version 2; compressed logs are version 2 anyway.
         self.version = fmt.VERSION_1 if meta.compression is None else fmt.VERSION_2
         self.names_changed = False  # files created or removed in DIR: fsync it at the end
+        # What the writers' sync mark proves fsynced, and whether the newest segment was written
+        # in this boot: read before repair forgets the boot (FORMAT.md §9).
+        self.mark, boot = read_mark(fs, root)
+        self.same_boot = bool(boot) and boot == fs.boot_id()
 
     def act(self, kind: str, path: str, detail: str) -> None:
         self.report.actions.append(RepairAction(kind, path, detail))
@@ -222,18 +227,7 @@ class _Repair:
         """Save ``data`` (from segment ``base`` at ``offset``) for an operator, durably, before it
         is overwritten. Returns the file's name relative to DIR. A file of that name that exists
         already is kept: an interrupted repair saved the original bytes there."""
-        name = f"{fmt.segment_name(base)}.{offset}.bad"
-        rel = f"{QUARANTINE_DIR}/{name}"
-        if self.dry:
-            return rel
-        qdir = os.path.join(self.root, QUARANTINE_DIR)
-        if not self.fs.exists(qdir):
-            with contextlib.suppress(FileExistsError):
-                self.fs.mkdir(qdir)
-            self.fs.fsync_dir(self.root)
-        if not self.fs.exists(os.path.join(qdir, name)):
-            replace_file(self.fs, qdir, name, data)
-        return rel
+        return quarantine.save(self.fs, self.root, base, offset, data, dry=self.dry)
 
     def lower_sync_mark(self, base: int, offset: int) -> None:
         """Before cutting segment ``base`` at ``offset``: the writers' sync mark must not claim
@@ -270,6 +264,10 @@ class _Repair:
                 mark = self.fs.map_shared(fd, min(self.fs.size(fd), fmt.SYNC_FILE_SIZE_TAIL))
                 try:
                     change(mark)
+                    # Durable before repair goes on: a mark lowered over bytes repair cuts must
+                    # not come back after a power loss and prove records written there later.
+                    self.fs.msync(mark)
+                    self.fs.fsync(fd)
                 finally:
                     mark.close()
             finally:
@@ -365,9 +363,7 @@ class _Repair:
     def move_aside(self, path: str, name: str, why: str) -> None:
         rel = f"{QUARANTINE_DIR}/{name}"
         if not self.dry:
-            qdir = os.path.join(self.root, QUARANTINE_DIR)
-            if not self.fs.exists(qdir):
-                self.fs.mkdir(qdir)
+            qdir = quarantine.quarantine_dir(self.fs, self.root)
             self.fs.rename(path, os.path.join(self.root, rel))
             self.fs.fsync_dir(qdir)
             self.names_changed = True
@@ -441,6 +437,11 @@ class _SegmentFile:
                 durable_known = max(durable_known, info.durable_lsn)
                 last_ts = max(last_ts, info.timestamp)
             pos, lsn = stop.pos, stop.lsn
+            if next_base is None and (
+                stop.kind == seg.END or (stop.kind == seg.ZERO and seg.zeros_from(self.data, pos))
+            ):
+                self.lost_proven_tail(pos, lsn, last_ts)
+                break
             if stop.kind == seg.END:
                 if next_base is not None and lsn <= next_base:
                     if self.seal(pos, lsn, next_base, last_ts):
@@ -458,13 +459,20 @@ class _SegmentFile:
                     self.cut(end)
                     self.r.act(QUARANTINE, self.path, f"{extra} bytes after the seal moved to {rel}")
                 break
-            if next_base is None and stop.kind == seg.ZERO and seg.zeros_from(self.data, pos):
-                break  # the space a writer preallocated after the records: no record, no damage
             if next_base is None and stop.kind in (seg.INCOMPLETE, seg.ZERO, seg.TORN):
                 try:
-                    cut = seg.judge_damage(self.path, self.data, stop, durable_known, self.r.size_max, 0)
+                    cut = seg.judge_damage(
+                        self.path,
+                        self.data,
+                        stop,
+                        durable_known,
+                        self.r.size_max,
+                        0,
+                        proven_end=proven_offset(self.r.mark, self.base),
+                        same_boot=self.r.same_boot,
+                    )
                 except CorruptionError:
-                    pass  # acknowledged records are damaged: quarantine, below
+                    pass  # proven acknowledged records are damaged: quarantine, below
                 else:
                     self.cut_tail(cut, stop)
                     break
@@ -496,7 +504,7 @@ class _SegmentFile:
         return lsn < next_base
 
     def cut_tail(self, cut: int, stop: seg.Stop) -> None:
-        """A tail never acknowledged (a crash state): cut it, keeping any non-zero bytes aside."""
+        """A tail never proven durable (a crash state): cut it, keeping any non-zero bytes aside."""
         tail = self.data[cut:]
         kept = ""
         if any(tail):
@@ -505,8 +513,43 @@ class _SegmentFile:
         self.r.act(
             TRUNCATE_TAIL,
             self.path,
-            f"cut {len(tail)} bytes at offset {cut}: lsn {stop.lsn} was never acknowledged "
+            f"cut {len(tail)} bytes at offset {cut}: lsn {stop.lsn} was not proven durable "
             f"({stop.reason or stop.kind}){kept}",
+        )
+
+    def proven_end(self) -> int:
+        """The offset below which the sync mark proves this segment fsynced (capped at the
+        largest a segment may be)."""
+        return min(proven_offset(self.r.mark, self.base), max(len(self.data), self.r.meta.segment_size_max))
+
+    def lsns_bound(self, pos: int) -> int:
+        """At least 1, and at least as many lsns as records could have stood from ``pos`` to the
+        last non-zero byte or to what the sync mark proves, whichever is further."""
+        end = max(len(self.data.rstrip(b"\0")), self.proven_end())
+        return max(1, _lsns_in(end - pos))
+
+    def lost_proven_tail(self, pos: int, lsn: int, ts: int) -> None:
+        """The newest segment's records end at ``pos`` (the end of the file, or zeros to it), but
+        the sync mark proves records fsynced past it: acknowledged records were cut off or zeroed.
+        Write a gap record there for as many lsns as they could have taken, so that none of them
+        is given to a new record (a reader may have seen them)."""
+        proven = self.proven_end()
+        if pos >= proven:
+            return  # the end of the records, or preallocated space: nothing lost
+        gap_to = lsn + _lsns_in(proven - pos)
+        note = "proven records missing"
+        gap = fmt.encode_gap(lsn, gap_to, ts, note, fmt.RECORD_OVERHEAD + 8 + len(note))
+        self.write(pos, gap)
+        if not self.r.dry:
+            # The mark now proves the gap record's end: the lsns it stands for are accounted for.
+            self.r.fs.fsync(self.fd)
+            self.r.lower_sync_mark(self.base, pos + len(gap))
+        self.r.act(
+            QUARANTINE,
+            self.path,
+            f"the records end at offset {pos}, but the sync mark proves them fsynced to offset {proven}: "
+            f"acknowledged records are gone; a gap record for lsns {lsn}..{gap_to - 1} (at most that many "
+            "were lost) keeps their lsns from being given again",
         )
 
     def quarantine(self, stop: seg.Stop, next_base: int | None, durable_known: int, ts: int) -> bool:
@@ -534,8 +577,10 @@ class _SegmentFile:
                 "readers skip them, the records after them are kept",
             )
             return True
-        # The damage reaches the end of the segment.
-        gap_to = max(durable_known, lsn + 1) if next_base is None else next_base
+        # The damage reaches the end of the segment. In the newest one, no lsn a reader may have
+        # seen is given again: the gap covers as many lsns as records could fill the bytes that
+        # were ever there (the non-zero ones, and all the sync mark proves), 36 bytes at least each.
+        gap_to = next_base if next_base is not None else max(durable_known, lsn + self.lsns_bound(pos))
         if next_base is not None and next_base < lsn:
             self.r.report.unrepaired.append(
                 f"{self.path}: offset {pos}: damage, and the next segment starts at lsn {next_base}, "
@@ -556,6 +601,11 @@ class _SegmentFile:
             f"{size} bytes from offset {pos} to the end of the segment ({why}; {lost}) moved to {rel}",
         )
         return gap_to > lsn
+
+
+def _lsns_in(size: int) -> int:
+    """The most records ``size`` bytes can hold (each is at least 36 bytes long)."""
+    return -(-size // fmt.RECORD_OVERHEAD)
 
 
 def _first_timestamp(data: bytes, base: int, size_max: int) -> int | None:

@@ -246,9 +246,9 @@ def durable_proof_after(buf: bytes, pos: int, lsn: int, size_max: int) -> int:
     The record at ``pos`` (which should carry ``lsn``) is damaged and its length cannot be trusted,
     so we look for the next records by the lsn they must carry: lsn+1, lsn+2, ... (at most
     RECOVERY_RESYNC_LSNS), whose 8 bytes stand at offset 8 of a record header. From the first
-    candidate that parses as a valid record we parse on. Returns -1 if nothing valid follows.
+    candidate that parses as a valid record we parse on. Returns -1 if nothing valid follows
+    (else at least 0).
     """
-    best = -1
     for later in range(lsn + 1, lsn + 1 + limits.RECOVERY_RESYNC_LSNS):
         needle = later.to_bytes(8, "little")
         at = buf.find(needle, pos + 1)
@@ -259,41 +259,64 @@ def durable_proof_after(buf: bytes, pos: int, lsn: int, size_max: int) -> int:
                 infos: list[RecordInfo] = []
                 stop = parse(buf, start, later, size_max, None, infos)
                 if infos or stop.kind == SEAL:
-                    best = max([best, *(i.durable_lsn for i in infos)])
-                    return best
+                    return max([0, *(i.durable_lsn for i in infos)])
             at = buf.find(needle, at + 1)
             tries += 1
-    return best
+    return -1
 
 
-def judge_damage(path: str, buf: bytes, stop: Stop, durable_known: int, size_max: int, base: int) -> int:
+def judge_damage(
+    path: str,
+    buf: bytes,
+    stop: Stop,
+    durable_known: int,
+    size_max: int,
+    base: int,
+    *,
+    proven_end: int = 0,
+    same_boot: bool = False,
+) -> int:
     """Decide whether the damage at ``stop`` is a crash state to cut, or corruption to report.
 
     Returns the offset to truncate the segment at; raises CorruptionError for corruption.
     ``buf`` holds the segment bytes from file offset ``base``. ``durable_known`` is the highest
     durable_lsn known from the records before the damage (and from this process's own fsyncs).
+    ``proven_end``: the offset below which the sync mark proves every byte fsynced (0: none).
+    ``same_boot``: the bytes were written in the running boot of the machine (a process crash,
+    not a power loss, is all that can have happened to them).
 
-    The rule (docs/FORMAT.md §7): every record below a durable_lsn was fsynced before some later
-    record was written, so it was acknowledged and no crash may lose it. Damage to a record below
-    the highest durable_lsn seen before or after it is corruption. Anything else was never
-    acknowledged as durable, and a crash may leave it torn, zero-filled or half-written: cut it,
-    with everything after it.
+    The rule (docs/FORMAT.md §9): a record is proven acknowledged if it lies below the sync
+    mark, or below a durable_lsn carried by a valid record before or after it; no crash may lose
+    it, so damage to it is corruption. Within the boot that wrote them, the page cache keeps
+    every byte written: a crash of a process leaves at most one torn write at the end, never a
+    damaged record followed by valid ones, so that too is corruption. Anything else was never
+    proven durable, and a crash may leave it torn, zero-filled or half-written: cut it, with
+    everything after it (the caller keeps a copy of any non-zero bytes it cuts).
     """
     if stop.kind == BAD:
         raise CorruptionError(path, stop.pos, stop.reason)
     if stop.kind in (END, SEAL):
         raise AssertionError(f"judge_damage called on a clean stop {stop.kind}")
-    if durable_known > stop.lsn:
+    why = stop.reason or stop.kind
+    if stop.pos < proven_end:
         raise CorruptionError(
             path,
             stop.pos,
-            f"{stop.reason or stop.kind} in a record fsynced before (lsn {stop.lsn})",
+            f"{why} at lsn {stop.lsn}, below offset {min(proven_end, len(buf) + base)} that the "
+            "sync mark proves fsynced: an acknowledged record is damaged",
         )
+    if durable_known > stop.lsn:
+        raise CorruptionError(path, stop.pos, f"{why} in a record fsynced before (lsn {stop.lsn})")
     later = durable_proof_after(buf, stop.pos - base, stop.lsn, size_max)
     if later > stop.lsn:
         raise CorruptionError(
+            path, stop.pos, f"{why} at lsn {stop.lsn}, and a later record proves it was fsynced"
+        )
+    if same_boot and later >= 0:
+        raise CorruptionError(
             path,
             stop.pos,
-            f"{stop.reason or stop.kind} at lsn {stop.lsn}, and a later record proves it was fsynced",
+            f"{why} at lsn {stop.lsn}, followed by valid records: no crash within a boot leaves "
+            "that, so the record was damaged after it was written",
         )
     return stop.pos

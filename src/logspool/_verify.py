@@ -15,6 +15,7 @@ from . import _format as fmt
 from . import _segment as seg
 from ._fs import REAL, FileSystem
 from ._reader import Reader, list_segments
+from ._sync import PROVEN_ALL, proven_offset, read_mark
 from .errors import CorruptionError, LogspoolError
 
 DAMAGE = "damage"
@@ -76,6 +77,7 @@ def verify(path: str | os.PathLike[str], *, fs: FileSystem | None = None) -> Ver
         report._add(NOTE, root, 0, "no segments yet (no writer has opened the log)")
         return report
     report.first_lsn = expected = bases[0]
+    mark, _boot = read_mark(fs, root)  # before the segments: what it proves is there when read
     last_ts = 0
     for n, base in enumerate(bases):
         newest = n == len(bases) - 1
@@ -147,11 +149,16 @@ def verify(path: str | os.PathLike[str], *, fs: FileSystem | None = None) -> Ver
                 report._add(
                     NOTE, spath, stop.pos, "not sealed, but the next segment follows on (a lost seal)"
                 )
+            else:
+                _verify_proven_end(spath, stop, proven_offset(mark, base), report)
         elif newest and stop.kind == seg.ZERO and seg.zeros_from(data, stop.pos):
-            pass  # the space a writer preallocated after the records (or a crash left): no record
+            # The space a writer preallocated after the records (or a crash left): no record.
+            _verify_proven_end(spath, stop, proven_offset(mark, base), report)
         elif newest and stop.kind in (seg.INCOMPLETE, seg.ZERO, seg.TORN):
             try:
-                seg.judge_damage(spath, data, stop, 0, meta.record_size_max, 0)
+                seg.judge_damage(
+                    spath, data, stop, 0, meta.record_size_max, 0, proven_end=proven_offset(mark, base)
+                )
                 report._add(
                     NOTE,
                     spath,
@@ -168,6 +175,20 @@ def verify(path: str | os.PathLike[str], *, fs: FileSystem | None = None) -> Ver
     _verify_checkpoints(fs, root, meta.record_size_max, report)
     _verify_strays(fs, root, bases, report)
     return report
+
+
+def _verify_proven_end(spath: str, stop: seg.Stop, proven: int, report: VerifyReport) -> None:
+    """The newest segment's records end cleanly at ``stop``: damage if the sync mark proves
+    records fsynced past it (acknowledged records were cut off or zeroed)."""
+    if stop.pos < proven:
+        shown = "its end" if proven == PROVEN_ALL else f"offset {proven}"
+        report._add(
+            DAMAGE,
+            spath,
+            stop.pos,
+            f"the records end at lsn {stop.lsn}, but the sync mark proves the segment fsynced to "
+            f"{shown}: acknowledged records are missing (logspool repair records the loss)",
+        )
 
 
 def _verify_checkpoints(fs: FileSystem, root: str, size_max: int, report: VerifyReport) -> None:

@@ -52,6 +52,11 @@ PREALLOCATE_SIZE = 1 * MIB
 # A reader that finds a record failing its checksum reads it again for this long (longer while
 # its bytes keep changing: a writer copying it in) before it reports damage.
 TORN_SETTLE_S = 0.5
+# A writer makes the sync mark (FORMAT.md §8.1), which proves what was fsynced, durable at most
+# this long after it raised it (seconds), besides on every clean close and rotation: after a
+# power loss, damage to records acknowledged within this window of it may read as a torn tail
+# (cut, with a copy in quarantine/); older ones are proven and reported (docs/DURABILITY.md).
+SYNC_MARK_PERSIST_S = 1.0
 # A reader's first read: smaller, so that the first record of a large log is parsed sooner.
 READ_CHUNK_FIRST = 64 * KIB
 # A reader's read after it found nothing new (the end of the log): smaller still.

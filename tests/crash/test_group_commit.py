@@ -118,8 +118,10 @@ def test_every_acknowledged_append_was_covered_by_an_fsync(log_dir: str) -> None
 
 
 def test_a_cut_tail_lowers_the_sync_mark(log_dir: str) -> None:
-    """A mark that counted bytes later cut (a crashed writer's partial record, fsynced by some
-    leader) must not let the record written in their place skip its fsync."""
+    """A mark that counted bytes later cut must not let the record written in their place skip
+    its fsync. (Writers raise the mark only over whole, valid records, so a mark over a partial
+    record is damage: the opening writer refuses the log, and repair, which cuts the bytes,
+    lowers the mark.)"""
     tracker = SyncTracker()
     with logspool.open(log_dir, durability="always", fs=tracker) as log:
         log.append(b"first")
@@ -136,6 +138,9 @@ def test_a_cut_tail_lowers_the_sync_mark(log_dir: str) -> None:
     with mmap.mmap(sync_fd, fmt.SYNC_FILE_SIZE) as m:
         fmt.write_sync_mark(m, 0, good_end + len(partial))
     os.close(sync_fd)
+    with pytest.raises(logspool.CorruptionError, match="sync mark proves"):
+        logspool.open(log_dir, durability="always", fs=tracker)
+    assert not logspool.repair(log_dir).unrepaired
 
     with logspool.open(log_dir, durability="always", fs=tracker) as log:
         before = tracker.snapshot().get(seg_path, 0)

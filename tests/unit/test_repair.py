@@ -191,7 +191,7 @@ def test_a_torn_tail_of_the_newest_segment_is_cut(log_dir: str) -> None:
     with open(path, "ab") as f:  # half a record: a crash mid-append
         f.write(fmt.encode_record(300, 1, 0, b"never acknowledged")[:30])
     report = repaired(log_dir, _repair.TRUNCATE_TAIL)
-    assert "lsn 300 was never acknowledged" in report.actions[0].detail
+    assert "lsn 300 was not proven durable" in report.actions[0].detail
     assert read_all(log_dir) == (list(range(300)), [])
 
 
