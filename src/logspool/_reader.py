@@ -245,6 +245,14 @@ class Reader:
         head = self._fs.pread(fd, fmt.SEGMENT_HEADER_SIZE, 0)
         if len(head) < fmt.SEGMENT_HEADER_SIZE or not any(head):
             self._fs.close(fd)
+            later = [b for b in list_segments(self._fs, self._path) if b > self._base]
+            if later:  # (a segment's header is fsynced before the next segment is created)
+                raise CorruptionError(
+                    path,
+                    0,
+                    f"segment header missing ({len(head)} bytes, zeros), but segment {later[0]} "
+                    f"follows: lsns from {self._base} on are unreadable (logspool repair rewrites it)",
+                )
             return False  # being created: its header is not written yet
         try:
             header = fmt.decode_segment_header(head, path)
@@ -286,6 +294,17 @@ class Reader:
         yet. True if the reader moved to a segment that is open now."""
         bases = list_segments(self._fs, self._path)
         if not bases or bases[0] <= self._base:
+            later = [b for b in bases if b > self._base]
+            if later:
+                # Segments before and after it exist: not retention (which removes a prefix,
+                # each removal durable before the next) nor a rotation (the next segment is
+                # created after this one): it was deleted by hand, or lost.
+                raise CorruptionError(
+                    os.path.join(self._path, fmt.segment_name(self._base)),
+                    0,
+                    f"segment missing, but segment {later[0]} follows: lsns {self._base}.."
+                    f"{later[0] - 1} are lost (logspool repair records the loss)",
+                )
             return False  # not created yet (a rotation in progress), or nothing was removed
         earliest = bases[0]
         if self._follow_earliest:
@@ -341,13 +360,14 @@ class Reader:
                     self._need = stop.need  # a record larger than one chunk: read it whole
                     continue
                 self._chunk = limits.READ_CHUNK_PROBE
-                # Being written (or torn, until the next writer cuts it), unless proven whole.
-                return self._proven_end_reached()
+                # Being written (or torn, until the next writer cuts it), unless a later segment
+                # or the sync mark proves it whole.
+                return self._next_segment_exists(kind)
             if kind in (seg.END, seg.ZERO):
                 # At the end: the next look is a small read (a tailing reader looks often, and
                 # finds a few records at a time); the chunk grows again as records come.
                 self._chunk = limits.READ_CHUNK_PROBE
-                return self._next_segment_exists()
+                return self._next_segment_exists(kind)
             if kind == seg.TORN and self._settles(len(data)):
                 continue
             path = os.path.join(self._path, fmt.segment_name(self._base))
@@ -385,11 +405,16 @@ class Reader:
             _logger.warning("%s: lsns %d..%d skipped: %s", self._path, first, gap.next_lsn - 1, gap.reason)
             self.gaps.append(Gap(first, gap.next_lsn, gap.reason))
 
-    def _next_segment_exists(self) -> bool:
-        """At the end of an unsealed segment: has a later one been started? (After a crash that lost
-        the seal, the next segment exists although this one has none.) Moves there if so."""
-        if os.path.exists(os.path.join(self._path, fmt.segment_name(self._lsn))) and (
-            self._lsn != self._base
+    def _next_segment_exists(self, kind: str) -> bool:
+        """At the end of an unsealed segment (``kind``: END or ZERO; or INCOMPLETE, a record not
+        whole yet): has a later one been started? (After a crash that lost the seal, the next
+        segment exists although this one has none.) Moves there if so; raises CorruptionError
+        if records of this segment are missing, or it ends in an incomplete record, while a
+        later segment exists."""
+        if (
+            kind != seg.INCOMPLETE
+            and self._lsn != self._base
+            and os.path.exists(os.path.join(self._path, fmt.segment_name(self._lsn)))
         ):
             self._goto(self._lsn)
             return self._fill()
@@ -402,14 +427,15 @@ class Reader:
         if not later:
             self._unsealed_checked = self._base
             return self._proven_end_reached()
-        again = self._fs.pread(self._fd, limits.READ_CHUNK_SIZE, self._pos)
+        again = self._fs.pread(self._fd, max(limits.READ_CHUNK_SIZE, self._need), self._pos)
         stop = seg.parse(again, 0, self._lsn, self._size_max, None, None, self._pos)
-        if stop.kind not in (seg.END, seg.ZERO) or stop.pos != self._pos:
+        if stop.pos != self._pos or stop.kind not in (seg.END, seg.ZERO, seg.INCOMPLETE):
             return self._fill()
+        how = "in an incomplete record" if stop.kind == seg.INCOMPLETE else "without a seal"
         raise CorruptionError(
             os.path.join(self._path, fmt.segment_name(self._base)),
             self._pos,
-            f"the segment ends at lsn {self._lsn} without a seal, but segment {later[0]} follows: "
+            f"the segment ends at lsn {self._lsn} {how}, but segment {later[0]} follows: "
             f"lsns {self._lsn}..{later[0] - 1} are missing (logspool repair records the loss)",
         )
 

@@ -219,6 +219,11 @@ def enforce(
                 # readers ignore and repair removes. A reader with the segment open reads on.
                 with contextlib.suppress(FileNotFoundError):  # a concurrent pass removed it
                     fs.unlink(os.path.join(path, file))
+                if file.endswith(fmt.SEGMENT_SUFFIX):
+                    # Each segment's removal is durable before the next one's: a power failure
+                    # can only bring back a suffix of the removed segments, so what is left is
+                    # always contiguous (a hole in the middle would be lost records).
+                    fs.fsync_dir(path)
         if removals:
-            fs.fsync_dir(path)  # without this a power failure can bring the segments back
+            fs.fsync_dir(path)  # (the last index's removal)
     return RetentionReport(dry_run, tuple(removals), tuple(expired), pinned)

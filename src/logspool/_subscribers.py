@@ -287,6 +287,10 @@ class Subscriber(Reader):
         )
         if first_gap is not None:
             self.gaps.append(Gap(first_gap[0], first_gap[1], "removed by retention before it was read"))
+        # A durable subscriber's position is an lsn it owns from its creation on (committed at
+        # once below), not "whatever is earliest": records removed from there on before it read
+        # them are lost to it, with DataLossError or a listed gap.
+        self._follow_earliest = self.transient and self._follow_earliest
         if cp is None and not self.transient:
             # A new durable subscriber: its start is made durable now, so that what is appended
             # from here on is kept for it even before its first commit.
@@ -318,6 +322,7 @@ class Subscriber(Reader):
     def seek(self, start: Position) -> None:
         """Move to an lsn, "earliest" or "latest"; ``commit()`` makes it durable."""
         super().seek(start)
+        self._follow_earliest = self.transient and self._follow_earliest
 
     def close(self) -> None:
         try:

@@ -59,7 +59,7 @@ class DirectoryWatch:
     def __init__(self, path: str) -> None:
         self._path = path
         self._fd = -1
-        self._waited_s = 0.0  # polled so far; inotify from WATCH_INOTIFY_AFTER_S on
+        self._waited_s = 0.0  # time spent polling so far; inotify from WATCH_INOTIFY_AFTER_S on
         self._no_inotify = _LIBC is None
         self._poll_delay_s = limits.WATCH_POLL_S_MIN
 
@@ -112,8 +112,11 @@ class DirectoryWatch:
                 return  # the caller looks again, now that changes are watched: no race
             self._no_inotify = True
         delay = min(self._poll_delay_s, timeout_s)
+        slept_from = time.monotonic()
         time.sleep(delay)
-        self._waited_s += delay
+        # The time that passed, not the time asked for: on a loaded machine a sleep lasts longer,
+        # and a reader that has waited long must get its watch however many sleeps that took.
+        self._waited_s += time.monotonic() - slept_from
         cap = limits.POLL_INTERVAL_S_MAX if self._no_inotify else limits.WATCH_POLL_S_FAST
         self._poll_delay_s = min(self._poll_delay_s * 2, cap)
 

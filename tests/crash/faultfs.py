@@ -17,7 +17,8 @@ docs/DURABILITY.md):
   (pwrite, or stores into a shared mapping, which the kernel writes back a page at a time
   whenever it likes) may survive sector by sector: any mix of 512-byte sectors, old and new;
 - a name's creation, rename or removal is durable only after the ``fsync`` of its directory;
-  until then the directory holds the names (and inodes) it held at its last fsync;
+  until then each such change may be lost on its own: every name changed since the directory's
+  last fsync is, independently, as it was then or as it is now (the strict state: as it was);
 - files removed since are back with their durable content if their name was durable.
 
 State is tracked by inode: ``durable[ino]`` is the content at the last fsync (files present when
@@ -149,13 +150,33 @@ class FaultFS(FileSystem):
     def _collect(self, path: str, rel: str, out: dict[str, bytes | None], rng: random.Random | None) -> None:
         if rel:
             out[rel] = None
-        for name, ino in sorted(self.names.get(path, {}).items()):
+        for name, ino in sorted(self._names_after(path, rng).items()):
             child = os.path.join(path, name)
             child_rel = f"{rel}/{name}" if rel else name
             if ino in self.durable or not os.path.isdir(child):
                 out[child_rel] = self._content(ino, child, rng)
             else:
                 self._collect(child, child_rel, out, rng)
+
+    def _names_after(self, path: str, rng: random.Random | None) -> dict[str, int]:
+        """The names of directory ``path`` after the power failure: those at its last fsync in
+        the strict state; otherwise each name created, removed or renamed since then is, on its
+        own, as it was at that fsync or as it is now (assumption 2: before the directory's fsync
+        each change may be undone independently)."""
+        durable = self.names.get(path, {})
+        if rng is None:
+            return dict(durable)
+        try:
+            current = {n: os.stat(os.path.join(path, n)).st_ino for n in os.listdir(path)}
+        except FileNotFoundError:
+            current = {}
+        out: dict[str, int] = {}
+        for name in sorted(durable.keys() | current.keys()):
+            old, new = durable.get(name), current.get(name)
+            chosen = old if old == new or rng.random() < 0.5 else new
+            if chosen is not None:
+                out[name] = chosen
+        return out
 
     def _content(self, ino: int, path: str, rng: random.Random | None) -> bytes:
         durable = self.durable.get(ino, b"")
