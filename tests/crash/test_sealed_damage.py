@@ -14,7 +14,6 @@ records (DataLossError, or a listed gap), never moved on in silence.
 
 from __future__ import annotations
 
-import os
 import random
 from pathlib import Path
 
