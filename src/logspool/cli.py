@@ -282,18 +282,23 @@ def _cmd_retention(args: argparse.Namespace) -> int:
             log.set_retention(None)
             print("retention policy cleared: everything is kept")
             return 0
+        apply = args.apply and not args.dry_run
         if args.set:
             if given is None:
                 raise SystemExit("logspool retention: --set needs a policy (--consumed, --max-age, ...)")
             log.set_retention(given)
             print("retention policy stored; writers apply it after each rotation")
-            if not args.dry_run and not args.now:
+            if not apply:
                 return 0
-        policy = given or log.retention
+        stored = log.retention
+        policy = given or stored
         if policy is None:
-            print("no retention policy stored or given: nothing to do")
+            print("retention policy: none stored (everything is kept); nothing to do")
             return 0
-        report = log.enforce_retention(policy, dry_run=args.dry_run)
+        source = "given" if given is not None else "stored"
+        print(f"retention policy ({source}): " + ", ".join(_policy_words(policy)))
+        # Looking never deletes: only --apply removes segments.
+        report = log.enforce_retention(policy, dry_run=not apply)
         verb = "would remove" if report.dry_run else "removed"
         for name in report.expired_subscribers:
             print(f"{verb} idle subscriber {name!r}")
@@ -305,7 +310,14 @@ def _cmd_retention(args: argparse.Namespace) -> int:
         if report.pinned_by:
             print("kept by subscribers: " + ", ".join(repr(n) for n in report.pinned_by))
         print(f"{verb} {len(report.removed)} segments, {report.size_freed} bytes")
+        if report.dry_run and (report.removed or report.expired_subscribers):
+            print("nothing was removed: add --apply to remove them")
     return 0
+
+
+def _policy_words(policy: Retention) -> list[str]:
+    words = [f"{k}={v}" for k, v in policy.to_json().items() if v not in (None, False)]
+    return words or ["keeps everything"]
 
 
 def _cmd_meta(args: argparse.Namespace) -> int:
@@ -471,9 +483,12 @@ def _cmd_cutover(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from .demo import run
+    from .demo import DemoDirError, run
 
-    return run(args.dir, writers=args.writers, records=args.records)
+    try:
+        return run(args.dir, writers=args.writers, records=args.records, force=args.force)
+    except DemoDirError as err:
+        raise SystemExit(f"logspool demo: {err}") from None
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -546,7 +561,7 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("target")
     p.set_defaults(func=_cmd_subscriber)
 
-    p = sub.add_parser("retention", help="apply, show or store the retention policy")
+    p = sub.add_parser("retention", help="show the retention policy and what it would remove; --apply, --set")
     p.add_argument("dir")
     p.add_argument("--consumed", action="store_true", help="segments every subscriber has passed")
     p.add_argument("--max-age", type=_parse_duration, metavar="DURATION", help="e.g. 7d")
@@ -554,9 +569,15 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--expire-idle", type=_parse_duration, metavar="DURATION", help="subscribers idle this long"
     )
-    p.add_argument("--dry-run", action="store_true", help="show what would be removed, remove nothing")
+    p.add_argument(
+        "--apply",
+        "--now",
+        dest="apply",
+        action="store_true",
+        help="remove what the policy allows now (without it: only show what would go)",
+    )
+    p.add_argument("--dry-run", action="store_true", help="show what would be removed (the default)")
     p.add_argument("--set", action="store_true", help="store the policy for every writer to apply")
-    p.add_argument("--now", action="store_true", help="with --set: also apply it now")
     p.add_argument("--clear", action="store_true", help="remove the stored policy")
     p.set_defaults(func=_cmd_retention)
 
@@ -600,7 +621,12 @@ def _parser() -> argparse.ArgumentParser:
     _cli_server.add_parser(sub)
 
     p = sub.add_parser("demo", help="writer processes, a tailing reader, a cutover, info")
-    p.add_argument("--dir", default="demo-output/log")
+    p.add_argument(
+        "--dir",
+        default="demo-output/log",
+        help="a new or empty directory, or one a demo made (replaced); default demo-output/log",
+    )
+    p.add_argument("--force", action="store_true", help="replace --dir even if a demo did not make it")
     p.add_argument("--writers", type=int, default=4)
     p.add_argument("--records", type=int, default=2500, help="records per writer")
     p.set_defaults(func=_cmd_demo)

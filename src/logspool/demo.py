@@ -27,12 +27,58 @@ def _writer(path: str, writer: int, count: int) -> None:
             log.append_many(batch)
 
 
-def run(path: str, *, writers: int, records: int) -> int:
-    if os.path.exists(path):
-        shutil.rmtree(path)
+DEMO_MARKER = ".logspool-demo"  # in every directory a demo made: it may replace what is there
+
+
+class DemoDirError(ValueError):
+    """The directory given to a demo holds something the demo did not make."""
+
+
+def prepare_output_dir(path: str, *, force: bool = False, mark_later: bool = False) -> None:
+    """Make ``path`` an empty directory for a demo's output, with the marker that lets the next
+    run replace it. A directory that exists is emptied only if a demo made it (it holds the
+    marker), it is empty, or ``force`` is given; anything else raises DemoDirError naming it,
+    so that ``--dir ~`` can never delete a home directory. ``mark_later``: the caller marks
+    ``path`` itself once it holds what it must (a log is created in an empty directory only)."""
+    path = os.path.abspath(path)
+    if os.path.lexists(path) and not os.path.isdir(path):
+        raise DemoDirError(f"{path}: not a directory; give --dir a new or empty directory")
+    if os.path.isdir(path):
+        entries = os.listdir(path)
+        if entries and DEMO_MARKER not in entries and not force:
+            raise DemoDirError(
+                f"{path}: exists and holds {len(entries)} entries that no demo made (e.g. "
+                f"{sorted(entries)[0]!r}); give --dir a new or empty directory, or --force to "
+                "delete what it holds"
+            )
+        for name in entries:
+            target = os.path.join(path, name)
+            if os.path.isdir(target) and not os.path.islink(target):
+                shutil.rmtree(target)
+            else:
+                os.unlink(target)
+    created: list[str] = []
+    parent = path
+    while not os.path.exists(parent):  # bounded by the path's depth
+        created.append(parent)
+        parent = os.path.dirname(parent)
+    os.makedirs(path, exist_ok=True)
+    for directory in created[1:] if mark_later else {path, *created}:
+        mark_demo_dir(directory)  # the marker in every directory a demo made
+
+
+def mark_demo_dir(path: str) -> None:
+    """Put the marker that lets the next demo run replace ``path``."""
+    with open(os.path.join(path, DEMO_MARKER), "w") as f:
+        f.write("made by a logspool demo: the next demo run may replace this directory\n")
+
+
+def run(path: str, *, writers: int, records: int, force: bool = False) -> int:
+    prepare_output_dir(path, force=force, mark_later=True)
     total = writers * records
     print(f"demo: {writers} writer processes x {records} records into {path}")
     with Log(path, segment_size_max=256 * 1024) as log:
+        mark_demo_dir(path)
         reader = log.reader("earliest")
         ctx = multiprocessing.get_context("spawn")
         procs = [ctx.Process(target=_writer, args=(path, w, records)) for w in range(writers)]

@@ -58,7 +58,10 @@ def test_retention_commands(log_dir: str) -> None:
     assert "would remove" in out and "over the size bound" in out
     assert len(json.loads(_ok("info", log_dir, "--json"))["segments"]) == segments
     _ok("subscriber", "add", log_dir, "reader", "--from", "50")
-    out = _ok("retention", log_dir, "--consumed")
+    out = _ok("retention", log_dir, "--consumed")  # looking never deletes
+    assert "would remove" in out and "--apply" in out
+    assert len(json.loads(_ok("info", log_dir, "--json"))["segments"]) == segments
+    out = _ok("retention", log_dir, "--consumed", "--apply")
     assert "removed" in out
     info = json.loads(_ok("info", log_dir, "--json"))
     assert info["first_lsn"] <= 50 < info["next_lsn"]
@@ -71,6 +74,19 @@ def test_retention_commands(log_dir: str) -> None:
         "subscriber_idle_max_s": None,
     }
     assert "retention  consumed=True, age_max_s=604800.0" in _ok("info", log_dir)
+    # The bare command shows the stored policy and what it would remove, and removes nothing.
+    _ok(
+        "subscriber",
+        "rewind",
+        log_dir,
+        "reader",
+        "--to",
+        str(json.loads(_ok("info", log_dir, "--json"))["next_lsn"]),
+    )
+    before = json.loads(_ok("info", log_dir, "--json"))["segments"]
+    out = _ok("retention", log_dir)
+    assert "policy (stored): consumed=True" in out and "would remove" in out
+    assert json.loads(_ok("info", log_dir, "--json"))["segments"] == before
     _ok("retention", log_dir, "--clear")
     assert json.loads(_ok("info", log_dir, "--json"))["retention"] is None
     res = run_cli("retention", log_dir, "--max-size", "lots")

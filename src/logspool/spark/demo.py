@@ -20,11 +20,12 @@ import json
 import multiprocessing
 import os
 import random
-import shutil
 import sys
 import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
+
+from ..demo import DemoDirError, prepare_output_dir
 
 MERCHANTS = ("bakery", "books", "cafe", "cinema", "fuel", "grocer", "pharmacy", "transit")
 DAYS = (datetime(2026, 11, 20, 9, 0, tzinfo=UTC), datetime(2026, 11, 21, 9, 0, tzinfo=UTC))
@@ -160,7 +161,9 @@ def svg_bars(values: dict[str, float], title: str) -> str:
     )
 
 
-def run(directory: str, *, master: str, producers: int, events: int, spark: Any = None) -> int:
+def run(
+    directory: str, *, master: str, producers: int, events: int, spark: Any = None, force: bool = False
+) -> int:
     """Run the whole demo; 0 if every total agrees. ``spark``: a session to use (and not stop)."""
     from pyspark.sql import functions as F
 
@@ -168,9 +171,7 @@ def run(directory: str, *, master: str, producers: int, events: int, spark: Any 
 
     from . import load
 
-    if os.path.exists(directory):
-        shutil.rmtree(directory)
-    os.makedirs(directory)
+    prepare_output_dir(directory, force=force)
     log_path = os.path.join(directory, "events")
     started = time.monotonic()
     with logspool.open(log_path, segment_size_max=4 * 1024 * 1024):
@@ -243,12 +244,22 @@ def run(directory: str, *, master: str, producers: int, events: int, spark: Any 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m logspool.spark.demo", description=__doc__.split("\n")[0])
-    parser.add_argument("--dir", default="demo-output", help="where the log and the outputs go (replaced)")
+    parser.add_argument(
+        "--dir",
+        default="demo-output",
+        help="where the log and the outputs go: a new or empty directory, or one a demo made (replaced)",
+    )
+    parser.add_argument("--force", action="store_true", help="replace --dir even if a demo did not make it")
     parser.add_argument("--master", default="local[2]", help="Spark master URL (default local[2])")
     parser.add_argument("--producers", type=int, default=3, help="producer processes")
     parser.add_argument("--events", type=int, default=4000, help="events per producer per day")
     args = parser.parse_args(argv)
-    return run(args.dir, master=args.master, producers=args.producers, events=args.events)
+    try:
+        return run(
+            args.dir, master=args.master, producers=args.producers, events=args.events, force=args.force
+        )
+    except DemoDirError as err:
+        parser.error(str(err))
 
 
 if __name__ == "__main__":
