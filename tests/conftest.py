@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -39,3 +40,12 @@ class AfterReboot(FileSystem):
 
     def boot_id(self) -> bytes:
         return self._boot
+
+
+def append_in_batches(log: Any, payloads: list[bytes], batch: int = 8) -> list[int]:
+    """Append ``payloads`` a few at a time, so that they fill segments one after another (a
+    single append_many is written whole into one segment: it never spans a rotation)."""
+    lsns: list[int] = []
+    for i in range(0, len(payloads), batch):
+        lsns += log.append_many(payloads[i : i + batch])
+    return lsns

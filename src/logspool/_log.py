@@ -257,6 +257,9 @@ class Log:
         # whether the last recovery ran in the boot that wrote the newest segment's bytes.
         self._mark_persisted_s = 0.0
         self._recovered_same_boot = False
+        # Set when a failure left this handle unsure of the active segment: recover before the
+        # next write (under the writer lock).
+        self._needs_recovery = False
         self._flusher: threading.Thread | None = None
         self._retention_due = False
         # The last error of an automatic retention pass (after a rotation), if it failed: the
@@ -801,6 +804,23 @@ class Log:
         raise AssertionError("segment chain did not end")
 
     def _catch_up(self, head: bytes | None = None) -> None:
+        """Under the writer lock: adopt what other processes appended since we last wrote; or,
+        after a failure that left this handle's view of the active segment unsure (a rotation
+        or a catch-up that failed half-way), recover the newest segment as an opening writer
+        does. An OSError here is an AppendError: nothing was appended, and the next call
+        recovers first."""
+        try:
+            if self._needs_recovery:
+                self._close_segment_fds()
+                self._recover()
+                self._needs_recovery = False
+                return
+            self._catch_up_from(head)
+        except OSError as err:
+            self._needs_recovery = True
+            raise AppendError(self.path, f"reading the log's end: {err}") from err
+
+    def _catch_up_from(self, head: bytes | None = None) -> None:
         """Under the writer lock: adopt what other processes appended since we last wrote.
 
         The space past the records is zeros (preallocated), so what tells that others wrote is
@@ -1040,7 +1060,7 @@ class Log:
             if batch:
                 self._batch_first = self._next_lsn
                 return self._write_records(
-                    [data, *(p.data for p in batch)], [flags, *(p.flags for p in batch)]
+                    [data, *(p.data for p in batch)], [flags, *(p.flags for p in batch)], whole=False
                 )
             offset = self._seg_end
             now = time.time_ns()
@@ -1188,8 +1208,10 @@ class Log:
     def append_many(self, payloads: Iterable[bytes]) -> list[int]:
         """Append records in order under one lock hold and one fsync; return their lsns.
 
-        All or nothing on error: if the write fails, none of the batch is in the log. (A batch may
-        span a rotation; then each full segment is written and sealed as it fills.)
+        All or nothing on error: if the write fails, none of the batch stays in the log, before
+        or after a reopen. (A batch is written into one segment with one write: if it
+        does not fit in the active segment, that one is sealed first; a batch larger than a
+        segment gets a segment of its own. ValueError if it is larger than a segment may be.)
         Durability and concurrency as ``append``.
         """
         items = _checked_payloads(payloads, self.record_size_max)
@@ -1224,16 +1246,28 @@ class Log:
         payloads: tuple[bytes, ...] | list[bytes],
         flags: tuple[int, ...] | list[int] | None = None,
         timestamp: int | None = None,
+        *,
+        whole: bool = True,
     ) -> int:
         """Under the writer lock: frame, rotate when full, write. Returns the first lsn.
         ``flags`` are the records' flags (FLAG_ZSTD for a compressed payload), or None for 0;
-        ``timestamp``: the records' timestamp, chosen by the caller (not below the last one)."""
-        first = self._next_lsn
+        ``timestamp``: the records' timestamp, chosen by the caller (not below the last one).
+        ``whole``: the records are one batch, written into one segment with one write (in the
+        log whole or not at all); else separate appends (the write queue's), which fill each
+        segment and go on in the next."""
         if flags is None:
             flags = [0] * len(payloads)
         encode = fmt.encode_record
+        count = len(payloads)
+        size = sum(map(len, payloads)) + count * fmt.RECORD_OVERHEAD
+        if whole and size > limits.SEGMENT_SIZE_LIMIT - fmt.SEGMENT_HEADER_SIZE - fmt.RECORD_OVERHEAD:
+            raise ValueError(
+                f"a batch of {count} records takes {size} bytes, more than a segment may hold "
+                f"({limits.SEGMENT_SIZE_LIMIT}): append it in smaller batches"
+            )
         # Room is kept for the seal record, so a sealed segment is at most segment_size_max bytes
-        # (unless a single record is larger than that: it then has a segment of its own).
+        # (unless a single record, or a batch, is larger than that: it then has a segment of its
+        # own).
         size_max = self.meta.segment_size_max - fmt.RECORD_OVERHEAD
         interval = self.meta.index_interval
         now = time.time_ns()
@@ -1246,8 +1280,14 @@ class Log:
             else:
                 self._set_segment_deadline(now)  # an empty segment's age starts with its first record
         durable = self._durable_lsn
+        # A batch is written whole into one segment, with one pwrite, so that it is in the log
+        # whole or not at all (a failed write is cut back): if it does not fit in the active
+        # segment, that one is sealed first, and a batch larger than a segment gets a segment
+        # of its own, larger than segment_size_max, as a single larger record does.
+        if whole and self._seg_end + size > size_max and self._seg_end > fmt.SEGMENT_HEADER_SIZE:
+            self._rotate(ts)
+        first = self._next_lsn
         i = 0
-        count = len(payloads)
         while i < count:  # bounded: each turn writes at least one record
             lsn = self._next_lsn
             offset = self._seg_end
@@ -1256,8 +1296,8 @@ class Log:
             due = self._index_due
             while i < count:
                 rec = encode(lsn, ts, durable, payloads[i], flags[i])
-                if offset + len(rec) > size_max and offset > fmt.SEGMENT_HEADER_SIZE:
-                    break
+                if not whole and offset + len(rec) > size_max and offset > fmt.SEGMENT_HEADER_SIZE:
+                    break  # (separate appends of the write queue: each is whole on its own)
                 if offset >= due:
                     index.append(fmt.encode_index_entry(lsn, ts, offset))
                     due = (offset // interval + 1) * interval
@@ -1363,8 +1403,14 @@ class Log:
         # fsynced whatever the durability (one fsync a segment): a handle with durability
         # "always" elsewhere counts on every segment before the sync mark's being durable.
         self._sync_segment_for_rotation()
-        created = self._create_segment(self._next_lsn, ts)
-        self._switch_to(self._next_lsn)
+        try:
+            created = self._create_segment(self._next_lsn, ts)
+            self._switch_to(self._next_lsn)
+        except OSError as err:
+            # The seal is durable and the next segment may be missing or half-made: the next
+            # append recovers first (as an opening writer would: it creates the segment).
+            self._needs_recovery = True
+            raise AppendError(self.path, f"starting segment {self._next_lsn}: {err}") from err
         if not created:
             self._catch_up()  # (left by a crash mid-creation: it holds no record, but make sure)
         self._set_segment_deadline(ts)  # (if the segment existed, its own time is close enough)

@@ -177,3 +177,44 @@ def test_a_real_full_file_system_fails_appends_cleanly_and_recovers(tmp_path: Pa
         assert got == [*kept, (acked[-1] + 1, b"after")] and len(kept) < len(acked)
     finally:
         subprocess.run(["umount", str(mount)], check=True)
+
+
+def test_a_batch_that_fails_at_any_operation_is_in_the_log_whole_or_not_at_all(tmp_path: Path) -> None:
+    """append_many into 4 KiB segments, larger than one segment and starting in a part-full one,
+    with ENOSPC injected at each mutating operation in turn (the rotation's seal, fsyncs, the
+    new segment's creation, the write): after the error, and after a reopen, either all 30
+    records of the batch are there or none (a caller that retries must not duplicate any). An
+    AppendError means none; a FailedError (an fsync failed: the handle stops for good, and what
+    reached the disk is unknown) allows the whole batch too, never a part of it."""
+    from tests.crash.faultfs import Fault, FaultFS
+
+    batch = [b"batch-%02d-" % i + b"b" * 150 for i in range(30)]
+    failures = 0
+    for n in range(1, 80):  # bounded: the batch is a few dozen operations
+        path = tmp_path / f"log{n}"
+        with logspool.open(path, segment_size_max=4096) as log:
+            log.append_many([b"before-%d" % i for i in range(10)])
+        fs = FaultFS(str(path))
+        log = logspool.open(path, fs=fs, segment_size_max=4096)
+        fs.fault = Fault(fs.count + n, errno.ENOSPC)
+        outcomes: list[list[bytes]] = [batch]
+        try:
+            log.append_many(batch)
+        except logspool.AppendError:
+            outcomes = [[]]
+        except logspool.FailedError:
+            outcomes = [[], batch]
+        failures += len(outcomes) == 1 and not outcomes[0]
+        fs.fault = None
+        log.close()
+        fs.release()
+        for _ in range(2):  # as the failed handle left it, then after a writer reopened it
+            with logspool.open(path, readonly=True) as reader:
+                got = [r.payload for r in reader.read()]
+            assert got[:10] == [b"before-%d" % i for i in range(10)]
+            assert got[10:] in outcomes, f"fault at {n}: {len(got) - 10} of the batch"
+            logspool.open(path).close()
+        assert logspool.verify(path).ok
+        if fs.faults_raised == 0:
+            break
+    assert failures >= 5, f"only {failures} operations of the batch failed with AppendError"

@@ -20,6 +20,7 @@ from pathlib import Path
 import logspool
 from logspool import _format as fmt
 from logspool import _segment as seg
+from tests.conftest import append_in_batches
 
 REPAIR = (
     "import sys, logspool; print('go', flush=True); logspool.repair(sys.argv[1]); print('done', flush=True)"
@@ -104,7 +105,7 @@ WRITER = textwrap.dedent(
 def test_repair_while_a_writer_process_appends_loses_nothing_acknowledged(tmp_path: Path) -> None:
     path = str(tmp_path / "log")
     with logspool.open(path, segment_size_max=8192) as log:
-        log.append_many([b"live-%d" % i for i in range(500)])
+        append_in_batches(log, [b"live-%d" % i for i in range(500)])
     bases = sorted(b for b in (fmt.parse_segment_name(n) for n in os.listdir(path)) if b is not None)
     spath = os.path.join(path, fmt.segment_name(bases[1]))
     data = bytearray(Path(spath).read_bytes())

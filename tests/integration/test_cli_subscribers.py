@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 
-from tests.conftest import run_cli
+from tests.conftest import append_in_batches, run_cli
 
 
 def _ok(*args: str) -> str:
@@ -52,7 +52,7 @@ def test_retention_commands(log_dir: str) -> None:
     from logspool import open as open_log
 
     with open_log(log_dir, durability="os", segment_size_max=4096) as log:
-        log.append_many([b"x" * 200] * 100)
+        append_in_batches(log, [b"x" * 200] * 100)
         segments = len(log.info().segments)
     out = _ok("retention", log_dir, "--max-size", "8K", "--dry-run")
     assert "would remove" in out and "over the size bound" in out

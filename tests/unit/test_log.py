@@ -20,6 +20,7 @@ import logspool
 from logspool import _format as fmt
 from logspool import limits
 from logspool._fs import FileSystem
+from tests.conftest import append_in_batches
 
 
 def payloads(n: int, prefix: bytes = b"r") -> list[bytes]:
@@ -47,13 +48,34 @@ def test_rotation_by_size_keeps_lsns_contiguous(log_dir: str) -> None:
     with logspool.open(log_dir, segment_size_max=4096) as log:
         for p in payloads(300):
             log.append(p)
-        log.append_many(payloads(300, b"m"))
+        append_in_batches(log, payloads(300, b"m"))
         info = log.info()
         assert len(info.segments) > 5
         assert [s.base_lsn for s in info.segments] == sorted(s.base_lsn for s in info.segments)
         assert all(s.size <= 4096 for s in info.segments)
         assert [r.lsn for r in log.read()] == list(range(600))
     assert logspool.verify(log_dir).ok
+
+
+def test_a_batch_is_written_whole_into_one_segment(log_dir: str) -> None:
+    """A batch never spans a rotation (so it is in the log whole or not at all): one that does
+    not fit in the active segment starts the next, and one larger than a segment gets a segment
+    of its own, larger than segment_size_max, as a single large record does (Kafka's rule)."""
+    with logspool.open(log_dir, segment_size_max=4096) as log:
+        log.append(b"first")
+        small = log.append_many([b"s" * 1000] * 3)  # fits
+        fits_next = log.append_many([b"n" * 1000] * 3)  # does not fit: the next segment
+        large = log.append_many([b"L" * 1000] * 10)  # larger than a segment: one of its own
+        log.append(b"after")
+        by_base = {s.base_lsn: s for s in log.info().segments}
+    assert sorted(by_base) == [0, fits_next[0], large[0], large[-1] + 1]
+    assert small == [1, 2, 3] and by_base[large[0]].size > 4096
+    assert logspool.verify(log_dir).ok
+    big = b"x" * (200 << 20)  # (one object, 21 times: 4.2 GB of batch, 200 MB of memory)
+    with logspool.open(log_dir + "-big", record_size_max=256 << 20) as log:
+        with pytest.raises(ValueError, match="smaller batches"):
+            log.append_many([big] * 21)  # more than a segment may hold: nothing written
+        assert log.next_lsn == 0
 
 
 def test_cutover_starts_a_segment_named_by_its_first_lsn(log_dir: str) -> None:
@@ -217,9 +239,10 @@ def test_exclusive_appends_take_a_chosen_timestamp_never_an_earlier_one(log_dir:
                     tail.append_many([b"y"], timestamp=bad)  # type: ignore[arg-type]
             chosen = last  # the same as the record before: in the past by now
             time.sleep(0.01)
-            # a batch that spans segments: each segment's creation time and seal stay at or
+            # batches that fill segments: each segment's creation time and seal stay at or
             # before the records after them (FORMAT.md §4)
-            assert tail.append_many([b"z" * 100] * 100, timestamp=chosen) == list(range(1, 101))
+            for i in range(1, 101, 10):
+                assert tail.append_many([b"z" * 100] * 10, timestamp=chosen) == list(range(i, i + 10))
             assert tail.timestamp == chosen
         recs = list(log.read())
         assert [r.timestamp for r in recs[1:]] == [chosen] * 100

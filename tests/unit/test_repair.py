@@ -196,10 +196,14 @@ def test_a_torn_tail_of_the_newest_segment_is_cut(log_dir: str) -> None:
 
 
 def test_a_corrupt_acknowledged_record_in_the_newest_segment_is_quarantined(log_dir: str) -> None:
-    bases = make_log(log_dir)
-    # Records 287..293 were one batch; the next batch's records carry durable_lsn 294, which
-    # proves 288 was fsynced (a crash cannot have torn it) and makes it corruption, not a torn tail.
-    path, info = record_at(log_dir, bases, 288)
+    n = 330  # (the newest segment then holds lsns 294..329, with index entries after 295)
+    bases = make_log(log_dir, n)
+    # The second record of the newest segment's first batch: the next batches' records carry
+    # a durable_lsn above it, and the sync mark lies past it, which proves it was fsynced (a
+    # crash cannot have torn it) and makes it corruption, not a torn tail.
+    damaged = bases[-1] + 1
+    assert damaged + 7 < n, "the newest segment needs a batch after the damaged record"
+    path, info = record_at(log_dir, bases, damaged)
     assert path == seg_path(log_dir, bases[-1])
     overwrite(path, info.offset + 20, b"\x00\xff")
     # In the boot that wrote it, a writer's open starts at the newest index entry, after it, and
@@ -213,10 +217,10 @@ def test_a_corrupt_acknowledged_record_in_the_newest_segment_is_quarantined(log_
         logspool.open(log_dir, fs=AfterReboot()).close()
     assert (caught.value.path, caught.value.offset) == (path, info.offset)
     repaired(log_dir, _repair.QUARANTINE)
-    assert read_all(log_dir)[0] == [i for i in range(300) if i != 288]
+    assert read_all(log_dir)[0] == [i for i in range(n) if i != damaged]
     with logspool.open(log_dir) as log:
-        assert log.append(payload(300)) == 300
-    assert read_all(log_dir)[0][-2:] == [299, 300]
+        assert log.append(payload(n)) == n
+    assert read_all(log_dir)[0][-2:] == [n - 1, n]
 
 
 def test_a_damaged_segment_header_is_rewritten_from_the_name(log_dir: str) -> None:

@@ -13,11 +13,12 @@ import pytest
 
 import logspool
 from logspool import _format as fmt
+from tests.conftest import append_in_batches
 
 
 def build(path: str, count: int = 200) -> logspool.Log:
     log = logspool.open(path, durability="os", segment_size_max=4096)
-    log.append_many([f"record {i:04d} ".encode() * 6 for i in range(count)])
+    append_in_batches(log, [f"record {i:04d} ".encode() * 6 for i in range(count)])
     return log
 
 

@@ -13,6 +13,7 @@ import pytest
 
 import logspool
 from logspool import _format as fmt
+from tests.conftest import append_in_batches
 
 
 def payloads(n: int, start: int = 0) -> list[bytes]:
@@ -116,7 +117,7 @@ def test_add_rewind_copy_remove(log_dir: str) -> None:
 
 def test_lag_in_records_bytes_and_age(log_dir: str) -> None:
     with logspool.open(log_dir, durability="os", segment_size_max=4096) as log:
-        log.append_many([b"x" * 100] * 100)  # about 13,600 bytes: several segments
+        append_in_batches(log, [b"x" * 100] * 100)  # about 13,600 bytes: several segments
         log.add_subscriber("behind", start=10)
         log.add_subscriber("caught-up", start="latest")
         time.sleep(0.05)
@@ -179,7 +180,7 @@ def test_a_damaged_checkpoint_is_reported_not_reset(log_dir: str) -> None:
 
 def test_verify_checks_checkpoints(log_dir: str) -> None:
     with logspool.open(log_dir, durability="os", segment_size_max=4096) as log:
-        log.append_many([b"x" * 100] * 100)
+        append_in_batches(log, [b"x" * 100] * 100)
         log.add_subscriber("ok", start=99)
         log.add_subscriber("behind", start=0)
         log.add_subscriber("broken", start=5)
@@ -294,7 +295,7 @@ def test_retention_keeps_what_a_power_cut_could_bring_back(log_dir: str) -> None
     """A commit with ``durable=False`` can be undone by a power cut, back to the last durable
     one, so retention removes segments only below the lower of the two slots."""
     with logspool.open(log_dir, durability="os", segment_size_max=4096) as log:
-        log.append_many([b"x" * 100] * 200)
+        append_in_batches(log, [b"x" * 100] * 200)
         with log.subscribe("s") as sub:
             sub.commit(40)
             sub.commit(150, durable=False)
