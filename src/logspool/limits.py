@@ -134,6 +134,9 @@ JOB_MAX_DELIVERIES_LIMIT = 1_000_000
 # many as twice the live jobs (so the cost of writing one, proportional to the jobs, is spread
 # over at least as many ops: amortised O(1) per op).
 JOB_SNAPSHOT_OPS_MIN = 50_000
+# ... counting as one op every this many bytes of ops folded, when that is more than the ops (a
+# batch op, one record, holds thousands of puts): snapshots follow the work an open would redo.
+SNAPSHOT_OP_BYTES = 128
 # A snapshot file is read whole; larger than this is corrupt (not a journal anyone keeps in RAM).
 JOB_SNAPSHOT_SIZE_MAX = 16 * GIB
 # The op log's segments: small enough that compaction after a snapshot frees space soon.

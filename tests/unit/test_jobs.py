@@ -844,3 +844,20 @@ def test_a_decision_reads_back_only_what_other_handles_wrote(tmp_path: Path) -> 
         assert fs.read_bytes > before  # the other handle's op was read...
         assert isinstance(nxt, jobs.Job) and nxt.key == "from-other"  # ...and applied
         assert other.stats().pending == mine.stats().pending == 8
+
+
+def test_batched_work_triggers_snapshots_as_single_ops_do(tmp_path: Path) -> None:
+    """A batch op is one record holding thousands of puts or acks: snapshots follow the work an
+    open would redo (bytes of ops, in op units), not the count of records, so a journal driven
+    by put_many/take_many gets snapshots and opens without refolding everything it ever did."""
+    path = tmp_path / "j"
+    with jobs.open(path, snapshot_ops_min=2000) as j:
+        done: list[jobs.Job] = []
+        for n in range(0, 6000, 2000):  # 3 put records, 12 take records: 15 records in all
+            j.put_many((f"k{n + i}", b"p" * 100) for i in range(2000))
+            for _ in range(4):
+                done = j.take_many(500, ack=done)
+        j.ack_many(done)
+        assert j.stats().ready == 0
+    snapshots = [n for n in os.listdir(path) if n.startswith("snapshot.") and n != "snapshot.lock"]
+    assert snapshots, "6,000 jobs in 16 batch records wrote no snapshot"

@@ -197,6 +197,7 @@ class Store(FoldedStore[State, ops.Op]):
     """
 
     KIND = "logspool-kv"
+    FOLD_WORK_IN_BYTES = False  # one key an op: its records count the work
     VERSION = 1
     WHAT = "key-value store"
 
