@@ -59,6 +59,8 @@ class RollbackReport:
 
     ``entries`` blocks were restored (``size`` bytes). ``torn_tail`` says the last entry was torn
     by a crash while it was written (it was ignored: its block had not been changed yet).
+    ``proven`` is False only after ``repair(path, force=True)`` restored an undo log that does
+    not give back the checkpoint whole (entries of changed blocks were lost to damage).
     ``discarded`` says the undo log had no valid header and nothing after it (a crash while it was
     being created) and was removed without touching the file.
     """
@@ -69,6 +71,9 @@ class RollbackReport:
     size: int
     torn_tail: bool
     discarded: bool
+    # The restored file has the CRC the undo log recorded for the checkpoint (always, unless
+    # an operator forced a rollback of a damaged undo log; a version-1 undo log records none).
+    proven: bool = True
 
 
 def undo_path_of(path: str) -> str:
@@ -288,11 +293,27 @@ class CheckpointFile:
             self.close()
 
     @staticmethod
-    def repair(path: str | os.PathLike[str], *, fs: FileSystem = REAL) -> RollbackReport | None:
+    def repair(
+        path: str | os.PathLike[str], *, force: bool = False, fs: FileSystem = REAL
+    ) -> RollbackReport | None:
         """Roll ``path`` back to its last checkpoint if a transaction was left unfinished (what
-        opening does). Returns None if there was nothing to do. Safe to repeat, and to crash in."""
-        with CheckpointFile(path, fs=fs) as f:
-            return f.last_rollback
+        opening does). Returns None if there was nothing to do. Safe to repeat, and to crash in.
+
+        ``force``: also when the undo log cannot restore the checkpoint whole (storage damage
+        cut it: opening raises CorruptionError then): what it holds is restored and the undo log
+        retired; the report's ``proven`` is False, and the file may hold part of the unfinished
+        transaction. Only an operator who has decided that is better than nothing asks for it."""
+        if not force:
+            with CheckpointFile(path, fs=fs) as f:
+                return f.last_rollback
+        full = os.path.abspath(os.fspath(path))
+        fd = fs.open(full, os.O_RDWR)
+        try:
+            if not fs.lock(fd, limits.LOCK_TIMEOUT_S_DEFAULT):
+                raise LockedError(full, limits.LOCK_TIMEOUT_S_DEFAULT)
+            return _roll_back(fs, fd, full, fs.size(fd), force=True)
+        finally:
+            fs.close(fd)  # (the lock goes with it)
 
     # --- internals -------------------------------------------------------------------------------
     def _save_blocks(self, blocks: list[int]) -> None:
@@ -324,7 +345,10 @@ class CheckpointFile:
 
     def _begin(self) -> int:
         """Create the undo log of a new transaction."""
-        header = fmt.UndoHeader(self.block_size, self.size, self._sequence, time.time_ns())
+        # The checkpointed content's CRC (nothing changed since the checkpoint yet): the rollback's
+        # proof that the undo log restores all of it (one pass over the file per transaction).
+        data_crc = fmt.crc32(self._mm)
+        header = fmt.UndoHeader(self.block_size, self.size, self._sequence, time.time_ns(), data_crc)
         fd = self._fs.open(self.undo_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND)
         try:
             # crash here: an undo log without a (whole) header and nothing after it: discarded.
@@ -391,10 +415,11 @@ def _create(fs: FileSystem, path: str, size: int) -> None:
 
 def _scan_undo(
     fs: FileSystem, fd: int, undo_path: str, data_size: int
-) -> tuple[list[tuple[int, int]], bool, bool]:
+) -> tuple[list[tuple[int, int]], bool, bool, int | None]:
     """Check a whole undo log before anything is restored from it.
 
-    Returns (entries as (position in the undo log, entry size), torn tail?, discard?). Damage that a
+    Returns (entries as (position in the undo log, entry size), torn tail?, discard?, the CRC of
+    the checkpointed file from the header (None: version 1, or discard)). Damage that a
     crash cannot leave raises CorruptionError naming the undo log and the offset: restoring part of
     a transaction would silently change data, so the file is left alone for a person to decide.
     """
@@ -408,7 +433,7 @@ def _scan_undo(
         if end <= fmt.UNDO_HEADER_SIZE or not fs.pread(
             fd, end - fmt.UNDO_HEADER_SIZE, fmt.UNDO_HEADER_SIZE
         ).strip(b"\0"):
-            return [], False, True
+            return [], False, True, None
         raise
     if header.data_size != data_size:
         raise CorruptionError(
@@ -428,11 +453,11 @@ def _scan_undo(
                 pos += whole
                 continue
         if _is_torn_tail(fs, fd, pos, end, size, header.block_size):
-            return entries, True, False
+            return entries, True, False, header.data_crc
         raise CorruptionError(
             undo_path, pos, "undo entry fails its checksum or bounds, and is not a torn tail"
         )
-    return entries, False, False
+    return entries, False, False, header.data_crc
 
 
 def _is_torn_tail(fs: FileSystem, fd: int, pos: int, end: int, size: int, block_size: int) -> bool:
@@ -469,15 +494,24 @@ def _remove_stale_temps(fs: FileSystem, path: str) -> None:
             fs.unlink(os.path.join(directory, entry))
 
 
-def _roll_back(fs: FileSystem, fd: int, path: str, data_size: int) -> RollbackReport | None:
-    """Restore ``path`` from its undo log, if there is one (idempotent; see the module doc)."""
+def _roll_back(
+    fs: FileSystem, fd: int, path: str, data_size: int, *, force: bool = False
+) -> RollbackReport | None:
+    """Restore ``path`` from its undo log, if there is one (idempotent; see the module doc).
+
+    The restored file must have the CRC the undo log's header recorded for the checkpoint
+    (version 2): if it would not, entries of blocks that did change are missing (storage damage
+    cut the undo log), and rolling back would leave part of the transaction in the file. Then
+    CorruptionError names the undo log and neither file is touched, unless ``force`` (an
+    operator's ``logspool ckpt repair --force``): the entries there are restored anyway and the
+    report says the result is unproven."""
     undo_path = undo_path_of(path)
     if not fs.exists(undo_path):
         return None
     ufd = fs.open(undo_path, os.O_RDONLY)
     try:
-        entries, torn, discard = _scan_undo(fs, ufd, undo_path, data_size)
-        restored = 0
+        entries, torn, discard, data_crc = _scan_undo(fs, ufd, undo_path, data_size)
+        restore: list[tuple[int, bytes]] = []
         seen: set[int] = set()
         for pos, whole in entries:
             decoded = fmt.decode_undo_entry(fs.pread(ufd, whole, pos))
@@ -486,12 +520,46 @@ def _roll_back(fs: FileSystem, fd: int, path: str, data_size: int) -> RollbackRe
             if offset in seen:
                 continue  # the first entry of a block holds its checkpointed bytes
             seen.add(offset)
-            # crash here: some blocks restored, the undo log intact: the next rollback redoes it
-            fs.pwrite(fd, old, offset)
-            restored += len(old)
+            restore.append((offset, old))
     finally:
         fs.close(ufd)
+    proven = data_crc is None or _restored_crc(fs, fd, data_size, restore) == data_crc
+    if not proven and not force:
+        raise CorruptionError(
+            undo_path,
+            40,
+            f"the undo log does not restore the checkpoint ({len(restore)} entries; the restored "
+            f"file would not have the checkpoint's CRC 0x{data_crc:08x}): entries of changed blocks "
+            f"are missing or damaged, and {path} holds part of an unfinished transaction. Both "
+            "files are left as they are; 'logspool ckpt repair --force' restores what the undo "
+            "log holds anyway",
+        )
+    restored = 0
+    for offset, old in restore:
+        # crash here: some blocks restored, the undo log intact: the next rollback redoes it
+        fs.pwrite(fd, old, offset)
+        restored += len(old)
     fs.fsync(fd)  # the restored bytes are durable before the undo log goes
     fs.unlink(undo_path)  # crash after: a rolled-back file, with or without its undo log: same
     fs.fsync_dir(os.path.dirname(path))
-    return RollbackReport(path, undo_path, len(seen), restored, torn, discard)
+    return RollbackReport(path, undo_path, len(seen), restored, torn, discard, proven)
+
+
+def _restored_crc(fs: FileSystem, fd: int, data_size: int, restore: list[tuple[int, bytes]]) -> int:
+    """The CRC-32 the file would have with ``restore`` written over it, in order (read in chunks;
+    nothing written)."""
+    crc = 0
+    chunk_size = limits.CKPT_CRC_CHUNK_SIZE
+    ordered = sorted(range(len(restore)), key=lambda k: restore[k][0])  # (ties keep write order)
+    for pos in range(0, data_size, chunk_size):  # bounded by the file's size
+        end = min(data_size, pos + chunk_size)
+        chunk = bytearray(fs.pread(fd, end - pos, pos))
+        for k in ordered:
+            offset, old = restore[k]
+            if offset >= end:
+                break
+            lo, hi = max(offset, pos), min(offset + len(old), end)
+            if lo < hi:
+                chunk[lo - pos : hi - pos] = old[lo - offset : hi - offset]
+        crc = fmt.crc32(chunk, crc)
+    return crc

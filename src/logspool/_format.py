@@ -594,8 +594,13 @@ def clear_sync_tail(buf: mmap.mmap) -> None:
 # ``FILE.undo`` holds the bytes that blocks of FILE had at the last checkpoint, written before the
 # first change to each block. A header, then entries; each entry is checked by its own CRC.
 UNDO_MAGIC = b"LOGSPUND"
-UNDO_VERSION = 1
-# magic, version, header_size, block_size, data_size, sequence, created_ns, reserved
+# Version 2 stores, where version 1 had 4 reserved zero bytes, the CRC-32 of FILE as it was at the
+# checkpoint the transaction started from: a rollback proves with it that the undo log restores
+# the whole checkpoint (storage damage can cut entries of blocks that did change). Version 1
+# undo logs are still read (without that proof).
+UNDO_VERSION = 2
+UNDO_VERSION_1 = 1
+# magic, version, header_size, block_size, data_size, sequence, created_ns, data_crc (v1: 0)
 UNDO_HEADER = struct.Struct("<8sHHIQQQI")
 UNDO_HEADER_SIZE = UNDO_HEADER.size + 4  # + crc32 = 48
 UNDO_ENTRY = struct.Struct("<IIQ")  # size, reserved (0), offset in the data file
@@ -609,11 +614,14 @@ class UndoHeader:
     data_size: int
     sequence: int  # the transaction's number (archived undo logs are named by it)
     created_ns: int
+    # CRC-32 of FILE at the checkpoint the transaction started from; None in a version-1 log.
+    data_crc: int | None = None
 
 
 def encode_undo_header(h: UndoHeader) -> bytes:
+    version, data_crc = (UNDO_VERSION_1, 0) if h.data_crc is None else (UNDO_VERSION, h.data_crc)
     head = UNDO_HEADER.pack(
-        UNDO_MAGIC, UNDO_VERSION, UNDO_HEADER_SIZE, h.block_size, h.data_size, h.sequence, h.created_ns, 0
+        UNDO_MAGIC, version, UNDO_HEADER_SIZE, h.block_size, h.data_size, h.sequence, h.created_ns, data_crc
     )
     return head + RECORD_TRAILER.pack(crc32(head))
 
@@ -622,7 +630,9 @@ def decode_undo_header(buf: bytes, path: str) -> UndoHeader:
     """Raises CorruptionError (offset 0) unless ``buf`` starts with a whole, valid undo header."""
     if len(buf) < UNDO_HEADER_SIZE:
         raise CorruptionError(path, 0, f"undo log header truncated ({len(buf)} of {UNDO_HEADER_SIZE} bytes)")
-    magic, version, header_size, block_size, data_size, sequence, created, _ = UNDO_HEADER.unpack_from(buf)
+    magic, version, header_size, block_size, data_size, sequence, created, data_crc = UNDO_HEADER.unpack_from(
+        buf
+    )
     if magic != UNDO_MAGIC:
         raise CorruptionError(path, 0, f"not an undo log (magic {magic!r})")
     (crc,) = RECORD_TRAILER.unpack_from(buf, UNDO_HEADER.size)
@@ -635,7 +645,9 @@ def decode_undo_header(buf: bytes, path: str) -> UndoHeader:
         or not limits.CKPT_BLOCK_SIZE_MIN <= block_size <= limits.CKPT_BLOCK_SIZE_MAX
     ):
         raise CorruptionError(path, 0, f"undo log header: header size {header_size}, block size {block_size}")
-    return UndoHeader(block_size, data_size, sequence, created)
+    if version == UNDO_VERSION_1 and data_crc != 0:
+        raise CorruptionError(path, 40, "undo log header: version 1 with a nonzero reserved field")
+    return UndoHeader(block_size, data_size, sequence, created, data_crc if version >= UNDO_VERSION else None)
 
 
 def encode_undo_entry(offset: int, old: bytes | memoryview) -> bytes:

@@ -462,11 +462,19 @@ def _cmd_ckpt(args: argparse.Namespace) -> int:
         shown = ", ".join(str(o) for o in sorted(offsets)[:10]) + (", ..." if len(offsets) > 10 else "")
         print(f"changed {len(offsets)} bytes of {args.file}" + (f" at offsets {shown}" if offsets else ""))
         return 0
-    rolled = CheckpointFile.repair(args.file)
+    rolled = CheckpointFile.repair(args.file, force=args.force)
     if rolled is None:
         print(f"{args.file}: no unfinished transaction; nothing to do")
     elif rolled.discarded:
         print(f"{args.file}: removed an undo log that was never written (the file was not changed)")
+    elif not rolled.proven:
+        print(
+            f"{args.file}: restored {rolled.entries} blocks ({rolled.size} bytes) from a damaged undo "
+            "log; it could not give back the checkpoint whole: the file may hold part of the "
+            "unfinished transaction",
+            file=sys.stderr,
+        )
+        return 1
     else:
         torn = " (ignored a torn last entry)" if rolled.torn_tail else ""
         print(
@@ -615,6 +623,11 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--seed", type=int)
     a = actions.add_parser("repair", help="roll FILE back to its last checkpoint if a change was cut short")
     a.add_argument("file")
+    a.add_argument(
+        "--force",
+        action="store_true",
+        help="restore what a damaged undo log holds even though it cannot give back the checkpoint whole",
+    )
     p.set_defaults(func=_cmd_ckpt)
 
     _cli_jobs.add_parser(sub)

@@ -115,6 +115,8 @@ CKPT_BLOCK_SIZE_MAX = 1 * MIB
 CKPT_FILE_SIZE_MAX = 1024 * GIB
 # Undo entries are written in groups of at most this many bytes (one write, then one fsync).
 CKPT_UNDO_WRITE_SIZE_MAX = 4 * MIB
+# A rollback reads the file in chunks of this size to check the restored file's CRC.
+CKPT_CRC_CHUNK_SIZE = 4 * MIB
 
 # --- the job journal (logspool.jobs) ------------------------------------------------------------
 # A job key (UTF-8 bytes) and its domain: keys are URIs or names, not documents; the bound keeps

@@ -8,6 +8,8 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import struct
+import zlib
 from pathlib import Path
 
 import logspool
@@ -181,6 +183,25 @@ def test_undo_log_vectors() -> None:
     header = fmt.decode_undo_header(v["undo-header"], "vector")
     assert header == fmt.UndoHeader(4096, 65536, 7, 1795000000000000000)
     assert fmt.encode_undo_header(header) == v["undo-header"]
+    # Version 2: bytes 40..43 hold the CRC of the file at the checkpoint (65536 zero bytes here).
+    magic, version, size, block, data, seq, created, data_crc = struct.unpack_from(
+        "<8sHHIQQQI", v["undo-header-two"]
+    )
+    assert (magic, version, size, block, data, seq, created) == (
+        b"LOGSPUND",
+        2,
+        48,
+        4096,
+        65536,
+        7,
+        1795000000000000000,
+    )
+    assert data_crc == zlib.crc32(bytes(65536)) and struct.unpack_from("<I", v["undo-header-two"], 44) == (
+        zlib.crc32(v["undo-header-two"][:44]),
+    )
+    header = fmt.decode_undo_header(v["undo-header-two"], "vector")
+    assert header == fmt.UndoHeader(4096, 65536, 7, 1795000000000000000, data_crc)
+    assert fmt.encode_undo_header(header) == v["undo-header-two"]
     assert fmt.decode_undo_entry(v["undo-entry"]) == (4096, b"old!")
     assert fmt.encode_undo_entry(4096, b"old!") == v["undo-entry"]
 
