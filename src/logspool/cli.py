@@ -484,6 +484,29 @@ def _cmd_ckpt(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_torture(args: argparse.Namespace) -> int:
+    from . import _torture
+
+    if args.trials < 1:
+        raise SystemExit(f"logspool torture corrupt: --trials must be 1 or more, not {args.trials}")
+    report = _torture.sweep(
+        args.trials,
+        seed=args.seed,
+        stores=tuple(args.store or _torture.STORES),
+        modes=tuple(args.mode or _torture.MODES),
+        workdir=args.dir,
+        progress=None if args.json else lambda line: print(line, file=sys.stderr, flush=True),
+    )
+    if args.json:
+        print(_torture.main_json(report))
+    else:
+        print(report.table())
+        for example in report.examples:
+            print(example)
+        print("ok: no silent loss, no wrong data" if report.ok else "FAILED: silent loss or wrong data")
+    return 0 if report.ok else 1
+
+
 def _cmd_cutover(args: argparse.Namespace) -> int:
     with Log(args.dir, create=False) as log:
         print(log.cutover())
@@ -629,6 +652,21 @@ def _parser() -> argparse.ArgumentParser:
         help="restore what a damaged undo log holds even though it cannot give back the checkpoint whole",
     )
     p.set_defaults(func=_cmd_ckpt)
+
+    p = sub.add_parser("torture", help="torture tools for every store: corrupt (the corruption sweep)")
+    actions = p.add_subparsers(dest="action", required=True)
+    a = actions.add_parser(
+        "corrupt",
+        help="damage copies of a log, a job journal, a kv store and a checkpointed file at random; "
+        "classify each trial (error, exact, loss, wrong)",
+    )
+    a.add_argument("--trials", type=int, default=200, help="trials per store and mode (default 200)")
+    a.add_argument("--seed", type=int, default=0)
+    a.add_argument("--store", action="append", choices=("log", "jobs", "kv", "ckpt"), help="repeatable")
+    a.add_argument("--mode", action="append", choices=("clean", "kill"), help="repeatable")
+    a.add_argument("--dir", help="where the copies are made (default: the system's temporary directory)")
+    a.add_argument("--json", action="store_true")
+    p.set_defaults(func=_cmd_torture)
 
     _cli_jobs.add_parser(sub)
     _cli_server.add_parser(sub)
