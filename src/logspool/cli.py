@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from . import _ckpt_tools, _cli_jobs, _cli_server
+from . import _ckpt_tools, _cli_jobs, _cli_server, limits
 from . import _format as fmt
 from ._checkpoint_file import CheckpointFile
 from ._log import Log
@@ -26,16 +26,21 @@ _STDIN_BATCH = 1000  # lines appended per append_many call when reading stdin
 
 
 def _parse_time(text: str) -> datetime | float:
-    """RFC 3339 / ISO 8601 (naive means UTC) or seconds since the epoch."""
+    """RFC 3339 / ISO 8601 (naive means UTC), seconds since the epoch, or a duration back from
+    now ("90s", "15m", "1h", "7d": what kafka-console-consumer users and journalctl expect)."""
     try:
         return float(text)
     except ValueError:
         pass
+    t = text.strip().lower()
+    if t[-1:] in _DURATION_UNITS and t[:-1].replace(".", "", 1).isdigit():
+        return time.time() - _parse_duration(t)
     try:
         return datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
         raise argparse.ArgumentTypeError(
-            f"not a time: {text!r} (use RFC 3339 like 2026-11-21T15:00:00Z, or epoch seconds)"
+            f"not a time: {text!r} (use RFC 3339 like 2026-11-21T15:00:00Z, epoch seconds, or a "
+            "duration back from now like 15m, 1h, 7d)"
         ) from None
 
 
@@ -53,8 +58,32 @@ def _record_json(rec: fmt.Record) -> str:
     return json.dumps(obj, ensure_ascii=False)
 
 
+def _say_if_locked(command: str, path: str, timeout_s: float) -> None:
+    """Before a command takes the writer lock: if another writer holds it now, say so on stderr
+    at once (the command then waits up to ``timeout_s``), rather than wait in silence."""
+    import fcntl
+
+    try:
+        fd = os.open(os.path.join(path, fmt.LOCK_NAME), os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return  # no log yet, or no lock file: nobody holds it
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        print(
+            f"logspool {command}: waiting for the writer lock of {path}: another writer holds it "
+            f"(a single_writer handle holds it until it closes); giving up after {timeout_s:g} s "
+            "(--lock-timeout)",
+            file=sys.stderr,
+            flush=True,
+        )
+    finally:
+        os.close(fd)  # (releases the flock if it was taken)
+
+
 def _cmd_append(args: argparse.Namespace) -> int:
-    with Log(args.dir, durability=args.durability) as log:
+    _say_if_locked("append", args.dir, args.lock_timeout)
+    with Log(args.dir, durability=args.durability, lock_timeout_s=args.lock_timeout) as log:
         if args.payload:
             if args.raw:
                 raise SystemExit("logspool append: --raw reads stdin; give no PAYLOAD with it")
@@ -88,8 +117,9 @@ def _cmd_cat(args: argparse.Namespace) -> int:
         else:
             reader = log.reader("earliest" if args.start is None else args.start)
         out = sys.stdout.buffer
+        left = args.max  # None: no limit
         try:
-            while True:
+            while left is None or left > 0:
                 rec = reader.next(timeout=0.5 if args.follow else 0)
                 if rec is None:
                     if not args.follow:
@@ -100,6 +130,9 @@ def _cmd_cat(args: argparse.Namespace) -> int:
                     out.write(_record_json(rec).encode() + b"\n")
                 else:
                     out.write(rec.payload + b"\n")
+                if left is not None:
+                    left -= 1
+            return 0
         finally:
             reader.close()
 
@@ -133,6 +166,25 @@ def _parse_size(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not a size: {text!r} (like 4096, 512K, 64M, 10G)") from None
     if value <= 0:
         raise argparse.ArgumentTypeError(f"a size must be positive: {text!r}")
+    return value
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("logspool")
+    except PackageNotFoundError:
+        return "(not installed)"
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, not {value}")
     return value
 
 
@@ -524,6 +576,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="logspool", description="A durable, crash-safe journal.")
+    parser.add_argument("--version", action="version", version=f"logspool {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("append", help="append records (arguments, stdin lines, or --raw stdin)")
@@ -531,6 +584,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("payload", nargs="*", help="one record each (UTF-8); none: one per stdin line")
     p.add_argument("--raw", action="store_true", help="all of stdin as one record")
     p.add_argument("--durability", choices=["always", "interval", "os"], default="always")
+    p.add_argument(
+        "--lock-timeout",
+        type=_parse_duration,
+        default=limits.LOCK_TIMEOUT_S_DEFAULT,
+        metavar="DURATION",
+        help="how long to wait for another writer to let go (default 60s)",
+    )
     p.set_defaults(func=_cmd_append)
 
     p = sub.add_parser("create", help="create a log with chosen settings (append creates one with defaults)")
@@ -545,9 +605,22 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("cat", help="print records")
     p.add_argument("dir")
     where = p.add_mutually_exclusive_group()
-    where.add_argument("--from", dest="start", type=int, default=None, metavar="LSN")
-    where.add_argument("--since", type=_parse_time, metavar="TIME", help="RFC 3339 or epoch seconds")
+    where.add_argument(
+        "--from",
+        dest="start",
+        type=_parse_start,
+        default=None,
+        metavar="LSN",
+        help="an lsn, earliest or latest",
+    )
+    where.add_argument(
+        "--since",
+        type=_parse_time,
+        metavar="TIME",
+        help="RFC 3339, epoch seconds, or back from now: 15m, 1h, 7d",
+    )
     p.add_argument("--follow", "-f", action="store_true", help="wait for new records")
+    p.add_argument("-n", "--max", type=_positive_int, metavar="N", help="stop after N records")
     p.add_argument("--json", action="store_true", help="one JSON object a line")
     p.set_defaults(func=_cmd_cat)
 

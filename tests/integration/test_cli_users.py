@@ -1,0 +1,59 @@
+"""The CLI as its users expect it (issue 29's list): ``--version``; ``cat`` with ``--from
+latest``, ``-n/--max`` and ``--since`` back from now, as kafka-console-consumer and journalctl
+have; a command that finds the writer lock held says so at once on stderr and gives up after
+``--lock-timeout`` with an error naming the log. Real CLI processes on real logs.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import logspool
+from tests.conftest import run_cli
+
+
+def test_version() -> None:
+    done = run_cli("--version")
+    assert done.returncode == 0 and done.stdout.startswith(b"logspool ")
+
+
+def test_cat_from_latest_max_and_since_back_from_now(tmp_path: Path) -> None:
+    log = str(tmp_path / "log")
+    assert run_cli("append", log, "a", "b", "c", "d").returncode == 0
+    assert run_cli("cat", log, "-n", "2").stdout == b"a\nb\n"
+    assert run_cli("cat", log, "--max", "1", "--from", "2").stdout == b"c\n"
+    assert run_cli("cat", log, "--from", "latest").stdout == b""
+    assert run_cli("cat", log, "--since", "1h").stdout == b"a\nb\nc\nd\n"
+    future = run_cli("cat", log, "--since", str(time.time() + 3600))
+    assert future.returncode == 0 and future.stdout == b""
+    bad = run_cli("cat", log, "--since", "1.5x")
+    assert bad.returncode == 2 and b"15m, 1h, 7d" in bad.stderr
+    assert run_cli("cat", log, "-n", "0").returncode == 2
+
+
+def test_append_says_at_once_that_it_waits_for_the_writer_lock(tmp_path: Path) -> None:
+    path = tmp_path / "log"
+    holder = logspool.open(path, single_writer=True)
+    try:
+        child = subprocess.Popen(
+            [sys.executable, "-m", "logspool.cli", "append", str(path), "x", "--lock-timeout", "30s"],
+            stderr=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+        )
+        assert child.stderr is not None
+        line = child.stderr.readline()  # said before any wait: the first line comes at once
+        assert b"waiting for the writer lock" in line and str(path).encode() in line
+    finally:
+        holder.close()
+    out, _err = child.communicate(timeout=60)
+    assert child.returncode == 0 and out.strip() == b"0"  # it went on once the lock was free
+    with logspool.open(path, single_writer=True):
+        done = run_cli("append", str(path), "y", "--lock-timeout", "0.3s")
+    assert (
+        done.returncode == 1
+        and b"writer lock not acquired" in done.stderr
+        and str(path).encode() in done.stderr
+    )
