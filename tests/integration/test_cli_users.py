@@ -57,3 +57,14 @@ def test_append_says_at_once_that_it_waits_for_the_writer_lock(tmp_path: Path) -
         and b"writer lock not acquired" in done.stderr
         and str(path).encode() in done.stderr
     )
+
+
+def test_the_spark_module_without_its_extra_says_how_to_install_it() -> None:
+    """A Python where pyarrow cannot be imported (as in an install without the spark extra)."""
+    done = subprocess.run(
+        [sys.executable, "-c", "import sys; sys.modules['pyarrow'] = None; import logspool.spark"],
+        capture_output=True,
+        check=False,
+    )
+    assert done.returncode == 1
+    assert b"pip install 'logspool[spark]'" in done.stderr and b"pyarrow" in done.stderr

@@ -16,8 +16,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ._jvm import JVM_NAME, JvmError, jar, load
-from ._source import NAME, LogspoolDataSource, OptionError
+_EXTRA = ("pyspark", "pyarrow", "pandas", "py4j")
+try:
+    from ._jvm import JVM_NAME, JvmError, jar, load
+    from ._source import NAME, LogspoolDataSource, OptionError
+except ModuleNotFoundError as err:  # the extra is not installed: say how to get it
+    if (err.name or "").split(".")[0] not in _EXTRA:
+        raise
+    raise ModuleNotFoundError(
+        f"logspool.spark needs the spark extra ({err.name} is not installed): pip install 'logspool[spark]'",
+        name=err.name,
+    ) from err
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
