@@ -684,12 +684,17 @@ def run_case(case: Case, system: type[System], size: int, runs: int) -> dict[str
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--quick", action="store_true", help="fewer, smaller runs (under 3 minutes)")
+    parser.add_argument(
+        "--quick", action="store_true", help="fewer, smaller runs (a smoke test: writes only --out)"
+    )
     parser.add_argument("--systems", help="comma-separated class names (default: all)")
     parser.add_argument("--cases", help="comma-separated case keys (default: all)")
     parser.add_argument("--sizes", default=",".join(map(str, SIZES)))
     parser.add_argument("--out", default=os.path.join(HERE, "out", "peers.json"))
     parser.add_argument("--no-write", action="store_true", help="do not touch RESULTS.md or the charts")
+    parser.add_argument(
+        "--write", action="store_true", help="with --quick: rewrite RESULTS.md and the charts all the same"
+    )
     parser.add_argument("--probe", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.probe:
@@ -722,7 +727,11 @@ def main() -> int:
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(results, f, indent=2)
-    if not args.no_write:
+    # A quick run is a smoke test: its numbers stay in --out unless asked, so the committed
+    # RESULTS.md and charts only ever hold full runs.
+    if args.quick and not args.write:
+        print(f"quick run: results in {args.out}; RESULTS.md and the charts left as they are (--write)")
+    elif not args.no_write:
         from report import write_report
 
         write_report(results, {s.__name__: s for s in SYSTEMS})
