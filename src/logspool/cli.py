@@ -178,26 +178,25 @@ def _version() -> str:
         return "(not installed)"
 
 
-def _positive_int(text: str) -> int:
+def _whole_number(text: str, least: int, what: str) -> int:
+    """``text`` as an int of at least ``least``, or an argparse error naming ``what`` it should be."""
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be 1 or more, not {value}")
+        raise argparse.ArgumentTypeError(f"not {what}: {text!r}") from None
+    if value < least:
+        raise argparse.ArgumentTypeError(f"must be {least} or more, not {value}")
     return value
+
+
+def _positive_int(text: str) -> int:
+    return _whole_number(text, 1, "a whole number")
 
 
 def _parse_start(text: str) -> int | str:
     if text in ("earliest", "latest"):
         return text
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an lsn, 'earliest' or 'latest': {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"an lsn is >= 0, not {value}")
-    return value
+    return _whole_number(text, 0, "an lsn, 'earliest' or 'latest'")
 
 
 def _human_size(n: float) -> str:

@@ -75,7 +75,7 @@ def test_errors_exit_1_with_a_message_and_usage_exits_2(tmp_path: str, log_dir: 
     assert done.returncode == 2
     run_cli("append", log_dir, "a")
     done = run_cli("cat", log_dir, "--from", "-3")
-    assert done.returncode == 1 and b"lsn must be >= 0" in done.stderr
+    assert done.returncode == 2 and b"--from: must be 0 or more, not -3" in done.stderr
 
 
 def test_verify_exits_1_and_names_the_damage(log_dir: str) -> None:
