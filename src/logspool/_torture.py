@@ -191,7 +191,7 @@ def make_template(root: str, store: str, mode: str, rng: random.Random) -> Truth
     )
     assert child.stdout is not None
     lines: list[str] = []
-    want = count if store == "ckpt" else rng.randint(count // 2, count)
+    want = count + 2 if store == "ckpt" else rng.randint(count // 2, count)  # (ckpt: until "unfinished")
     for _ in range(10 * count + 10):  # bounded: the child writes a line per unit of work
         line = child.stdout.readline()
         if not line:
