@@ -87,12 +87,12 @@ def _cmd_append(args: argparse.Namespace) -> int:
         if args.payload:
             if args.raw:
                 raise SystemExit("logspool append: --raw reads stdin; give no PAYLOAD with it")
-            for lsn in log.append_many([p.encode() for p in args.payload]):
-                print(lsn)
+            lsns = log.append_many([p.encode() for p in args.payload])
+            print(json.dumps({"lsns": lsns}) if args.json else "\n".join(map(str, lsns)))
             return 0
         if args.raw:
             lsn = log.append(sys.stdin.buffer.read())
-            print(lsn)
+            print(json.dumps({"lsns": [lsn]}) if args.json else lsn)
             return 0
         count, first, last = 0, -1, -1
         batch: list[bytes] = []
@@ -106,7 +106,18 @@ def _cmd_append(args: argparse.Namespace) -> int:
             lsns = log.append_many(batch)
             first = lsns[0] if first < 0 else first
             last, count = lsns[-1], count + len(lsns)
-        print(f"appended {count} records" + (f", lsns {first} to {last}" if count else ""))
+        if args.json:
+            print(
+                json.dumps(
+                    {
+                        "count": count,
+                        "first_lsn": first if count else None,
+                        "last_lsn": last if count else None,
+                    }
+                )
+            )
+        else:
+            print(f"appended {count} records" + (f", lsns {first} to {last}" if count else ""))
     return 0
 
 
@@ -436,6 +447,26 @@ def _cmd_monitor(args: argparse.Namespace) -> int:
 
 def _cmd_verify(args: argparse.Namespace) -> int:
     report = verify(args.dir)
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "ok": report.ok,
+                    "path": report.path,
+                    "records": report.records,
+                    "first_lsn": report.first_lsn,
+                    "next_lsn": report.next_lsn,
+                    "segments": report.segments,
+                    "bytes": report.bytes,
+                    "subscribers": report.subscribers,
+                    "problems": [
+                        {"severity": p.severity, "path": p.path, "offset": p.offset, "message": p.message}
+                        for p in report.problems
+                    ],
+                }
+            )
+        )
+        return 0 if report.ok else 1
     for problem in report.problems:
         print(problem, file=sys.stderr if problem.severity == "damage" else sys.stdout)
     state = "ok" if report.ok else "DAMAGED"
@@ -560,7 +591,8 @@ def _cmd_torture(args: argparse.Namespace) -> int:
 
 def _cmd_cutover(args: argparse.Namespace) -> int:
     with Log(args.dir, create=False) as log:
-        print(log.cutover())
+        base = log.cutover()
+    print(json.dumps({"next_segment_base_lsn": base}) if args.json else base)
     return 0
 
 
@@ -590,6 +622,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="DURATION",
         help="how long to wait for another writer to let go (default 60s)",
     )
+    p.add_argument("--json", action="store_true", help="the lsns appended as JSON")
     p.set_defaults(func=_cmd_append)
 
     p = sub.add_parser("create", help="create a log with chosen settings (append creates one with defaults)")
@@ -630,6 +663,7 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("verify", help="check every record, index and seal; exit 1 on damage")
     p.add_argument("dir")
+    p.add_argument("--json", action="store_true", help="one JSON object: the counts and every problem")
     p.set_defaults(func=_cmd_verify)
 
     p = sub.add_parser("repair", help="fix a damaged log (torn tail, corrupt records, indexes, checkpoints)")
@@ -641,6 +675,7 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("cutover", help="seal the active segment and start the next")
     p.add_argument("dir")
+    p.add_argument("--json", action="store_true")
     p.set_defaults(func=_cmd_cutover)
 
     p = sub.add_parser("subscriber", help="durable subscribers: list, add, remove, rewind, copy")

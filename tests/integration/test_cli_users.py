@@ -6,6 +6,7 @@ have; a command that finds the writer lock held says so at once on stderr and gi
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -68,3 +69,22 @@ def test_the_spark_module_without_its_extra_says_how_to_install_it() -> None:
     )
     assert done.returncode == 1
     assert b"pip install 'logspool[spark]'" in done.stderr and b"pyarrow" in done.stderr
+
+
+def test_json_output_of_append_cutover_and_verify(tmp_path: Path) -> None:
+    log = str(tmp_path / "log")
+    done = run_cli("append", log, "a", "b", "--json")
+    assert json.loads(done.stdout) == {"lsns": [0, 1]}
+    done = run_cli("append", log, "--json", stdin=b"c\nd\n")
+    assert json.loads(done.stdout) == {"count": 2, "first_lsn": 2, "last_lsn": 3}
+    assert json.loads(run_cli("cutover", log, "--json").stdout) == {"next_segment_base_lsn": 4}
+    report = json.loads(run_cli("verify", log, "--json").stdout)
+    assert report["ok"] and report["records"] == 4 and report["next_lsn"] == 4
+    segment = sorted(Path(log).glob("*.seg"))[0]
+    data = bytearray(segment.read_bytes())
+    data[50] ^= 1
+    segment.write_bytes(bytes(data))
+    done = run_cli("verify", log, "--json")
+    report = json.loads(done.stdout)
+    assert done.returncode == 1 and not report["ok"]
+    assert any(p["severity"] == "damage" and p["path"] == str(segment) for p in report["problems"])
