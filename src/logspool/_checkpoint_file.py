@@ -136,7 +136,9 @@ class CheckpointFile:
         self._closed = False
         if not fs.exists(self.path):
             if size is None:
-                raise FileNotFoundError(f"{self.path}: no such file (give size= to create it)")
+                raise FileNotFoundError(
+                    f"{self.path}: no such checkpointed file (a size is needed to create one)"
+                )
             _create(fs, self.path, size)
         self._fd = fs.open(self.path, os.O_RDWR)
         try:

@@ -236,7 +236,9 @@ class FoldedStore(Generic[S, OpT]):
         version = self._read_marker()
         if version is None:
             if not create:
-                raise NotALogError(self.path, f"no {self.WHAT} here (no {MARKER} file) and create=False")
+                raise NotALogError(
+                    self.path, f"no {self.WHAT} here (no {MARKER} file), and it was not to be created"
+                )
             try:
                 self._fs.mkdir(self.path)
                 # the new directory's name must survive a power cut before anything in it matters

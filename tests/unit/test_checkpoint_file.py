@@ -46,7 +46,7 @@ def test_create_read_write_checkpoint_and_reopen(tmp_path: Path) -> None:
 
 def test_bad_arguments_are_refused_with_what_was_wrong(tmp_path: Path) -> None:
     path = tmp_path / "data"
-    with pytest.raises(FileNotFoundError, match="give size= to create it"):
+    with pytest.raises(FileNotFoundError, match="a size is needed to create one"):
         logspool.CheckpointFile(path)
     with pytest.raises(ValueError, match="power of two"):
         logspool.CheckpointFile(path, size=100, block_size=1000)

@@ -322,7 +322,7 @@ def test_bad_input_gets_a_clear_error(tmp_path: Path, store: kv.Store) -> None:
         store.set("k", "\ud800")
     with pytest.raises(ValueError, match="memory_max"):
         kv.open(tmp_path / "m", memory_max=-1)
-    with pytest.raises(NotALogError, match="create=False"):
+    with pytest.raises(NotALogError, match="not to be created"):
         kv.open(tmp_path / "none", create=False)
     (tmp_path / "busy").mkdir()
     (tmp_path / "busy" / "file").write_bytes(b"x")
