@@ -4,15 +4,18 @@ A writer is stopped dead at every step of a rotation (and of creating a log's fi
 the I/O seam: ``FaultFS(crash_at=N)`` raises at its Nth mutating operation, before the operation
 happens, and nothing the victim did afterwards reaches the files, which stay as the real file
 system holds them (what SIGKILL leaves: the page cache is kept). Another handle, opened before
-the crash and on the plain file system, then appends, appends under ``exclusive()`` and rotates
-on: each must work at the first try, keep every record at its lsn, and leave a log that
-``verify`` finds whole, with every index starting with its header (a writer never appends to an
-index whose header it has not checked). tests/crash/test_writer_kill.py does the same with real
-processes and SIGKILL at random moments.
+the crash and on the plain file system, and another process then append, append under
+``exclusive()`` and rotate on: each must work at the first try, keep every record at its lsn,
+and leave a log that ``verify`` finds whole, with every index starting with its header (a writer
+never appends to an index whose header it has not checked). tests/crash/test_writer_kill.py
+does the same with real processes and SIGKILL at random moments.
 """
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import logspool
@@ -21,6 +24,15 @@ from logspool import _format as fmt
 from .faultfs import FaultFS, PowerLoss
 
 OPTIONS = {"segment_size_max": 4096, "index_interval": 512, "durability": "always"}
+# Another process: appends two records (one would do; two cross more of the victim's leftovers).
+PEER = textwrap.dedent(
+    """
+    import sys, logspool
+    with logspool.open(sys.argv[1], segment_size_max=4096, index_interval=512) as log:
+        for _ in range(2):
+            log.append(b"r%d:" % log.next_lsn + b"." * 100)
+    """
+)
 
 
 def _payload(n: int) -> bytes:
@@ -55,8 +67,11 @@ def test_a_writer_killed_at_each_step_of_rotation_leaves_the_others_working(tmp_
             other.close()
             break
         steps += 1
-        # The survivor's very next calls work: no CorruptionError for a peer's crash.
+        # The survivor's very next calls work: no CorruptionError for a peer's crash; and so do
+        # another process's, appending beside it.
         other.append(_payload(other.next_lsn))
+        peer = subprocess.run([sys.executable, "-c", PEER, str(path)], capture_output=True, check=False)
+        assert peer.returncode == 0, (step, peer.stderr[-800:])
         with other.exclusive() as tail:
             tail.append(_payload(tail.next_lsn))
         for _ in range(60):  # across more rotations, through the index the victim left
