@@ -11,14 +11,11 @@
 See docs/FORMAT.md for the on-disk format and docs/DESIGN.md for the decisions behind it.
 """
 
-from ._checkpoint_file import CheckpointFile, RollbackReport
-from ._format import FORMAT_VERSION, Gap, Record
-from ._log import Durability, Log, LogInfo, SegmentInfo, Tail, open
-from ._reader import Reader
-from ._repair import RepairAction, RepairReport, repair
-from ._retention import Removal, Retention, RetentionReport
-from ._subscribers import Subscriber, SubscriberInfo
-from ._verify import VerifyReport, verify
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from .errors import (
     AppendError,
     ClosedError,
@@ -36,6 +33,57 @@ from .errors import (
     SubscriberNotFoundError,
     UnsupportedVersionError,
 )
+
+if TYPE_CHECKING:
+    from ._checkpoint_file import CheckpointFile, RollbackReport
+    from ._format import FORMAT_VERSION, Gap, Record
+    from ._log import Durability, Log, LogInfo, SegmentInfo, Tail, open
+    from ._reader import Reader
+    from ._repair import RepairAction, RepairReport, repair
+    from ._retention import Removal, Retention, RetentionReport
+    from ._subscribers import Subscriber, SubscriberInfo
+    from ._verify import VerifyReport, verify
+
+# The names above are imported on first use (PEP 562), so that `import logspool` and the CLI's
+# start-up do not pay for modules a command never uses (issue 29: `logspool --help` under 100 ms).
+_LAZY = {
+    "CheckpointFile": "._checkpoint_file",
+    "RollbackReport": "._checkpoint_file",
+    "FORMAT_VERSION": "._format",
+    "Gap": "._format",
+    "Record": "._format",
+    "Durability": "._log",
+    "Log": "._log",
+    "LogInfo": "._log",
+    "SegmentInfo": "._log",
+    "Tail": "._log",
+    "open": "._log",
+    "Reader": "._reader",
+    "RepairAction": "._repair",
+    "RepairReport": "._repair",
+    "repair": "._repair",
+    "Removal": "._retention",
+    "Retention": "._retention",
+    "RetentionReport": "._retention",
+    "Subscriber": "._subscribers",
+    "SubscriberInfo": "._subscribers",
+    "VerifyReport": "._verify",
+    "verify": "._verify",
+}
+
+
+def __getattr__(name: str) -> Any:
+    where = _LAZY.get(name)
+    if where is None:
+        raise AttributeError(f"module 'logspool' has no attribute {name!r}")
+    value = getattr(importlib.import_module(where, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __version__ = "0.1.0"
 

@@ -10,10 +10,13 @@ import base64
 import json
 import sys
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from . import jobs, limits
+from . import limits
 from .errors import LogspoolError
+
+if TYPE_CHECKING:
+    from . import jobs  # imported by the commands that run (CLI start-up, issue 29)
 
 IDLE_EXIT = 3
 
@@ -55,6 +58,8 @@ def _job_line(job: jobs.Job) -> str:
 
 def _lease(journal: jobs.Journal, job_id: int, token: int) -> jobs.Job:
     """The job as its lease holder knows it (id and token), for ack, nack, release and extend."""
+    from . import jobs
+
     try:
         job = journal.job(job_id)
     except LogspoolError:
@@ -63,11 +68,15 @@ def _lease(journal: jobs.Journal, job_id: int, token: int) -> jobs.Job:
 
 
 def _cmd(args: argparse.Namespace) -> int:
+    from . import jobs
+
     with jobs.open(args.dir, create=args.action == "put") as journal:
         return _run(journal, args)
 
 
 def _run(journal: jobs.Journal, args: argparse.Namespace) -> int:
+    from . import jobs
+
     action = args.action
     out: Any = None
     if action == "put":

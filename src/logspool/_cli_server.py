@@ -3,22 +3,19 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
-import logging
 import os
 import signal
-import ssl
 import sys
-import tomllib
 from typing import Any
 
-from .client import connect, parse_address
-from .server import Limits, Server
+# The daemon and the client are imported by the commands that use them (CLI start-up, issue 29).
 
 
 def _settings(args: argparse.Namespace) -> dict[str, Any]:
     """The command line over the config file (TOML; keys as the long options, with _)."""
+    import tomllib
+
     conf: dict[str, Any] = {}
     if args.config:
         with open(args.config, "rb") as f:
@@ -39,6 +36,13 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
+    import asyncio
+    import logging
+    import ssl
+
+    from .client import parse_address
+    from .server import Limits, Server
+
     conf = _settings(args)
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)  # a client that went away is an error, not death
     host, port = parse_address(conf.get("listen", "127.0.0.1:7070"))
@@ -79,6 +83,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _cmd_stats(args: argparse.Namespace) -> int:
+    from .client import connect
+
     token = args.token or os.environ.get("LOGSPOOL_TOKEN")
     with connect(args.server, token=token, timeout=10) as c:
         stats = c.stats()
@@ -91,6 +97,8 @@ def _cmd_stats(args: argparse.Namespace) -> int:
 
 
 def _cmd_forward(args: argparse.Namespace) -> int:
+    import logging
+
     from .forward import forward
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")

@@ -15,7 +15,7 @@ returns at once.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
+import functools
 import os
 import select
 import time
@@ -34,17 +34,20 @@ _FD_SETSIZE = 1024  # select() takes descriptors below this only
 _MASK = _IN_MODIFY | _IN_CLOSE_WRITE | _IN_MOVED_TO | _IN_CREATE | _IN_DELETE
 
 
-def _load_libc() -> ctypes.CDLL | None:
+@functools.cache
+def _libc() -> ctypes.CDLL | None:
+    """libc's inotify calls, loaded on the first watch that wants them. The process's own symbols
+    (dlopen of NULL) hold libc's: no ctypes.util.find_library, which runs ldconfig in a child
+    process and cost every `import logspool` tens of milliseconds (issue 29: CLI start-up)."""
+    if os.environ.get("LOGSPOOL_NO_INOTIFY") == "1":
+        return None
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        libc = ctypes.CDLL(None, use_errno=True)
         libc.inotify_init1.argtypes = [ctypes.c_int]
         libc.inotify_add_watch.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
     except (OSError, AttributeError):
         return None
     return libc
-
-
-_LIBC = _load_libc() if os.environ.get("LOGSPOOL_NO_INOTIFY") != "1" else None
 
 
 class DirectoryWatch:
@@ -60,16 +63,18 @@ class DirectoryWatch:
         self._path = path
         self._fd = -1
         self._waited_s = 0.0  # time spent polling so far; inotify from WATCH_INOTIFY_AFTER_S on
-        self._no_inotify = _LIBC is None
+        self._no_inotify = False  # until _start_inotify finds no libc
         self._poll_delay_s = limits.WATCH_POLL_S_MIN
 
     def _start_inotify(self) -> bool:
         """Set up the inotify watch; False if it cannot be had (then this watch polls for good)."""
-        assert _LIBC is not None
-        fd = _LIBC.inotify_init1(_IN_NONBLOCK | _IN_CLOEXEC)
+        libc = _libc()
+        if libc is None:
+            return False
+        fd = libc.inotify_init1(_IN_NONBLOCK | _IN_CLOEXEC)
         if fd < 0:
             return False  # out of inotify instances
-        if _LIBC.inotify_add_watch(fd, os.fsencode(self._path), _MASK) < 0:
+        if libc.inotify_add_watch(fd, os.fsencode(self._path), _MASK) < 0:
             os.close(fd)
             return False
         self._fd = fd

@@ -11,16 +11,18 @@ import sys
 import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from . import _ckpt_tools, _cli_jobs, _cli_server, limits
-from . import _format as fmt
-from ._checkpoint_file import CheckpointFile
-from ._log import Log
-from ._repair import repair
-from ._retention import Retention
-from ._verify import verify
+from . import _cli_jobs, _cli_server, limits
 from .errors import LogspoolError
+
+if TYPE_CHECKING:
+    from . import _format as fmt
+    from ._log import Log
+    from ._retention import Retention
+
+# Each command imports what it uses when it runs, so that `logspool --help` and a small
+# `logspool append` start in well under 100 ms (issue 29).
 
 _STDIN_BATCH = 1000  # lines appended per append_many call when reading stdin
 
@@ -63,6 +65,8 @@ def _say_if_locked(command: str, path: str, timeout_s: float) -> None:
     at once (the command then waits up to ``timeout_s``), rather than wait in silence."""
     import fcntl
 
+    from . import _format as fmt
+
     try:
         fd = os.open(os.path.join(path, fmt.LOCK_NAME), os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
@@ -82,6 +86,8 @@ def _say_if_locked(command: str, path: str, timeout_s: float) -> None:
 
 
 def _cmd_append(args: argparse.Namespace) -> int:
+    from ._log import Log
+
     _say_if_locked("append", args.dir, args.lock_timeout)
     with Log(args.dir, durability=args.durability, lock_timeout_s=args.lock_timeout) as log:
         if args.payload:
@@ -122,6 +128,8 @@ def _cmd_append(args: argparse.Namespace) -> int:
 
 
 def _cmd_cat(args: argparse.Namespace) -> int:
+    from ._log import Log
+
     with Log(args.dir, readonly=True, create=False) as log:
         if args.since is not None:
             reader = log.reader(since=args.since)
@@ -189,6 +197,17 @@ def _version() -> str:
         return "(not installed)"
 
 
+class _VersionAction(argparse.Action):
+    """--version, looking the version up only when asked (importlib.metadata costs ~15 ms)."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, help="print the version and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
+        print(f"logspool {_version()}")
+        parser.exit()
+
+
 def _whole_number(text: str, least: int, what: str) -> int:
     """``text`` as an int of at least ``least``, or an argparse error naming ``what`` it should be."""
     try:
@@ -245,6 +264,8 @@ def _subscriber_dicts(log: Log) -> list[dict[str, Any]]:
 
 
 def _info_dict(path: str) -> dict[str, Any]:
+    from ._log import Log
+
     with Log(path, readonly=True, create=False) as log:
         info = log.info()
         policy = log.retention
@@ -300,6 +321,8 @@ def _print_subscribers(subs: list[dict[str, Any]]) -> None:
 
 
 def _cmd_subscriber(args: argparse.Namespace) -> int:
+    from ._log import Log
+
     with Log(args.dir, readonly=True, create=False) as log:
         action = args.action
         if action == "list":
@@ -327,6 +350,8 @@ def _cmd_subscriber(args: argparse.Namespace) -> int:
 
 
 def _policy_from_args(args: argparse.Namespace) -> Retention | None:
+    from ._retention import Retention
+
     if not (args.consumed or args.max_age or args.max_size or args.expire_idle):
         return None
     return Retention(
@@ -338,6 +363,8 @@ def _policy_from_args(args: argparse.Namespace) -> Retention | None:
 
 
 def _cmd_retention(args: argparse.Namespace) -> int:
+    from ._log import Log
+
     with Log(args.dir, readonly=True, create=False) as log:
         given = _policy_from_args(args)
         if args.clear:
@@ -383,6 +410,8 @@ def _policy_words(policy: Retention) -> list[str]:
 
 
 def _cmd_meta(args: argparse.Namespace) -> int:
+    from ._log import Log
+
     with Log(args.dir, readonly=True, create=False) as log:
         meta = log.meta
         obj = {
@@ -406,6 +435,8 @@ def _cmd_meta(args: argparse.Namespace) -> int:
 
 def _cmd_monitor(args: argparse.Namespace) -> int:
     """A live view that redraws in place; Ctrl-C ends it with exit 0."""
+    from ._log import Log
+
     with Log(args.dir, readonly=True, create=False) as log:
         last: tuple[float, int] | None = None
         frames = 0
@@ -446,6 +477,8 @@ def _cmd_monitor(args: argparse.Namespace) -> int:
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
+    from ._verify import verify
+
     report = verify(args.dir)
     if args.json:
         print(
@@ -478,6 +511,9 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
 
 def _cmd_create(args: argparse.Namespace) -> int:
+    from . import _format as fmt
+    from ._log import Log
+
     if os.path.exists(os.path.join(args.dir, fmt.META_NAME)):
         raise ValueError(f"{args.dir} is a log already (its settings are fixed at creation)")
     with Log(
@@ -493,6 +529,8 @@ def _cmd_create(args: argparse.Namespace) -> int:
 
 
 def _cmd_repair(args: argparse.Namespace) -> int:
+    from ._repair import repair
+
     report = repair(args.dir, dry_run=args.dry_run, lock_timeout_s=args.lock_timeout)
     if args.json:
         obj = {
@@ -514,6 +552,9 @@ def _cmd_repair(args: argparse.Namespace) -> int:
 
 
 def _cmd_ckpt(args: argparse.Namespace) -> int:
+    from . import _ckpt_tools
+    from ._checkpoint_file import CheckpointFile
+
     if args.action == "pound":
         done = _ckpt_tools.pound(
             args.file,
@@ -590,6 +631,8 @@ def _cmd_torture(args: argparse.Namespace) -> int:
 
 
 def _cmd_cutover(args: argparse.Namespace) -> int:
+    from ._log import Log
+
     with Log(args.dir, create=False) as log:
         base = log.cutover()
     print(json.dumps({"next_segment_base_lsn": base}) if args.json else base)
@@ -607,7 +650,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="logspool", description="A durable, crash-safe journal.")
-    parser.add_argument("--version", action="version", version=f"logspool {_version()}")
+    parser.add_argument("--version", action=_VersionAction)
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("append", help="append records (arguments, stdin lines, or --raw stdin)")
