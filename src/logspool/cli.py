@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import itertools
 import json
 import os
 import signal
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
 # `logspool append` start in well under 100 ms (issue 29).
 
 _STDIN_BATCH = 1000  # lines appended per append_many call when reading stdin
+_CAT_CHUNK = 1024  # records cat writes at once
 
 
 def _parse_time(text: str) -> datetime | float:
@@ -139,18 +141,23 @@ def _cmd_cat(args: argparse.Namespace) -> int:
         left = args.max  # None: no limit
         try:
             while left is None or left > 0:
-                rec = reader.next(timeout=0.5 if args.follow else 0)
-                if rec is None:
+                # In chunks: a Python call and a write per record made cat 1.5x (once 4.5x)
+                # slower than iterating log.read() (issue 29).
+                batch = list(itertools.islice(reader, _CAT_CHUNK if left is None else min(_CAT_CHUNK, left)))
+                if not batch:
                     if not args.follow:
                         return 0
                     out.flush()
-                    continue
+                    rec = reader.next(timeout=0.5)
+                    if rec is None:
+                        continue
+                    batch = [rec]
                 if args.json:
-                    out.write(_record_json(rec).encode() + b"\n")
+                    out.write("".join(_record_json(r) + "\n" for r in batch).encode())
                 else:
-                    out.write(rec.payload + b"\n")
+                    out.write(b"\n".join([r.payload for r in batch]) + b"\n")
                 if left is not None:
-                    left -= 1
+                    left -= len(batch)
             return 0
         finally:
             reader.close()
