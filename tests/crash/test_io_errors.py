@@ -121,7 +121,7 @@ def test_a_job_decision_whose_write_fails_changes_nothing_and_the_handle_goes_on
 
 
 def _kv_view(store: kv.Store) -> list[tuple[str, object, int]]:
-    found = (store.get(key) for key in ("k", "n"))
+    found = (store.entry(key) for key in ("k", "n"))
     return [(v.key, v.value, v.version) for v in found if v is not None]
 
 

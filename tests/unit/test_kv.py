@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, MutableMapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,6 +25,7 @@ from logspool.errors import (
     NotALogError,
     ValueTypeError,
 )
+from logspool.kv import _ops as ops
 from tests.clock import START_S as NOW
 from tests.clock import Clock
 
@@ -39,6 +41,13 @@ def store(tmp_path: Path, clock: Clock) -> Iterator[kv.Store]:
     yield s
     s._state.check()
     s.close()
+
+
+def meta(store: kv.Store, key: str, *, data: bool = True, touch: bool = True) -> kv.Value:
+    """``store.entry(key)``, which must hold a value."""
+    found = store.entry(key, data=data, touch=touch)
+    assert found is not None, key
+    return found
 
 
 def test_values_keep_their_type_across_a_reopen(tmp_path: Path) -> None:
@@ -58,10 +67,104 @@ def test_values_keep_their_type_across_a_reopen(tmp_path: Path) -> None:
         assert got == values and {k: type(v) for k, v in got.items()} == {
             k: type(v) for k, v in values.items()
         }
-        assert s.get("i").type == "integer" and s.get("t").type == "boolean" and s.get("v").type == "void"
+        assert (
+            meta(s, "i").type == "integer" and meta(s, "t").type == "boolean" and meta(s, "v").type == "void"
+        )
     with kv.open(tmp_path / "kv", create=False) as s:
         assert {k: s[k] for k in values} == values
         assert len(s) == len(values)
+
+
+def test_get_returns_the_value_or_a_default_as_dict_get_does(store: kv.Store, clock: Clock) -> None:
+    store.set("n", 7)
+    store.set("b", b"raw")
+    store.set("void", None)
+    assert store.get("n") == 7 and store.get("b") == b"raw"
+    assert store.get("missing") is None and store.get("missing", 5) == 5
+    assert store.get("void", 5) is None  # a void value is a value: not the default
+    assert store.entry("missing") is None
+    got = meta(store, "n")
+    assert (got.key, got.value, got.type, got.version) == ("n", 7, "integer", 0)
+    store.set("session", "x", touch=60)
+    clock.advance(50)
+    assert store.get("session") == "x"  # a read: it moves the expiry (the Touch rule)
+    assert meta(store, "session", touch=False).expire_at == NOW + 110
+    clock.advance(50)
+    assert store["session"] == "x"  # so does store[key]
+    assert meta(store, "session", touch=False).expire_at == NOW + 160
+    clock.advance(59)
+    assert "session" in store  # a probe: no touch
+    assert meta(store, "session", touch=False).expire_at == NOW + 160
+    clock.advance(2)
+    assert store.get("session", "gone") == "gone" and "session" not in store
+
+
+def test_the_store_is_a_mutable_mapping_in_utf8_key_order(tmp_path: Path, store: kv.Store) -> None:
+    assert isinstance(store, MutableMapping)
+    values: dict[str, ops.Value] = {"b": 1, "a": "x", "\u00e9": b"\x00", "z": 2.5, "\U0001f600": True,
+                                       "\ufb00": None, "A": -1}  # fmt: skip
+    store.update(values)
+    order = sorted(values, key=lambda k: k.encode("utf-8"))
+    assert list(store) == order and list(store.keys()) == order and len(store) == len(values)
+    assert list(store.items()) == [(k, values[k]) for k in order]
+    assert list(store.values()) == [values[k] for k in order]
+    assert dict(store) == values and ("a", "x") in store.items() and ("a", "y") not in store.items()
+    assert "a" in store.keys() and "q" not in store  # noqa: SIM118 (the view)
+    for bad in (5, b"a", "", "k" * 5000, None):
+        assert bad not in store  # nothing that cannot be a key is in the store
+    with pytest.raises(KeyError):
+        store["q"]
+    with pytest.raises(KeyError):
+        del store["q"]
+    assert store.pop("b") == 1 and "b" not in store
+    assert store.pop("b", "dflt") == "dflt"
+    with pytest.raises(KeyError):
+        store.pop("b")
+    assert store.setdefault("a", "other") == "x" and store.setdefault("new", 3) == 3 and store["new"] == 3
+    assert store.setdefault("void") is None and "void" in store and store["void"] is None
+    assert store.popitem() == ("A", -1)
+    store["a"] = "y"
+    del store["z"]
+    with kv.open(tmp_path / "kv") as other:  # another process's handle sees the same mapping
+        assert dict(other) == dict(store) and "z" not in other and other["a"] == "y"
+        assert other != store and store == store and len({store, other}) == 2  # handles, by identity
+    store.clear()
+    assert len(store) == 0 and list(store) == [] and dict(store) == {}
+    with pytest.raises(KeyError):
+        store.popitem()
+
+
+def test_iteration_reads_a_page_at_a_time_and_changes_never_break_it(
+    store: kv.Store, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for i in range(25):
+        store.set(f"k{i:02d}", i, ttl=100 if i % 5 == 0 else None)
+    store.set("session", "x", touch=1000)
+    pages: list[int] = []
+    ranged = store.range
+
+    def counted(*args: Any, **kwargs: Any) -> kv.Page:
+        page = ranged(*args, **kwargs)
+        pages.append(len(page))
+        return page
+
+    monkeypatch.setattr(store, "range", counted)
+    monkeypatch.setattr(store, "ITER_PAGE_COUNT", 4)
+    clock.advance(100)  # k00, k05... expire: never listed
+    assert list(store) == [f"k{i:02d}" for i in range(25) if i % 5] + ["session"]
+    assert len(pages) == 6 and max(pages) == 4
+    seen = []
+    for key in store:  # deleting behind and adding ahead while iterating
+        seen.append(key)
+        if key == "k01":
+            del store["k12"]  # pages ahead read the store as it is then
+            store["k99"] = 99
+            store["k00"] = 0  # behind the cursor: not seen
+    assert "k12" not in seen and seen[-2:] == ["k99", "session"] and "k00" not in seen
+    before = meta(store, "session", touch=False).expire_at
+    clock.advance(30)
+    assert dict(store.items())["session"] == "x" and list(store.values())[-1] == "x"
+    assert meta(store, "session", touch=False).expire_at == before  # ranges do not touch
 
 
 def test_set_without_overwrite_leaves_an_existing_value(store: kv.Store) -> None:
@@ -89,14 +192,14 @@ def test_last_writer_wins_by_request_timestamp_even_across_a_delete_and_a_reopen
         assert s.get("k") is None
         assert s.set("k", "t31", ts=NOW + 31)
         assert s.set("k", "now")  # no ts: stamped now (or after the last write), and wins
-        assert s.get("k").timestamp >= NOW + 31
+        assert meta(s, "k").timestamp >= NOW + 31
 
 
 def test_values_expire_and_a_write_or_expire_removes_them(store: kv.Store, clock: Clock) -> None:
     store.set("short", 1, ttl=10)
     store.set("at", 2, expire_at=NOW + 20)
     store.set("forever", 3)
-    assert store.get("short").expire_at == NOW + 10
+    assert meta(store, "short").expire_at == NOW + 10
     assert store.stats().next_expiry == NOW + 10
     clock.advance(10)
     assert store.get("short") is None and store.get("at") is not None and len(store) == 2
@@ -111,15 +214,15 @@ def test_values_expire_and_a_write_or_expire_removes_them(store: kv.Store, clock
 def test_a_read_extends_a_touch_ttl_and_the_extension_survives_a_reopen(tmp_path: Path, clock: Clock) -> None:
     with kv.open(tmp_path / "kv", clock=clock) as s:
         s.set("session", "x", touch=60)
-        assert s.get("session").expire_at == NOW + 60
+        assert meta(s, "session").expire_at == NOW + 60
         clock.advance(50)
-        assert s.get("session").expire_at == NOW + 110  # read at 50: now + 60
+        assert meta(s, "session").expire_at == NOW + 110  # read at 50: now + 60
         clock.advance(50)
-        assert s.get("session", touch=False).expire_at == NOW + 110  # touch=False reads only
-        assert s.get("session", data=False).value is None  # a probe still touches
+        assert meta(s, "session", touch=False).expire_at == NOW + 110  # touch=False reads only
+        assert meta(s, "session", data=False).value is None  # a probe still touches
         s.set("other", 1)  # (makes the touch durable)
     with kv.open(tmp_path / "kv", clock=clock) as s:
-        assert s.get("session", touch=False).expire_at == NOW + 160
+        assert meta(s, "session", touch=False).expire_at == NOW + 160
         clock.advance(61)
         assert s.get("session") is None
 
@@ -131,14 +234,17 @@ def test_a_lock_keeps_other_owners_out_until_it_ends_or_is_released(store: kv.St
     with pytest.raises(KeyLockedError) as err:
         store.set("k", 2, owner="bob")
     assert err.value.owner == "alice" and err.value.until == NOW + 30 and "alice" in str(err.value)
-    for change in (lambda: store.delete("k"), lambda: store.add("k"), lambda: store.rename("k", "k2"),
-                   lambda: store.lock("k", "bob"), lambda: store.unlock("k", "bob")):  # fmt: skip
+    changes: list[Callable[[], object]] = [
+        lambda: store.delete("k"), lambda: store.add("k"), lambda: store.rename("k", "k2"),
+        lambda: store.lock("k", "bob"), lambda: store.unlock("k", "bob"), lambda: store.pop("k"),
+    ]  # fmt: skip
+    for change in changes:
         with pytest.raises(KeyLockedError):
             change()
     assert store.add("k", 1, owner="alice") == 2
-    assert store.get("k").locked_by == "alice"
+    assert meta(store, "k").locked_by == "alice"
     clock.advance(30)
-    assert store.get("k").locked_by is None
+    assert meta(store, "k").locked_by is None
     assert store.set("k", 5, owner="bob")  # the lock ended
     store.lock("k", "bob", ttl=30)
     assert store.unlock("k", force=True)
@@ -156,7 +262,7 @@ def test_rename_moves_the_value_atomically(store: kv.Store, clock: Clock) -> Non
     with pytest.raises(KeyNotFoundError):
         store.rename("missing", "x")
     store.rename("old", "new")
-    got = store.get("new")
+    got = meta(store, "new")
     assert got.value == b"v" * 10 and got.expire_at == NOW + 100 and store.get("old") is None
     store.rename("new", "taken", overwrite=True)
     assert store["taken"] == b"v" * 10 and "new" not in store
@@ -226,7 +332,7 @@ def test_memory_only_values_are_not_in_the_op_log(tmp_path: Path) -> None:
     with kv.open(tmp_path / "kv") as s:
         s.set("keep", "old")
         s.set("keep", "volatile", persist=False)
-        assert s["keep"] == "volatile" and s.get("keep").persist is False
+        assert s["keep"] == "volatile" and meta(s, "keep").persist is False
         with kv.open(tmp_path / "kv") as other:  # another process's view: the value is not there
             assert other.get("keep") is None
         ops_dir = tmp_path / "kv" / "ops"
@@ -276,7 +382,7 @@ def test_snapshots_compact_the_op_log_and_a_corrupt_one_falls_back(tmp_path: Pat
     newest.write_bytes(bytes(data))
     with kv.open(tmp_path / "kv") as s:  # the older snapshot and the op log above it
         assert [s[f"k{i}"] for i in range(50)] == [950 + i for i in range(50)]
-        assert s.get("k1").locked_by == "me"
+        assert meta(s, "k1").locked_by == "me"
     for name in names:
         (tmp_path / "kv" / name).write_bytes(b"junk")
     with pytest.raises(CorruptionError, match="no readable snapshot"):
@@ -313,7 +419,7 @@ def test_bad_input_gets_a_clear_error(tmp_path: Path, store: kv.Store) -> None:
     with pytest.raises(TypeError, match="list"):
         store.set("k", [1])  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="key must be a str"):
-        store.get(b"k")  # type: ignore[arg-type]
+        store.get(b"k")  # type: ignore[call-overload]
     with pytest.raises(ValueError, match="ttl or expire_at"):
         store.set("k", 1, ttl=1, expire_at=NOW)
     with pytest.raises(ValueError, match="ttl must be > 0"):

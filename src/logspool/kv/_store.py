@@ -26,10 +26,10 @@ import os
 import re
 import time
 import weakref
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, ItemsView, Iterable, Iterator, MutableMapping, ValuesView
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar, overload
 
 from .. import _format as fmt
 from .. import limits
@@ -50,6 +50,8 @@ from . import _ops as ops
 from ._state import Entry, SnapRef, State
 
 _NS = 1_000_000_000
+_T = TypeVar("_T")
+_MISSING: Any = object()  # pop's default when none is given
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,10 +192,13 @@ def _limit(value: object) -> int:
     return value
 
 
-class Store(FoldedStore[State, ops.Op]):
+class Store(FoldedStore[State, ops.Op], MutableMapping[str, ops.Value]):
     """A key-value store in a directory. Use ``logspool.kv.open``. See the module docstring.
 
-    Safe to share between threads; any number of processes may open the same directory.
+    A ``MutableMapping`` of str keys: ``get(key, default)`` and ``store[key]`` give the value,
+    ``entry(key)`` the value with its metadata; iteration is in key order, a page at a time (see
+    "the MutableMapping" below). Safe to share between threads; any number of processes may open
+    the same directory.
     """
 
     KIND = "logspool-kv"
@@ -664,8 +669,21 @@ class Store(FoldedStore[State, ops.Op]):
         raise AssertionError("unreachable")  # pragma: no cover
 
     # --- reading ----------------------------------------------------------------------------------
-    def get(self, key: str, *, data: bool = True, touch: bool = True) -> Value | None:
-        """``key``'s value, or None. ``data=False`` is a probe: everything but the value (and no
+    @overload
+    def get(self, key: str, default: None = None) -> ops.Value: ...
+    @overload
+    def get(self, key: str, default: ops.Value | _T) -> ops.Value | _T: ...
+    def get(self, key: str, default: object = None) -> object:
+        """``key``'s value (None, bytes, str, int, float or bool, as it was set), or ``default``
+        if it holds none: ``dict.get``. A read: it extends a touch TTL as ``entry`` does (the
+        Touch rule, docs/KV.md); ``entry(key, touch=False)`` reads without touching. Reads the op
+        log up to now; takes the writer lock only to record a touch. Any thread or process."""
+        found = self.entry(key)
+        return default if found is None else found.value
+
+    def entry(self, key: str, *, data: bool = True, touch: bool = True) -> Value | None:
+        """``key``'s value with what the store knows of it (times, expiry, touch TTL, version,
+        lock: a ``Value``), or None. ``data=False`` is a probe: everything but the value (and no
         read from disk). If the value has a touch TTL, the read extends its expiry (``touch=False``
         does not); that extension is recorded without waiting for an fsync. Reads the op log up
         to now; takes the writer lock only to record a touch. Any thread or process."""
@@ -688,8 +706,22 @@ class Store(FoldedStore[State, ops.Op]):
             self._state.used(entry, now)
             return self._value(entry, now, data)
 
+    # --- the MutableMapping -----------------------------------------------------------------------
+    # ``store[key]`` reads as ``get`` (and touches); ``store[key] = v`` is ``set``; ``del`` is
+    # ``delete`` (KeyError if there was no value); ``in`` is a probe that does not touch.
+    # Iteration (``iter``, ``keys``, ``items``, ``values``) walks the keys in UTF-8 byte order a
+    # page of ``ITER_PAGE_COUNT`` at a time through ``range``, so a large store is never read at
+    # once (and, as ranges, without touching). Like a database cursor and unlike a dict, it never
+    # raises for changes made while it runs (by this or any process): each page is read as the
+    # store is then, so a change behind the cursor is not seen and one ahead of it is.
+    # ``pop``, ``popitem`` and ``setdefault`` are each one decision under the writer lock (atomic
+    # for every process); ``update`` and ``clear`` set or delete a key at a time, each durable on
+    # its own. Two handles are equal only if they are the same object: a Mapping's ``==`` would
+    # read both stores whole (compare ``dict(a) == dict(b)`` for that).
+    ITER_PAGE_COUNT = 1000  # keys a page of iteration reads under the mutex
+
     def __getitem__(self, key: str) -> ops.Value:
-        found = self.get(key)
+        found = self.entry(key)
         if found is None:
             raise KeyNotFoundError(self.path, key)
         return found.value
@@ -702,7 +734,95 @@ class Store(FoldedStore[State, ops.Op]):
             raise KeyNotFoundError(self.path, key)
 
     def __contains__(self, key: object) -> bool:
-        return isinstance(key, str) and self.get(key, data=False, touch=False) is not None
+        """Whether ``key`` holds a value now (False for anything that cannot be a key). Does not
+        touch."""
+        try:
+            _text(key, "key")
+        except (TypeError, ValueError):
+            return False
+        assert isinstance(key, str)
+        return self.entry(key, data=False, touch=False) is not None
+
+    def __iter__(self) -> Iterator[str]:
+        return (v.key for v in self._walk(data=False))
+
+    def items(self) -> ItemsView[str, ops.Value]:
+        return _Items(self)
+
+    def values(self) -> ValuesView[ops.Value]:
+        return _Values(self)
+
+    def _walk(self, *, data: bool) -> Iterator[Value]:
+        """Every value in key order, a page at a time (see the section's comment)."""
+        cursor = None
+        for _ in range(1 << 40):  # bounded: each turn reads a page or ends
+            page = self.range("", None, limit=self.ITER_PAGE_COUNT, cursor=cursor, data=data)
+            yield from page
+            if page.cursor is None:
+                return
+            cursor = page.cursor
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    @overload
+    def pop(self, key: str) -> ops.Value: ...
+    @overload
+    def pop(self, key: str, default: ops.Value | _T) -> ops.Value | _T: ...
+    def pop(self, key: str, default: object = _MISSING) -> object:
+        """Remove ``key``'s value and return it, in one decision (no other process changes the key
+        in between); ``default`` (or KeyError) if it holds none. KeyLockedError if another owner
+        locked it. Durable on return."""
+        _text(key, "key")
+        with self._change() as (w, now):
+            self._unlocked(key, None, now)
+            entry = self._state.live(key, now)
+            if entry is None:
+                if default is _MISSING:
+                    raise KeyNotFoundError(self.path, key)
+                return default
+            value = ops.decode_value(entry.vtype, self._bytes(entry), f"{self.path}: {key!r}")
+            w.write(ops.Delete(key, self._stamp(key, None, now) or now))
+            return value
+
+    def popitem(self) -> tuple[str, ops.Value]:
+        """Remove and return the first key (in key order) and its value; KeyError if the store is
+        empty. Durable on return."""
+        for _ in range(1000):  # bounded: each turn lost its key to another process's delete
+            key = next(iter(self), None)
+            if key is None:
+                raise KeyNotFoundError(self.path, "(any: the store is empty)")
+            value = self.pop(key, _MISSING)
+            if value is not _MISSING:
+                return key, value
+        raise KeyNotFoundError(self.path, "(any: other processes deleted each one first)")
+
+    # (typeshed's first overload returns None for a value type that holds None: too narrow here)
+    def setdefault(self, key: str, default: ops.Value = None) -> ops.Value:  # type: ignore[override]
+        """``key``'s value if it holds one, else set it to ``default`` and return that, in one
+        decision (no other process changes the key in between). Does not touch. KeyLockedError if
+        another owner locked a key it would set. Durable on return."""
+        _text(key, "key")
+        vtype, raw = ops.encode_value(default)
+        if len(raw) > limits.KV_VALUE_SIZE_MAX:
+            raise ValueError(f"value of {len(raw)} bytes is over the limit of {limits.KV_VALUE_SIZE_MAX}")
+        with self._change() as (w, now):
+            entry = self._state.live(key, now)
+            if entry is not None:
+                return ops.decode_value(entry.vtype, self._bytes(entry), f"{self.path}: {key!r}")
+            self._unlocked(key, None, now)
+            w.write(ops.Set(key, vtype, raw, self._stamp(key, None, now) or now, 0, 0, False))
+            return default
+
+    def clear(self) -> None:
+        """Delete every value, a key at a time in key order (each durable on its own).
+        KeyLockedError at the first key another owner locked (the keys before it are gone)."""
+        for key in self:
+            self.delete(key)
+
+    def __eq__(self, other: object) -> bool:
+        return self is other  # (see the section's comment)
+
+    def __hash__(self) -> int:
+        return id(self)
 
     def range(
         self,
@@ -815,6 +935,30 @@ class Store(FoldedStore[State, ops.Op]):
 
     def __repr__(self) -> str:
         return f"<logspool.kv.Store {self.path!r}>"
+
+
+class _Items(ItemsView[str, ops.Value]):
+    """``store.items()``: (key, value) pairs a page at a time (one read of each page, no touch)."""
+
+    _mapping: Store
+
+    def __iter__(self) -> Iterator[tuple[str, ops.Value]]:
+        return ((v.key, v.value) for v in self._mapping._walk(data=True))
+
+    def __contains__(self, item: object) -> bool:
+        if not isinstance(item, tuple) or len(item) != 2 or item[0] not in self._mapping:
+            return False
+        found = self._mapping.entry(item[0], touch=False)
+        return found is not None and found.value == item[1]
+
+
+class _Values(ValuesView[ops.Value]):
+    """``store.values()``: the values in key order, a page at a time (no touch)."""
+
+    _mapping: Store
+
+    def __iter__(self) -> Iterator[ops.Value]:
+        return (v.value for v in self._mapping._walk(data=True))
 
 
 def open(path: str | os.PathLike[str], **options: object) -> Store:

@@ -209,9 +209,7 @@ def forward_into(
     """
     with lock:
         found = table.get(producer)
-        state: dict[str, Any] = (
-            json.loads(str(found.value)) if found is not None else {"done": 0, "pending": None}
-        )
+        state: dict[str, Any] = json.loads(str(found)) if found is not None else {"done": 0, "pending": None}
         pending = state["pending"]
         if pending is not None:
             start, count, at, digest = pending
@@ -379,8 +377,8 @@ class Server:
             return {"ok": ok}
 
         def kv_get(b: dict[str, Any]) -> dict[str, Any]:
-            got = s.kv(b).get(_need(b, "key", str), data=_get(b, "data", bool, True),
-                              touch=_get(b, "touch", bool, True))  # fmt: skip
+            got = s.kv(b).entry(_need(b, "key", str), data=_get(b, "data", bool, True),
+                                touch=_get(b, "touch", bool, True))  # fmt: skip
             return {"value": None if got is None else value_to_wire(got)}
 
         def kv_page(page: kv.Page) -> dict[str, Any]:
@@ -730,7 +728,7 @@ class _Watched:
         """The keys whose version changed since the last call, with their version now."""
         out = []
         for key, before in self.seen.items():
-            got = self.store.get(key, data=False, touch=False)
+            got = self.store.entry(key, data=False, touch=False)
             now = None if got is None else got.version
             if now != before:
                 out.append((key, now))
