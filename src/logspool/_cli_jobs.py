@@ -50,10 +50,19 @@ def job_json(job: jobs.Job) -> dict[str, Any]:
     return obj
 
 
+# Text output: a job is one line of tab-separated columns (`cut -f` works; the payload is last,
+# so a tab in it moves no other column); a listing (list, dead) starts with this header line.
+_JOB_HEADER = "id\ttoken\tstate\tpriority\tlease_until\tkey\tpayload"
+
+
 def _job_line(job: jobs.Job) -> str:
     payload = job.payload.decode("utf-8", "backslashreplace")
-    extra = f" lease_until={_time(job.lease_until)}" if job.lease_until else ""
-    return f"{job.id}\t{job.token}\t{job.state}\tp{job.priority}\t{job.key}\t{payload}{extra}"
+    lease = _time(job.lease_until) or "-"
+    return f"{job.id}\t{job.token}\t{job.state}\t{job.priority}\t{lease}\t{job.key}\t{payload}"
+
+
+def _job_table(listed: list[jobs.Job]) -> str:
+    return "\n".join([_JOB_HEADER, *(_job_line(j) for j in listed)])
 
 
 def _lease(journal: jobs.Journal, job_id: int, token: int) -> jobs.Job:
@@ -124,18 +133,18 @@ def _run(journal: jobs.Journal, args: argparse.Namespace) -> int:
     elif action == "cancel":
         out = "cancelled" if journal.cancel(args.key) else "no pending job"
     elif action == "list":
-        listed = (
+        listed = list(
             journal.jobs(state=args.state, limit=args.limit) if args.key is None else journal.get(args.key)
         )
-        out = [job_json(j) for j in listed] if args.json else "\n".join(_job_line(j) for j in listed)
+        out = [job_json(j) for j in listed] if args.json else _job_table(listed)
     elif action == "stats":
         st = journal.stats()
         if args.json:
             out = st.to_json()
         else:
             shown = {**st.to_json(), "next_at": _time(st.next_at)}
-            lines = [f"{k}: {v}" for k, v in shown.items() if k != "counters"]
-            lines += [f"  {k}: {v}" for k, v in st.counters.items()]
+            lines = [f"{k:<18} {v}" for k, v in shown.items() if k != "counters"]
+            lines += [f"{'counters.' + k:<18} {v}" for k, v in st.counters.items()]
             out = "\n".join(lines)
     elif action == "dead":
         if args.retry is not None:
@@ -145,7 +154,7 @@ def _run(journal: jobs.Journal, args: argparse.Namespace) -> int:
             out = {"purged": n} if args.json else f"purged {n}"
         else:
             dead = journal.dead_letters()
-            out = [job_json(j) for j in dead] if args.json else "\n".join(_job_line(j) for j in dead)
+            out = [job_json(j) for j in dead] if args.json else _job_table(dead)
     elif action == "snapshot":
         out = f"snapshot at lsn {journal.snapshot()}"
     if out is not None and out != "":

@@ -20,6 +20,7 @@ from .errors import LogspoolError
 if TYPE_CHECKING:
     from . import _format as fmt
     from ._log import Log
+    from ._reader import Reader
     from ._retention import Retention
 
 # Each command imports what it uses when it runs, so that `logspool --help` and a small
@@ -131,12 +132,11 @@ def _cmd_append(args: argparse.Namespace) -> int:
 
 def _cmd_cat(args: argparse.Namespace) -> int:
     from ._log import Log
+    from ._subscribers import Subscriber
 
     with Log(args.dir, readonly=True, create=False) as log:
-        if args.since is not None:
-            reader = log.reader(since=args.since)
-        else:
-            reader = log.reader("earliest" if args.start is None else args.start)
+        reader = _cat_reader(log, args)
+        subscriber = reader if isinstance(reader, Subscriber) else None
         out = sys.stdout.buffer
         left = args.max  # None: no limit
         try:
@@ -156,11 +156,34 @@ def _cmd_cat(args: argparse.Namespace) -> int:
                     out.write("".join(_record_json(r) + "\n" for r in batch).encode())
                 else:
                     out.write(b"\n".join([r.payload for r in batch]) + b"\n")
+                if subscriber is not None:
+                    # Records count as consumed once written: flush, then commit past them (a
+                    # crash before the commit prints them again, never skips one).
+                    out.flush()
+                    subscriber.commit(batch[-1].lsn + 1)
                 if left is not None:
                     left -= len(batch)
             return 0
         finally:
             reader.close()
+
+
+def _cat_reader(log: Log, args: argparse.Namespace) -> Reader:
+    """A plain reader, or with --subscriber the named subscriber (created at --from/--since, or
+    the earliest record, when new; an existing one resumes where it committed)."""
+    if args.subscriber is None:
+        if args.since is not None:
+            return log.reader(since=args.since)
+        return log.reader("earliest" if args.start is None else args.start)
+    if args.start is not None or args.since is not None:
+        found = [s for s in log.subscribers() if s.name == args.subscriber]
+        if found:
+            raise SystemExit(
+                f"logspool cat: subscriber {args.subscriber!r} of {log.path} exists (at lsn "
+                f"{found[0].lsn}); --from and --since only place a new one (move it with "
+                "`logspool subscriber rewind`)"
+            )
+    return log.subscribe(args.subscriber, args.start, since=args.since)
 
 
 _DURATION_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
@@ -704,6 +727,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--follow", "-f", action="store_true", help="wait for new records")
     p.add_argument("-n", "--max", type=_positive_int, metavar="N", help="stop after N records")
     p.add_argument("--json", action="store_true", help="one JSON object a line")
+    p.add_argument(
+        "--subscriber",
+        metavar="NAME",
+        help="read as the durable subscriber NAME: resume where it left off and commit what was printed",
+    )
     p.set_defaults(func=_cmd_cat)
 
     p = sub.add_parser("info", help="segments, lsns, sizes and settings")

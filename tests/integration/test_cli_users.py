@@ -120,3 +120,42 @@ def test_start_up_imports_only_what_the_command_uses(tmp_path: Path) -> None:
     assert "logspool._log" in appended
     assert not appended & never
     assert logspool.open(tmp_path / "log").info().next_lsn == 1
+
+
+def test_cat_as_a_named_subscriber_resumes_where_it_committed(tmp_path: Path) -> None:
+    """kafka-console-consumer --group: `cat --subscriber NAME` reads from NAME's position and
+    commits what it printed; --from/--since place a new subscriber only."""
+    log = str(tmp_path / "log")
+    assert run_cli("append", log, "a", "b", "c", "d", "e").returncode == 0
+    assert run_cli("cat", log, "--subscriber", "s", "-n", "2").stdout == b"a\nb\n"
+    assert run_cli("cat", log, "--subscriber", "s").stdout == b"c\nd\ne\n"
+    assert run_cli("cat", log, "--subscriber", "s").stdout == b""
+    listed = json.loads(run_cli("subscriber", "list", log, "--json").stdout)
+    assert [(s["name"], s["lsn"]) for s in listed] == [("s", 5)]
+    moved = run_cli("cat", log, "--subscriber", "s", "--from", "0")
+    assert moved.returncode == 1 and b"exists (at lsn 5)" in moved.stderr and moved.stdout == b""
+    assert run_cli("cat", log, "--subscriber", "t", "--from", "3").stdout == b"d\ne\n"
+    assert run_cli("append", log, "f").returncode == 0
+    assert run_cli("cat", log, "--subscriber", "t", "--json").stdout.count(b'"lsn": 5') == 1
+
+
+def test_cat_subscriber_killed_while_following_prints_again_never_skips(tmp_path: Path) -> None:
+    """A following `cat --subscriber` killed at any moment: the next run starts at or before the
+    first record the killed one had not printed, and nothing is skipped."""
+    log = str(tmp_path / "log")
+    assert run_cli("append", log, "--raw", stdin=b"0").returncode == 0
+    follower = subprocess.Popen(
+        [sys.executable, "-m", "logspool.cli", "cat", log, "--subscriber", "s", "--follow"],
+        stdout=subprocess.PIPE,
+    )
+    assert follower.stdout is not None
+    seen: list[bytes] = [follower.stdout.readline().strip()]
+    for n in range(1, 30):
+        assert run_cli("append", log, str(n)).returncode == 0
+        seen.append(follower.stdout.readline().strip())
+    follower.kill()
+    follower.wait()
+    assert seen == [str(n).encode() for n in range(30)]
+    assert run_cli("append", log, "30", "31").returncode == 0
+    again = run_cli("cat", log, "--subscriber", "s").stdout.split()
+    assert again and int(again[0]) <= 30 and again == [str(n).encode() for n in range(int(again[0]), 32)]

@@ -48,7 +48,7 @@ def test_take_count_leases_a_batch(tmp_path: Path) -> None:
     batch = json.loads(out)
     assert code == 0 and [(j["key"], j["state"]) for j in batch] == [("a", "leased"), ("b", "leased")]
     code, out, _ = cli("take", d, "--count", "5")
-    assert code == 0 and [line.split("\t")[4] for line in out.splitlines()] == ["c"]
+    assert code == 0 and [line.split("\t")[5] for line in out.splitlines()] == ["c"]
     assert cli("take", d, "--count", "5", "--json")[:2] == (3, "[]\n")
     code, _, err = cli("take", d, "--count", "0")
     assert code == 2 and "not a count from 1 to" in err
@@ -65,3 +65,21 @@ def test_bad_arguments_are_refused_clearly(tmp_path: Path) -> None:
     assert code == 1 and "no job journal here" in err
     code, _, err = cli("put", d, "k", "--delay", "soon")
     assert code == 2 and "not a number of seconds" in err
+
+
+def test_text_output_has_one_style_a_header_on_listings(tmp_path: Path) -> None:
+    """A listing starts with a header naming its tab-separated columns; a taken job is one line
+    of the same columns; stats are `name value` lines as `logspool info` prints them."""
+    d = str(tmp_path / "j")
+    assert cli("put", d, "k1", "has\ta tab", "--priority", "7")[0] == 0
+    out = cli("list", d)[1]
+    header, row = out.splitlines()
+    assert header.split("\t") == ["id", "token", "state", "priority", "lease_until", "key", "payload"]
+    assert row.split("\t", 6) == ["0", "0", "pending", "7", "-", "k1", "has\ta tab"]
+    out = cli("take", d, "--lease", "60")[1]
+    fields = out.rstrip("\n").split("\t", 6)
+    assert fields[2:4] == ["leased", "7"] and fields[4].endswith("Z") and fields[5] == "k1"
+    assert cli("dead", d)[1].splitlines() == [header]
+    out = cli("stats", d)[1]
+    lines = dict(line.split(None, 1) for line in out.splitlines())
+    assert lines["leased"] == "1" and lines["counters.taken"] == "1"
