@@ -8,8 +8,10 @@ Real stores in tmp_path. Time is the one thing the tests move by hand: the store
 
 from __future__ import annotations
 
+import errno
 import multiprocessing
 import os
+import re
 from collections.abc import Callable, Iterator, MutableMapping
 from pathlib import Path
 from typing import Any
@@ -18,6 +20,7 @@ import pytest
 
 from logspool import kv
 from logspool.errors import (
+    AppendError,
     CorruptionError,
     KeyExistsError,
     KeyLockedError,
@@ -28,6 +31,7 @@ from logspool.errors import (
 from logspool.kv import _ops as ops
 from tests.clock import START_S as NOW
 from tests.clock import Clock
+from tests.crash.faultfs import Fault, FaultFS
 
 
 @pytest.fixture
@@ -387,6 +391,40 @@ def test_snapshots_compact_the_op_log_and_a_corrupt_one_falls_back(tmp_path: Pat
         (tmp_path / "kv" / name).write_bytes(b"junk")
     with pytest.raises(CorruptionError, match="no readable snapshot"):
         kv.open(tmp_path / "kv")
+
+
+def test_a_write_on_a_full_disk_says_to_free_the_live_state_size_and_snapshot(tmp_path: Path) -> None:
+    """KV.md, "Free space to compact": deleting keys cannot make room (a delete is an op too), so
+    the error says what does. ENOSPC comes through the _fs seam (tests/crash/faultfs.py)."""
+    fs = FaultFS(str(tmp_path))
+    with kv.open(tmp_path / "kv", fs=fs) as s:
+        for i in range(20):
+            s.set(f"k{i:02d}", b"x" * 1000)
+        fs.fault = Fault(fs.count + 1, errno.ENOSPC, sticky=True, ops=("write", "pwrite", "allocate"))
+        writes: list[Callable[[], object]] = [
+            lambda: s.set("more", b"y"),
+            lambda: s.delete("k01"),
+            lambda: s.add("n"),
+        ]
+        for write in writes:
+            with pytest.raises(AppendError) as err:
+                write()
+            text = str(err.value)
+            assert "No space left on device" in text and "nothing was written" in text
+            assert (
+                re.search(r"free about 2[01]\.\d KiB \(its live state, ", text)
+                and "then call snapshot()" in text
+            )
+            assert "deleting keys does not free space" in text
+            found = re.search(r"its live state, (\d+) bytes", text)
+            assert found is not None and 20 * 1000 < int(found.group(1)) < 20 * 1100  # values, keys, metadata
+        fs.fault = Fault(fs.count + 1, errno.EIO, sticky=True, ops=("write", "pwrite", "allocate"))
+        with pytest.raises(AppendError) as err:
+            s.set("more", b"y")
+        assert "free about" not in str(err.value)  # another failure: no advice about space
+        fs.fault = None
+        s.snapshot()
+        assert s.set("more", b"y") and len(s) == 21
 
 
 def _adder(path: str, n: int) -> None:

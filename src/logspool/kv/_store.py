@@ -22,6 +22,8 @@ Guarantees (docs/KV.md; docs/DURABILITY.md has the tests):
 from __future__ import annotations
 
 import contextlib
+import errno
+import itertools
 import os
 import re
 import time
@@ -38,6 +40,7 @@ from .._fs import FileSystem
 from .._log import Durability
 from .._reader import to_ns
 from ..errors import (
+    AppendError,
     CorruptionError,
     DataLossError,
     KeyExistsError,
@@ -184,6 +187,26 @@ def _seconds(value: object, what: str) -> float:
             f"{what} must be > 0 and at most {limits.JOB_DURATION_S_MAX:g} seconds, not {value!r}"
         )
     return float(value)
+
+
+def _no_space(err: BaseException) -> bool:
+    """Whether ``err`` (or an error that caused it) is ENOSPC: the file system is full."""
+    seen: BaseException | None = err
+    for _ in range(8):  # bounded: a chain of causes
+        if seen is None:
+            return False
+        if isinstance(seen, OSError) and seen.errno == errno.ENOSPC:
+            return True
+        seen = seen.__cause__ or seen.__context__
+    # An append queued in another thread's failed batch carries the reason as text only.
+    return isinstance(err, AppendError) and os.strerror(errno.ENOSPC) in err.reason
+
+
+def _size_text(size: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if size >= scale:
+            return f"{size / scale:.1f} {unit}"
+    return f"{size} bytes"
 
 
 def _limit(value: object) -> int:
@@ -435,6 +458,37 @@ class Store(FoldedStore[State, ops.Op], MutableMapping[str, ops.Value]):
         )
 
     # --- deciding ---------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _decide(self, *, durable: bool = True) -> Iterator[_Writer[State, ops.Op]]:
+        """``FoldedStore._decide``, with a write that failed for want of space explained: deleting
+        keys cannot help (a delete is an op too); freeing the live state's size and compacting
+        does (docs/KV.md, "Free space to compact")."""
+        try:
+            with super()._decide(durable=durable) as w:
+                yield w
+        except AppendError as err:
+            if not _no_space(err):
+                raise
+            size = self._live_size()
+            raise AppendError(
+                err.path,
+                f"{err.reason}; the key-value store needs free space to compact: free about "
+                f"{_size_text(size)} (its live state, {size} bytes) on the file system, or move "
+                "the store, then call snapshot(), which compacts the op log and returns its "
+                "space; deleting keys does not free space, a delete is an op too",
+            ) from err
+
+    def _live_size(self) -> int:
+        """About the bytes of a snapshot of the state now: what compaction needs free."""
+        with self._mutex:
+            state = self._state
+            size = ops.SNAPSHOT_HEADER.size
+            for key, e in state.values.items():
+                size += ops.FRAME.size + ops.SNAP_VALUE.size + len(key.encode("utf-8")) + e.size
+            for key in itertools.chain(state.tombstones, state.locks):
+                size += ops.FRAME.size + ops.SNAP_TOMBSTONE.size + len(key.encode("utf-8"))
+            return size
+
     @contextlib.contextmanager
     def _change(self, *, durable: bool = True) -> Iterator[tuple[_Writer[State, ops.Op], int]]:
         """A decision at time ``now``, after removing (with EXPIRE ops) values that expired."""
