@@ -106,8 +106,8 @@ def verify(path: str | os.PathLike[str], *, fs: FileSystem | None = None) -> Ver
         gaps: list[fmt.Gap] = []
         stop = seg.parse(data, fmt.SEGMENT_HEADER_SIZE, base, meta.record_size_max, out, infos, 0, gaps)
         del out
-        for gap in gaps:
-            report._add(NOTE, spath, 0, f"lsns {gap.first_lsn}..{gap.next_lsn - 1}: {gap.reason}")
+        for gap, at in zip(gaps, _gap_offsets(data, stop.pos), strict=True):
+            report._add(NOTE, spath, at, f"lsns {gap.first_lsn}..{gap.next_lsn - 1}: {gap.reason}")
         report.records += len(infos)
         for info in infos:
             if info.timestamp < last_ts:
@@ -175,6 +175,22 @@ def verify(path: str | os.PathLike[str], *, fs: FileSystem | None = None) -> Ver
     _verify_checkpoints(fs, root, meta.record_size_max, report)
     _verify_strays(fs, root, bases, report)
     return report
+
+
+def _gap_offsets(data: bytes, end: int) -> list[int]:
+    """The offsets of the gap records among the records from the segment header to ``end``.
+
+    ``seg.parse`` checked every record before ``end`` (where it stopped), so their length fields
+    are true and the records can be walked by them; a Gap it reports does not carry its offset.
+    """
+    offsets: list[int] = []
+    pos = fmt.SEGMENT_HEADER_SIZE
+    while pos < end:  # bounded: each turn moves past one whole record (at least 36 bytes)
+        length, flags, _lsn, _ts, _durable = fmt.RECORD_HEADER.unpack_from(data, pos)
+        if flags == fmt.FLAG_GAP:
+            offsets.append(pos)
+        pos += fmt.RECORD_OVERHEAD + length
+    return offsets
 
 
 def _verify_proven_end(spath: str, stop: seg.Stop, proven: int, report: VerifyReport) -> None:

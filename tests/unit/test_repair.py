@@ -333,3 +333,26 @@ def test_cli_repair_reports_each_action_and_exits_0(log_dir: str) -> None:
     assert obj["ok"] and [a["kind"] for a in obj["actions"]] == ["quarantine"]
     assert run_cli("verify", log_dir).returncode == 0
     assert b"took 0 actions" in run_cli("repair", log_dir).stdout
+
+
+def test_verify_reports_each_gap_record_at_its_own_offset(log_dir: str) -> None:
+    """verify named every gap record at offset 0 of its segment (issue 32): it must name the
+    gap's own offset, for a gap in the middle of a segment and for two gap records in a row."""
+    bases = make_log(log_dir)
+    path, first = record_at(log_dir, bases, 10)
+    _path, second = record_at(log_dir, bases, 11)
+    _path, third = record_at(log_dir, bases, 20)
+    assert first.offset > fmt.SEGMENT_HEADER_SIZE and _path == path
+    for info in (first, third):
+        overwrite(path, info.offset + fmt.RECORD_HEADER_SIZE + 3, b"#")
+    repaired(log_dir, _repair.QUARANTINE)
+    overwrite(path, second.offset + fmt.RECORD_HEADER_SIZE + 3, b"#")  # right after the first gap
+    repaired(log_dir, _repair.QUARANTINE)
+    notes = [p for p in logspool.verify(log_dir).problems if "quarantined by repair" in p.message]
+    assert [(p.path, p.offset, p.message.split(":")[0]) for p in notes] == [
+        (path, first.offset, "lsns 10..10"),
+        (path, second.offset, "lsns 11..11"),
+        (path, third.offset, "lsns 20..20"),
+    ]
+    done = run_cli("verify", log_dir)
+    assert done.returncode == 0 and f"offset {first.offset}: lsns 10..10".encode() in done.stdout
