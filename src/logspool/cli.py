@@ -366,16 +366,18 @@ def _cmd_subscriber(args: argparse.Namespace) -> int:
             return 0
         if action == "add":
             lsn = log.add_subscriber(args.name, args.start, since=args.since)
-            print(f"added {args.name!r} at lsn {lsn}")
+            said, obj = f"added {args.name!r} at lsn {lsn}", {"name": args.name, "lsn": lsn}
         elif action == "remove":
             log.remove_subscriber(args.name)
-            print(f"removed {args.name!r}")
+            said, obj = f"removed {args.name!r}", {"name": args.name, "removed": True}
         elif action == "rewind":
             lsn = log.rewind_subscriber(args.name, args.start, since=args.since)
-            print(f"{args.name!r} is now at lsn {lsn}")
-        elif action == "copy":
+            said, obj = f"{args.name!r} is now at lsn {lsn}", {"name": args.name, "lsn": lsn}
+        else:
             lsn = log.copy_subscriber(args.name, args.target)
-            print(f"copied {args.name!r} to {args.target!r} at lsn {lsn}")
+            said = f"copied {args.name!r} to {args.target!r} at lsn {lsn}"
+            obj = {"name": args.target, "lsn": lsn, "copied_from": args.name}
+        print(json.dumps(obj, ensure_ascii=False) if args.json else said)
     return 0
 
 
@@ -397,41 +399,69 @@ def _cmd_retention(args: argparse.Namespace) -> int:
 
     with Log(args.dir, readonly=True, create=False) as log:
         given = _policy_from_args(args)
-        if args.clear:
-            log.set_retention(None)
-            print("retention policy cleared: everything is kept")
-            return 0
-        apply = args.apply and not args.dry_run
-        if args.set:
-            if given is None:
-                raise SystemExit("logspool retention: --set needs a policy (--consumed, --max-age, ...)")
-            log.set_retention(given)
-            print("retention policy stored; writers apply it after each rotation")
-            if not apply:
-                return 0
-        stored = log.retention
-        policy = given or stored
-        if policy is None:
-            print("retention policy: none stored (everything is kept); nothing to do")
-            return 0
-        source = "given" if given is not None else "stored"
-        print(f"retention policy ({source}): " + ", ".join(_policy_words(policy)))
-        # Looking never deletes: only --apply removes segments.
-        report = log.enforce_retention(policy, dry_run=not apply)
-        verb = "would remove" if report.dry_run else "removed"
-        for name in report.expired_subscribers:
-            print(f"{verb} idle subscriber {name!r}")
-        for r in report.removed:
-            print(
-                f"{verb} segment {r.base_lsn} (lsns {r.base_lsn} to {r.next_lsn - 1}, "
-                f"{r.size} bytes): {r.reason}"
-            )
-        if report.pinned_by:
-            print("kept by subscribers: " + ", ".join(repr(n) for n in report.pinned_by))
-        print(f"{verb} {len(report.removed)} segments, {report.size_freed} bytes")
-        if report.dry_run and (report.removed or report.expired_subscribers):
-            print("nothing was removed: add --apply to remove them")
+        said: list[str] = []
+        obj: dict[str, Any] = {"path": log.path, "stored": False, "cleared": False}
+        try:
+            _retention(log, args, given, said, obj)
+        finally:  # what was done before an error is said; --json prints a whole answer only
+            if not args.json and said:
+                print("\n".join(said))
+        if args.json:
+            print(json.dumps(obj, ensure_ascii=False))
     return 0
+
+
+def _retention(
+    log: Log, args: argparse.Namespace, given: Retention | None, said: list[str], obj: dict[str, Any]
+) -> None:
+    """`logspool retention`: what it says goes to ``said`` (text) and ``obj`` (--json)."""
+    if args.clear:
+        log.set_retention(None)
+        obj["cleared"] = True
+        said.append("retention policy cleared: everything is kept")
+        return
+    apply = args.apply and not args.dry_run
+    if args.set:
+        if given is None:
+            raise SystemExit("logspool retention: --set needs a policy (--consumed, --max-age, ...)")
+        log.set_retention(given)
+        obj["stored"] = True
+        said.append("retention policy stored; writers apply it after each rotation")
+        if not apply:
+            return
+    stored = log.retention
+    policy = given or stored
+    obj["policy"] = None if policy is None else policy.to_json()
+    if policy is None:
+        said.append("retention policy: none stored (everything is kept); nothing to do")
+        return
+    source = "given" if given is not None else "stored"
+    obj["source"] = source
+    said.append(f"retention policy ({source}): " + ", ".join(_policy_words(policy)))
+    # Looking never deletes: only --apply removes segments.
+    report = log.enforce_retention(policy, dry_run=not apply)
+    obj.update(
+        dry_run=report.dry_run,
+        removed=[
+            {"base_lsn": r.base_lsn, "next_lsn": r.next_lsn, "size": r.size, "reason": r.reason}
+            for r in report.removed
+        ],
+        expired_subscribers=list(report.expired_subscribers),
+        pinned_by=list(report.pinned_by),
+        size_freed=report.size_freed,
+    )
+    verb = "would remove" if report.dry_run else "removed"
+    for name in report.expired_subscribers:
+        said.append(f"{verb} idle subscriber {name!r}")
+    for r in report.removed:
+        said.append(
+            f"{verb} segment {r.base_lsn} (lsns {r.base_lsn} to {r.next_lsn - 1}, {r.size} bytes): {r.reason}"
+        )
+    if report.pinned_by:
+        said.append("kept by subscribers: " + ", ".join(repr(n) for n in report.pinned_by))
+    said.append(f"{verb} {len(report.removed)} segments, {report.size_freed} bytes")
+    if report.dry_run and (report.removed or report.expired_subscribers):
+        said.append("nothing was removed: add --apply to remove them")
 
 
 def _policy_words(policy: Retention) -> list[str]:
@@ -439,22 +469,25 @@ def _policy_words(policy: Retention) -> list[str]:
     return words or ["keeps everything"]
 
 
+def _meta_dict(meta: fmt.Meta) -> dict[str, Any]:
+    return {
+        "format_version": meta.version,
+        "log_id": meta.log_id,
+        "created": _rfc3339(meta.created_ns),
+        "segment_size_max": meta.segment_size_max,
+        "index_interval": meta.index_interval,
+        "record_size_max": meta.record_size_max,
+        "compression": meta.compression or "none",
+        **({} if meta.compression is None else {"compression_level": meta.compression_level}),
+        **meta.extra,
+    }
+
+
 def _cmd_meta(args: argparse.Namespace) -> int:
     from ._log import Log
 
     with Log(args.dir, readonly=True, create=False) as log:
-        meta = log.meta
-        obj = {
-            "format_version": meta.version,
-            "log_id": meta.log_id,
-            "created": _rfc3339(meta.created_ns),
-            "segment_size_max": meta.segment_size_max,
-            "index_interval": meta.index_interval,
-            "record_size_max": meta.record_size_max,
-            "compression": meta.compression or "none",
-            **({} if meta.compression is None else {"compression_level": meta.compression_level}),
-            **meta.extra,
-        }
+        obj = _meta_dict(log.meta)
     if args.json:
         print(json.dumps(obj, indent=2))
     else:
@@ -554,7 +587,10 @@ def _cmd_create(args: argparse.Namespace) -> int:
         compression=args.compression,
         compression_level=args.level,
     ) as log:
-        print(f"created {log.path} ({log.meta.compression or 'no'} compression)")
+        if args.json:
+            print(json.dumps({"path": log.path, **_meta_dict(log.meta)}))
+        else:
+            print(f"created {log.path} ({log.meta.compression or 'no'} compression)")
     return 0
 
 
@@ -612,10 +648,25 @@ def _cmd_ckpt(args: argparse.Namespace) -> int:
         return 1 if report.failures else 0
     if args.action == "corrupt":
         offsets = _ckpt_tools.corrupt(args.file, args.count, seed=args.seed)
+        if args.json:
+            print(json.dumps({"file": args.file, "offsets": sorted(offsets)}))
+            return 0
         shown = ", ".join(str(o) for o in sorted(offsets)[:10]) + (", ..." if len(offsets) > 10 else "")
         print(f"changed {len(offsets)} bytes of {args.file}" + (f" at offsets {shown}" if offsets else ""))
         return 0
     rolled = CheckpointFile.repair(args.file, force=args.force)
+    if args.json:
+        obj: dict[str, Any] = {"file": args.file, "rolled_back": rolled is not None and not rolled.discarded}
+        if rolled is not None:
+            obj.update(
+                entries=rolled.entries,
+                size=rolled.size,
+                discarded=rolled.discarded,
+                proven=rolled.proven,
+                torn_tail=rolled.torn_tail,
+            )
+        print(json.dumps(obj))
+        return 0 if rolled is None or rolled.proven else 1
     if rolled is None:
         print(f"{args.file}: no unfinished transaction; nothing to do")
     elif rolled.discarded:
@@ -705,6 +756,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--record-size-max", type=_parse_size, metavar="SIZE", help="e.g. 16M")
     p.add_argument("--compression", choices=["zstd"], help="compress each record (needs logspool[zstd])")
     p.add_argument("--level", type=int, metavar="N", help="the zstd level (default 3)")
+    p.add_argument("--json", action="store_true", help="the log's settings as JSON")
     p.set_defaults(func=_cmd_create)
 
     p = sub.add_parser("cat", help="print records")
@@ -765,16 +817,19 @@ def _parser() -> argparse.ArgumentParser:
         a = actions.add_parser(action, help=what)
         a.add_argument("dir")
         a.add_argument("name")
+        a.add_argument("--json", action="store_true")
         at = a.add_mutually_exclusive_group()
         at.add_argument("--to", "--from", dest="start", type=_parse_start, default="earliest", metavar="LSN")
         at.add_argument("--since", type=_parse_time, metavar="TIME", help="RFC 3339 or epoch seconds")
     a = actions.add_parser("remove", help="delete a subscriber")
     a.add_argument("dir")
     a.add_argument("name")
+    a.add_argument("--json", action="store_true")
     a = actions.add_parser("copy", help="create TARGET at the position of NAME")
     a.add_argument("dir")
     a.add_argument("name")
     a.add_argument("target")
+    a.add_argument("--json", action="store_true")
     p.set_defaults(func=_cmd_subscriber)
 
     p = sub.add_parser("retention", help="show the retention policy and what it would remove; --apply, --set")
@@ -795,6 +850,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="show what would be removed (the default)")
     p.add_argument("--set", action="store_true", help="store the policy for every writer to apply")
     p.add_argument("--clear", action="store_true", help="remove the stored policy")
+    p.add_argument("--json", action="store_true", help="one JSON object: the policy and what it removes")
     p.set_defaults(func=_cmd_retention)
 
     p = sub.add_parser("meta", help="the settings the log was created with")
@@ -829,6 +885,7 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("file")
     a.add_argument("count", type=int)
     a.add_argument("--seed", type=int)
+    a.add_argument("--json", action="store_true", help="the changed offsets as JSON")
     a = actions.add_parser("repair", help="roll FILE back to its last checkpoint if a change was cut short")
     a.add_argument("file")
     a.add_argument(
@@ -836,6 +893,7 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="restore what a damaged undo log holds even though it cannot give back the checkpoint whole",
     )
+    a.add_argument("--json", action="store_true", help="what was restored, as JSON")
     p.set_defaults(func=_cmd_ckpt)
 
     p = sub.add_parser("torture", help="torture tools for every store: corrupt (the corruption sweep)")

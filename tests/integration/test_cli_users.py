@@ -6,11 +6,13 @@ have; a command that finds the writer lock held says so at once on stderr and gi
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import logspool
 from tests.conftest import run_cli
@@ -159,3 +161,62 @@ def test_cat_subscriber_killed_while_following_prints_again_never_skips(tmp_path
     assert run_cli("append", log, "30", "31").returncode == 0
     again = run_cli("cat", log, "--subscriber", "s").stdout.split()
     assert again and int(again[0]) <= 30 and again == [str(n).encode() for n in range(int(again[0]), 32)]
+
+
+def _commands(
+    parser: argparse.ArgumentParser, prefix: tuple[str, ...] = ()
+) -> dict[str, argparse.ArgumentParser]:
+    """Every runnable command of the CLI's parser, by its words ("subscriber add")."""
+    found: dict[str, argparse.ArgumentParser] = {}
+    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    if not subs:
+        return {" ".join(prefix): parser}
+    for name, child in subs[0].choices.items():
+        found.update(_commands(child, (*prefix, name)))
+    return found
+
+
+def test_every_command_that_prints_a_result_has_json() -> None:
+    """Issue 29: --json on every command that prints. Exempt: what prints no result of its own
+    (serve, forward's single JSON line, the live monitor, the demo, pound and pummel loops)."""
+    from logspool import cli
+
+    exempt = {"serve", "forward", "monitor", "demo", "ckpt pound", "ckpt pummel"}
+    missing = [
+        words
+        for words, parser in _commands(cli._parser()).items()
+        if words not in exempt and not any("--json" in a.option_strings for a in parser._actions)
+    ]
+    assert missing == []
+
+
+def test_json_of_subscriber_retention_create_and_ckpt_commands(tmp_path: Path) -> None:
+    log = str(tmp_path / "log")
+
+    def js(*argv: str) -> Any:
+        done = run_cli(*argv, "--json")
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
+
+    made = js("create", log, "--segment-size", "4K")
+    assert made["segment_size_max"] == 4096 and made["path"] == log
+    for _ in range(3):  # a batch is whole in one segment: three batches, three segments
+        assert run_cli("append", log, stdin=b"x" * 100 + b"\n" * 100).returncode == 0
+    assert js("subscriber", "add", log, "a", "--from", "3") == {"name": "a", "lsn": 3}
+    assert js("subscriber", "rewind", log, "a", "--to", "5") == {"name": "a", "lsn": 5}
+    assert js("subscriber", "copy", log, "a", "b") == {"name": "b", "lsn": 5, "copied_from": "a"}
+    assert js("subscriber", "remove", log, "b") == {"name": "b", "removed": True}
+    shown = js("retention", log, "--consumed")
+    assert shown["dry_run"] is True and shown["source"] == "given" and shown["size_freed"] == 0
+    assert shown["removed"] == [] and shown["policy"]["consumed"] is True
+    assert js("retention", log)["policy"] is None
+    assert js("retention", log, "--max-size", "4K", "--set")["stored"] is True
+    would = js("retention", log)
+    assert would["source"] == "stored" and would["removed"] and would["dry_run"] is True
+    assert len(js("info", log)["segments"]) > 1  # --json showed, did not remove
+
+    ckpt = str(tmp_path / "file")
+    done = run_cli("ckpt", "pound", ckpt, "--rounds", "1", "--size", "8K")
+    assert done.returncode == 0, done.stderr
+    assert js("ckpt", "repair", ckpt) == {"file": ckpt, "rolled_back": False}
+    assert len(js("ckpt", "corrupt", ckpt, "3", "--seed", "1")["offsets"]) == 3
