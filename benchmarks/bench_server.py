@@ -65,7 +65,7 @@ def _worker(address: str, op: str, n: int, threads: int, out: Any) -> None:
                 k.set(key, VALUE)
             else:
                 got = k.get(f"k-{i % 1000}")
-                assert got is not None and got.value == VALUE
+                assert got == VALUE
 
     ts = [threading.Thread(target=run, args=(t,)) for t in range(threads)]
     for t in ts:

@@ -20,7 +20,7 @@ import queue
 import socket
 import ssl
 import threading
-from collections.abc import Awaitable, Callable, Iterable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from typing import Any
 
 from . import errors
@@ -87,8 +87,39 @@ def _job(found: dict[str, Any]) -> Job:
     return Job(**found)
 
 
+def _found(default: object) -> Post:
+    """The post of a kv.GET for ``get``: the value, or ``default`` if the key holds none."""
+    return lambda b: default if b.get("value") is None else b["value"]["value"]
+
+
+def _must(path: str, key: str) -> Post:
+    """The post of a kv.GET for ``store[key]``: the value, or KeyNotFoundError."""
+
+    def post(b: dict[str, Any]) -> Any:
+        if b.get("value") is None:
+            raise errors.KeyNotFoundError(path, key)
+        return b["value"]["value"]
+
+    return post
+
+
 class RemoteKV(_Remote):
-    """A key-value store on the server (see ``logspool.kv.Store``)."""
+    """A key-value store on the server (see ``logspool.kv.Store``): the same calls, one round
+    trip each. ``get(key, default)`` gives the value and ``entry(key)`` the value with its
+    metadata, as the Store's do. Of the Store's MutableMapping, the calls a round trip each
+    suits: ``k[key]``, ``k[key] = v``, ``del k[key]``, ``key in k``, and iteration (``iter(k)``,
+    ``keys()``, ``items()``, ``values()``) in key order, a ``kv.RANGE`` page at a time (1,000
+    keys, or 4 MiB of keys and values). No ``len``: it would read every key over the network.
+    The async client's store (``AsyncRemoteKV``) has the coroutine forms.
+    """
+
+    ITER_PAGE_COUNT = 1000
+    ITER_PAGE_BYTES_MAX = 4 * 1024 * 1024
+
+    @property
+    def _path(self) -> str:
+        """How errors raised here name the store: the daemon's address and the store's name."""
+        return f"{self._client.address}/{self.name}"
 
     def set(self, key: str, value: Any, *, overwrite: bool = True, ttl: float | None = None,
             expire_at: float | None = None, touch: float | None = None, persist: bool = True,
@@ -96,8 +127,55 @@ class RemoteKV(_Remote):
         return self._call(p.KV_SET, lambda b: b["ok"], key=key, value=value, overwrite=overwrite, ttl=ttl,
                           expire_at=expire_at, touch=touch, persist=persist, ts=ts, owner=owner)  # fmt: skip
 
-    def get(self, key: str, *, data: bool = True, touch: bool = True) -> Any:
+    def get(self, key: str, default: Any = None) -> Any:
+        """``key``'s value, or ``default`` if it holds none; a read, so it touches (as
+        ``Store.get``)."""
+        return self._call(p.KV_GET, _found(default), key=key)
+
+    def entry(self, key: str, *, data: bool = True, touch: bool = True) -> Any:
+        """``key``'s value with its metadata, a ``kv.Value`` (or None), as ``Store.entry``."""
         return self._call(p.KV_GET, _value, key=key, data=data, touch=touch)
+
+    def __getitem__(self, key: str) -> Any:
+        return self._call(p.KV_GET, _must(self._path, key), key=key)
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self.set(key, value)
+
+    def __delitem__(self, key: str) -> None:
+        if not self.delete(key):
+            raise errors.KeyNotFoundError(self._path, key)
+
+    def __contains__(self, key: object) -> bool:
+        """A probe (no value bytes, no touch). False for anything that cannot be a key."""
+        if not isinstance(key, str) or not key:
+            return False
+        return bool(
+            self._call(p.KV_GET, lambda b: b.get("value") is not None, key=key, data=False, touch=False)
+        )
+
+    def __iter__(self) -> Iterator[str]:
+        return (v.key for v in self._walk(data=False))
+
+    def keys(self) -> Iterator[str]:
+        return iter(self)
+
+    def items(self) -> Iterator[tuple[str, Any]]:
+        return ((v.key, v.value) for v in self._walk(data=True))
+
+    def values(self) -> Iterator[Any]:
+        return (v.value for v in self._walk(data=True))
+
+    def _walk(self, *, data: bool) -> Iterator[Value]:
+        cursor = None
+        for _ in range(1 << 40):  # bounded: each turn reads a page or ends
+            page = self.range(limit=self.ITER_PAGE_COUNT, cursor=cursor, data=data,
+                              bytes_max=self.ITER_PAGE_BYTES_MAX)  # fmt: skip
+            yield from page
+            if page.cursor is None:
+                return
+            cursor = page.cursor
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def delete(self, key: str, *, ts: float | None = None, owner: str | None = None) -> Any:
         return self._call(p.KV_DELETE, lambda b: b["ok"], key=key, ts=ts, owner=owner)
@@ -124,17 +202,66 @@ class RemoteKV(_Remote):
         )
 
     def range(self, start: str = "", end: str | None = None, *, limit: int = 100, cursor: str | None = None,
-              data: bool = True) -> Any:  # fmt: skip
-        return self._call(p.KV_RANGE, _page, start=start, end=end, limit=limit, cursor=cursor, data=data)
+              data: bool = True, bytes_max: int | None = None) -> Any:  # fmt: skip
+        return self._call(p.KV_RANGE, _page, start=start, end=end, limit=limit, cursor=cursor, data=data,
+                          bytes_max=bytes_max)  # fmt: skip
 
     def match(self, pattern: str, *, limit: int = 100, timeout: float = 0.1, cursor: str | None = None,
-              data: bool = True) -> Any:  # fmt: skip
-        return self._call(
-            p.KV_MATCH, _page, pattern=pattern, limit=limit, timeout=timeout, cursor=cursor, data=data
-        )
+              data: bool = True, bytes_max: int | None = None) -> Any:  # fmt: skip
+        return self._call(p.KV_MATCH, _page, pattern=pattern, limit=limit, timeout=timeout, cursor=cursor,
+                          data=data, bytes_max=bytes_max)  # fmt: skip
 
     def stats(self) -> Any:
         return self._call(p.KV_STATS, lambda b: KVStats(**b))
+
+
+class AsyncRemoteKV(RemoteKV):
+    """The async client's key-value store: ``await k.get(key)``, ``await k.entry(key)`` and the
+    rest as coroutines, and ``async for key in k``, ``k.keys()``, ``k.items()``, ``k.values()``
+    as async iterators over ``kv.RANGE`` pages. ``k[key]``, ``k[key] = v``, ``del k[key]`` and
+    ``key in k`` cannot wait for a reply: they raise TypeError naming the coroutine to use."""
+
+    def __getitem__(self, key: str) -> Any:
+        raise TypeError("an async client's store has no k[key]: use await k.get(key) or k.entry(key)")
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        raise TypeError("an async client's store has no k[key] = value: use await k.set(key, value)")
+
+    def __delitem__(self, key: str) -> None:
+        raise TypeError("an async client's store has no del k[key]: use await k.delete(key)")
+
+    def __contains__(self, key: object) -> bool:
+        raise TypeError("an async client's store has no 'key in k': use await k.entry(key, data=False)")
+
+    def __iter__(self) -> Iterator[str]:
+        raise TypeError("an async client's store iterates with 'async for'")
+
+    def __aiter__(self) -> AsyncIterator[str]:
+        return self.keys()
+
+    async def keys(self) -> AsyncIterator[str]:  # type: ignore[override]
+        async for v in self._walk_async(data=False):
+            yield v.key
+
+    async def items(self) -> AsyncIterator[tuple[str, Any]]:  # type: ignore[override]
+        async for v in self._walk_async(data=True):
+            yield v.key, v.value
+
+    async def values(self) -> AsyncIterator[Any]:  # type: ignore[override]
+        async for v in self._walk_async(data=True):
+            yield v.value
+
+    async def _walk_async(self, *, data: bool) -> AsyncIterator[Value]:
+        cursor = None
+        for _ in range(1 << 40):  # bounded: each turn reads a page or ends
+            page = await self.range(limit=self.ITER_PAGE_COUNT, cursor=cursor, data=data,
+                                    bytes_max=self.ITER_PAGE_BYTES_MAX)  # fmt: skip
+            for v in page:
+                yield v
+            if page.cursor is None:
+                return
+            cursor = page.cursor
+        raise AssertionError("unreachable")  # pragma: no cover
 
 
 class RemoteJournal(_Remote):
@@ -576,6 +703,9 @@ class AsyncClient(_Named):
 
         return run()
 
+    def kv(self, name: str) -> AsyncRemoteKV:
+        return AsyncRemoteKV(self, name)
+
     async def ping(self) -> float:
         return float(await self._request(p.PING, {}, lambda b: b["time"]))
 
@@ -599,9 +729,9 @@ class AsyncClient(_Named):
 
 
 async def connect_async(address: str, **options: Any) -> AsyncClient:
-    """Connect with asyncio: ``c = await connect_async("127.0.0.1:7070")``; ``await c.kv("k").get(...)``."""
+    """Connect with asyncio: ``c = await connect_async("127.0.0.1:7070")``; ``await c.kv("k").get(key)``."""
     return await AsyncClient(address, **options)._open()
 
 
-__all__ = ["AsyncClient", "Client", "Record", "RemoteJournal", "RemoteKV", "RemoteLog", "Subscription",
-           "connect", "connect_async"]  # fmt: skip
+__all__ = ["AsyncClient", "AsyncRemoteKV", "Client", "Record", "RemoteJournal", "RemoteKV", "RemoteLog",
+           "Subscription", "connect", "connect_async"]  # fmt: skip

@@ -13,7 +13,7 @@ from logspool.server import _protocol as p
 
 SIZE_MAX = 1 << 16
 
-leaves = (
+leaves: st.SearchStrategy[Any] = (
     st.none()
     | st.booleans()
     | st.integers(-(2**63), 2**63 - 1)

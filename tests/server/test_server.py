@@ -38,14 +38,14 @@ from tests.server.conftest import Running
 def test_every_kv_command_over_the_wire(running: Running) -> None:
     with client.connect(running.address) as c:
         k = c.kv("cfg")
-        assert k.set("i", 1) and k.add("i", 41) == 42 and k.get("i").value == 42
+        assert k.set("i", 1) and k.add("i", 41) == 42 and k.get("i") == 42
         assert k.set("f", 1.5) and k.add("f", 1) == 2.5
         assert k.set("b", True) and k.flip("b") is False
-        assert k.set("raw", b"abcdef") and k.truncate("raw", 2) == 2 and k.get("raw").value == b"ab"
-        assert k.set("v", None) and k.get("v").type == "void"
+        assert k.set("raw", b"abcdef") and k.truncate("raw", 2) == 2 and k.get("raw") == b"ab"
+        assert k.set("v", None) and k.entry("v").type == "void"
         assert not k.set("i", 0, overwrite=False)
         assert not k.set("i", 0, ts=1.0)  # last writer wins
-        probe = k.get("raw", data=False)
+        probe = k.entry("raw", data=False)
         assert probe.value is None and probe.size == 2 and probe.type == "bytes"
         with pytest.raises(ValueTypeError):
             k.flip("i")
@@ -78,6 +78,50 @@ def test_every_kv_command_over_the_wire(running: Running) -> None:
         assert s["r05"] == 5
 
 
+def test_the_remote_store_reads_as_the_embedded_one_get_entry_and_mapping_calls(running: Running) -> None:
+    with client.connect(running.address) as c:
+        k = c.kv("map")
+        k.set("void", None)
+        assert k.get("missing") is None and k.get("missing", 5) == 5 and k.get("void", 5) is None
+        assert k.entry("missing") is None and k.entry("void").type == "void"
+        k["b"] = b"\x00raw"
+        k["a"] = 1
+        k["\u00e9"] = "text"
+        assert k["a"] == 1 and k["b"] == b"\x00raw" and k.get("\u00e9") == "text"
+        with pytest.raises(KeyError) as err:
+            k["missing"]
+        assert str(err.value) == f"{running.address}/map: no key 'missing'"
+        with pytest.raises(KeyError):
+            del k["missing"]
+        del k["void"]
+        assert "a" in k and "void" not in k and 5 not in k and "" not in k
+        k.ITER_PAGE_COUNT = 2  # pages of two keys: four round trips for four keys
+        for n in range(1, 3):
+            k[f"n{n}"] = n
+        order = ["a", "b", "n1", "n2", "\u00e9"]  # UTF-8 byte order
+        assert list(k) == order and list(k.keys()) == order
+        assert list(k.items()) == [("a", 1), ("b", b"\x00raw"), ("n1", 1), ("n2", 2), ("\u00e9", "text")]
+        assert list(k.values()) == [1, b"\x00raw", 1, 2, "text"]
+    with kv.open(running.server.data + "/kv/map") as s:
+        assert dict(s) == {"a": 1, "b": b"\x00raw", "n1": 1, "n2": 2, "\u00e9": "text"}
+
+
+def test_a_page_of_large_values_stays_within_a_frame(running: Running) -> None:
+    """The daemon bounds a kv.RANGE or kv.MATCH reply to 8 MiB of keys and values (or one value),
+    whatever ``limit`` asks: three 5 MiB values come a page each, not in one 15 MiB frame."""
+    big = {f"big{i}": bytes([65 + i]) * (5 * 1024 * 1024) for i in range(3)}
+    with client.connect(running.address) as c:
+        k = c.kv("large")
+        for key, value in big.items():
+            k[key] = value
+        page = k.range(limit=100)
+        assert [v.key for v in page] == ["big0"] and page.cursor == "big0"
+        found = k.match("big", limit=100, bytes_max=11 * 1024 * 1024)  # (the daemon's bound is lower)
+        assert [v.key for v in found] == ["big0"] and found.cursor == "big0"
+        assert dict(k.items()) == big
+        assert [v.key for v in k.range(limit=100, data=False)] == list(big)  # probes: keys only
+
+
 def test_ttl_touch_and_memory_only_values_over_the_wire(running: Running) -> None:
     with client.connect(running.address) as c:
         k = c.kv("cache")
@@ -88,7 +132,7 @@ def test_ttl_touch_and_memory_only_values_over_the_wire(running: Running) -> Non
             time.sleep(0.2)
             assert k.get("kept") is not None
         assert k.get("gone") is None
-        assert k.get("mem").value == "volatile" and k.get("mem").persist is False
+        assert k.get("mem") == "volatile" and k.entry("mem").persist is False
         time.sleep(0.8)
         assert k.get("kept") is None
 
@@ -174,7 +218,8 @@ def test_watch_tells_of_a_change_by_any_process(running: Running) -> None:
         event = watch.next(5)
         assert event is not None and event["key"] == "flag" and event["version"] > 0
         c.kv("cfg").set("other", 1)
-        assert watch.next(5)["key"] == "other"
+        event = watch.next(5)
+        assert event is not None and event["key"] == "other"
         watch.close()
 
 
@@ -193,7 +238,7 @@ def test_pipelined_requests_are_all_answered_by_id(running: Running) -> None:
             try:
                 for i in range(50):
                     assert c.kv("pipe").set(f"t{n}-{i}", i)
-                    assert c.kv("pipe").get(f"t{n}-{i}").value == i
+                    assert c.kv("pipe").get(f"t{n}-{i}") == i
             except BaseException as err:
                 errors.append(err)
 
@@ -211,7 +256,15 @@ def test_the_async_client_pipelines_with_gather(running: Running) -> None:
         async with c:
             k = c.kv("async")
             results = await asyncio.gather(*(k.add("n") for _ in range(100)))
-            assert (await k.get("n")).value == 100
+            assert await k.get("n") == 100 and (await k.entry("n")).version > 0
+            assert await k.get("missing", "dflt") == "dflt"
+            await k.set("m", b"x")
+            assert [key async for key in k] == ["m", "n"] and [x async for x in k.keys()] == ["m", "n"]  # noqa: SIM118
+            assert [x async for x in k.items()] == [("m", b"x"), ("n", 100)]
+            assert [x async for x in k.values()] == [b"x", 100]
+            for sync_only in (lambda: k["n"], lambda: "n" in k, lambda: list(k)):
+                with pytest.raises(TypeError, match="async"):
+                    sync_only()
             job_id = await c.jobs("aj").put("key", b"x")
             assert [j.id for j in await c.jobs("aj").get("key")] == [job_id]
             return sorted(results)
@@ -250,7 +303,7 @@ def test_tls(tmp_path: Path) -> None:
     try:
         client_ctx = ssl.create_default_context(cafile=str(cert))
         with client.connect(r.address, ssl_context=client_ctx) as c:
-            assert c.kv("k").set("a", b"secret") and c.kv("k").get("a").value == b"secret"
+            assert c.kv("k").set("a", b"secret") and c.kv("k").get("a") == b"secret"
         with pytest.raises((ssl.SSLError, OSError, RemoteError)):  # a plain client gets nowhere
             client.connect(r.address, timeout=2)
     finally:
@@ -347,7 +400,7 @@ def test_the_server_survives_a_client_that_vanishes_mid_request(running: Running
     with client.connect(running.address) as c:
         assert c.kv("k").get("x") is None and c.ping() > 0
     assert logspool.__version__
-    assert jobs.Job
+    assert jobs.Job is not None
 
 
 def test_prometheus_metrics(running: Running) -> None:

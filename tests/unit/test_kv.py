@@ -154,6 +154,7 @@ def test_iteration_reads_a_page_at_a_time_and_changes_never_break_it(
 
     monkeypatch.setattr(store, "range", counted)
     monkeypatch.setattr(store, "ITER_PAGE_COUNT", 4)
+    monkeypatch.setattr(store, "ITER_PAGE_BYTES_MAX", 3 * (3 + 8))  # pages of 3 integers and keys
     clock.advance(100)  # k00, k05... expire: never listed
     assert list(store) == [f"k{i:02d}" for i in range(25) if i % 5] + ["session"]
     assert len(pages) == 6 and max(pages) == 4
@@ -167,7 +168,9 @@ def test_iteration_reads_a_page_at_a_time_and_changes_never_break_it(
     assert "k12" not in seen and seen[-2:] == ["k99", "session"] and "k00" not in seen
     before = meta(store, "session", touch=False).expire_at
     clock.advance(30)
+    pages.clear()
     assert dict(store.items())["session"] == "x" and list(store.values())[-1] == "x"
+    assert pages == [3, 3, 3, 3, 3, 3, 3, 1] * 2  # 21 integers of 8 bytes and "session", twice
     assert meta(store, "session", touch=False).expire_at == before  # ranges do not touch
 
 
@@ -319,6 +322,26 @@ def test_ranges_page_with_a_cursor_in_key_order(store: kv.Store) -> None:
     assert [(v.key, v.value, v.size) for v in probe] == [("a", None, 1)]
     with pytest.raises(ValueError, match="limit"):
         store.range(limit=0)
+
+
+def test_a_page_holds_at_most_bytes_max_of_values_or_one_value(store: kv.Store) -> None:
+    for i in range(6):
+        store.set(f"v{i}", b"x" * (3000 if i != 3 else 9000))
+    sizes, cursor = [], None
+    for _ in range(10):
+        page = store.range("v", "w", limit=100, cursor=cursor, bytes_max=7004)
+        sizes.append([v.size for v in page])
+        cursor = page.cursor
+        if cursor is None:
+            break
+    assert sizes == [[3000, 3000], [3000], [9000], [3000, 3000]]  # v3 alone: over the bound itself
+    assert len(store.range("v", "w", bytes_max=4, data=False)) == 2  # a probe: keys count
+    found = store.match(r"^v[0-4]$", bytes_max=7004)
+    assert [v.key for v in found] == ["v0", "v1"] and found.cursor == "v1"
+    found = store.match(r"^v[0-4]$", bytes_max=7004, cursor=found.cursor)
+    assert [v.key for v in found] == ["v2"] and found.cursor == "v2"
+    with pytest.raises(ValueError, match="bytes_max"):
+        store.range(bytes_max=0)
 
 
 def test_match_is_bounded_by_limit_and_continues_with_a_cursor(store: kv.Store) -> None:

@@ -209,6 +209,20 @@ def _size_text(size: int) -> str:
     return f"{size} bytes"
 
 
+def _bytes_max(value: object) -> int:
+    """The bound on the bytes of keys and values a page holds."""
+    if value is None:
+        return 1 << 62
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"bytes_max must be a number of bytes >= 1 or None, not {value!r}")
+    return value
+
+
+def _held(entry: Entry, data: bool) -> int:
+    """What a value counts against a page's ``bytes_max``: its key's bytes, and its own."""
+    return len(entry.key.encode("utf-8")) + (entry.size if data else 0)
+
+
 def _limit(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= limits.KV_QUERY_LIMIT_MAX:
         raise ValueError(f"limit must be an integer from 1 to {limits.KV_QUERY_LIMIT_MAX}, not {value!r}")
@@ -764,15 +778,17 @@ class Store(FoldedStore[State, ops.Op], MutableMapping[str, ops.Value]):
     # ``store[key]`` reads as ``get`` (and touches); ``store[key] = v`` is ``set``; ``del`` is
     # ``delete`` (KeyError if there was no value); ``in`` is a probe that does not touch.
     # Iteration (``iter``, ``keys``, ``items``, ``values``) walks the keys in UTF-8 byte order a
-    # page of ``ITER_PAGE_COUNT`` at a time through ``range``, so a large store is never read at
-    # once (and, as ranges, without touching). Like a database cursor and unlike a dict, it never
-    # raises for changes made while it runs (by this or any process): each page is read as the
-    # store is then, so a change behind the cursor is not seen and one ahead of it is.
+    # page of ``ITER_PAGE_COUNT`` keys (or ``ITER_PAGE_BYTES_MAX`` bytes of them) at a time
+    # through ``range``, so a large store is never read at once (and, as ranges, without
+    # touching). Like a database cursor and unlike a dict, it never raises for changes made while
+    # it runs (by this or any process): each page is read as the store is then, so a change
+    # behind the cursor is not seen and one ahead of it is.
     # ``pop``, ``popitem`` and ``setdefault`` are each one decision under the writer lock (atomic
     # for every process); ``update`` and ``clear`` set or delete a key at a time, each durable on
     # its own. Two handles are equal only if they are the same object: a Mapping's ``==`` would
     # read both stores whole (compare ``dict(a) == dict(b)`` for that).
     ITER_PAGE_COUNT = 1000  # keys a page of iteration reads under the mutex
+    ITER_PAGE_BYTES_MAX = 4 * 1024 * 1024  # and bytes of keys and values (at least one value)
 
     def __getitem__(self, key: str) -> ops.Value:
         found = self.entry(key)
@@ -810,7 +826,14 @@ class Store(FoldedStore[State, ops.Op], MutableMapping[str, ops.Value]):
         """Every value in key order, a page at a time (see the section's comment)."""
         cursor = None
         for _ in range(1 << 40):  # bounded: each turn reads a page or ends
-            page = self.range("", None, limit=self.ITER_PAGE_COUNT, cursor=cursor, data=data)
+            page = self.range(
+                "",
+                None,
+                limit=self.ITER_PAGE_COUNT,
+                cursor=cursor,
+                data=data,
+                bytes_max=self.ITER_PAGE_BYTES_MAX,
+            )
             yield from page
             if page.cursor is None:
                 return
@@ -886,17 +909,21 @@ class Store(FoldedStore[State, ops.Op], MutableMapping[str, ops.Value]):
         limit: int = 100,
         cursor: str | None = None,
         data: bool = True,
+        bytes_max: int | None = None,
     ) -> Page:
         """The values of the keys from ``start`` (included) to ``end`` (excluded; None: to the
         last key), in key order (Unicode code points, which is UTF-8 byte order), at most
-        ``limit`` of them. ``cursor`` (a page's) continues after the last key of that page.
-        ``data=False`` probes. Ranges do not extend touch TTLs."""
+        ``limit`` of them, and with ``bytes_max`` only as many as hold at most that many bytes
+        of keys and values (UTF-8; or one value). ``cursor`` (a page's) continues after the last
+        key of that page. ``data=False`` probes. Ranges do not extend touch TTLs."""
         _text(start, "start", empty=True)
         if end is not None:
             _text(end, "end", empty=True)
         if cursor is not None:
             _text(cursor, "cursor", empty=True)
         count = _limit(limit)
+        size_max = _bytes_max(bytes_max)
+        size = 0
         with self._mutex:
             now = self._clock()
             state = self._current()
@@ -906,12 +933,16 @@ class Store(FoldedStore[State, ops.Op], MutableMapping[str, ops.Value]):
             order = state.order
             while i < len(order) and len(items) < count:
                 key = order[i]
-                i += 1
                 if end is not None and key >= end:
                     return Page(items, None)
                 entry = state.live(key, now)
                 if entry is not None:
+                    held = _held(entry, data)
+                    if items and size + held > size_max:
+                        break  # it starts the next page
                     items.append(self._value(entry, now, data))
+                    size += held
+                i += 1
             more = i < len(order) and (end is None or order[i] < end)
             return Page(items, items[-1].key if more and items else None)
 
@@ -923,11 +954,12 @@ class Store(FoldedStore[State, ops.Op], MutableMapping[str, ops.Value]):
         timeout: float = limits.KV_MATCH_TIMEOUT_S_DEFAULT,
         cursor: str | None = None,
         data: bool = True,
+        bytes_max: int | None = None,
     ) -> Page:
         """The values of keys in which the regular expression ``pattern`` matches (``re.search``:
-        anchor with ``^`` and ``$``), in key order, at most ``limit`` of them, looking for at most
-        ``timeout`` seconds: a page with a ``cursor`` continues where it stopped. The time is
-        checked between keys (one key is at most 4 KiB)."""
+        anchor with ``^`` and ``$``), in key order, at most ``limit`` of them (and ``bytes_max``
+        as ``range``), looking for at most ``timeout`` seconds: a page with a ``cursor``
+        continues where it stopped. The time is checked between keys (one key is at most 4 KiB)."""
         _text(pattern, "pattern", size_max=limits.KV_KEY_SIZE_MAX)
         try:
             regex = re.compile(pattern)
@@ -937,6 +969,8 @@ class Store(FoldedStore[State, ops.Op], MutableMapping[str, ops.Value]):
         budget = _seconds(timeout, "timeout")
         if cursor is not None:
             _text(cursor, "cursor", empty=True)
+        size_max = _bytes_max(bytes_max)
+        size = 0
         deadline = time.monotonic() + budget
         with self._mutex:
             now = self._clock()
@@ -949,12 +983,16 @@ class Store(FoldedStore[State, ops.Op], MutableMapping[str, ops.Value]):
                 if len(items) >= count or time.monotonic() > deadline:
                     return Page(items, last)
                 key = order[i]
-                i += 1
-                last = key
                 if regex.search(key):
                     entry = state.live(key, now)
                     if entry is not None:
+                        held = _held(entry, data)
+                        if items and size + held > size_max:
+                            return Page(items, last)  # it starts the next page
                         items.append(self._value(entry, now, data))
+                        size += held
+                i += 1
+                last = key
             return Page(items, None)
 
     def __len__(self) -> int:

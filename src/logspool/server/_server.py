@@ -42,6 +42,9 @@ _logger = logging.getLogger("logspool.server")
 
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 READ_LIMIT_MAX = 10_000
+# The keys and values of a kv.RANGE or kv.MATCH reply (or one value, at most 15 MiB): a page of
+# large values stays within a frame, whatever ``limit`` the request gives.
+KV_PAGE_BYTES_MAX = 8 * 1024 * 1024
 WAIT_S_MAX = 60.0
 KINDS = ("logs", "jobs", "kv")
 
@@ -90,6 +93,11 @@ def _need(body: dict[str, Any], key: str, kind: type | tuple[type, ...]) -> Any:
     if body.get(key) is None:
         raise ValueError(f"field {key!r} is missing")
     return _get(body, key, kind)
+
+
+def _page_bytes_max(body: dict[str, Any]) -> int:
+    requested: int = _get(body, "bytes_max", int, KV_PAGE_BYTES_MAX)
+    return min(requested, KV_PAGE_BYTES_MAX)
 
 
 def value_to_wire(v: kv.Value) -> dict[str, Any]:
@@ -387,14 +395,14 @@ class Server:
         def kv_range(b: dict[str, Any]) -> dict[str, Any]:
             return kv_page(s.kv(b).range(
                 _get(b, "start", str, ""), _get(b, "end", str), limit=_get(b, "limit", int, 100),
-                cursor=_get(b, "cursor", str), data=_get(b, "data", bool, True),
+                cursor=_get(b, "cursor", str), data=_get(b, "data", bool, True), bytes_max=_page_bytes_max(b),
             ))  # fmt: skip
 
         def kv_match(b: dict[str, Any]) -> dict[str, Any]:
             return kv_page(s.kv(b).match(
                 _need(b, "pattern", str), limit=_get(b, "limit", int, 100),
                 timeout=min(_get(b, "timeout", num, 0.1), 1.0), cursor=_get(b, "cursor", str),
-                data=_get(b, "data", bool, True),
+                data=_get(b, "data", bool, True), bytes_max=_page_bytes_max(b),
             ))  # fmt: skip
 
         def log_read(b: dict[str, Any]) -> dict[str, Any]:
