@@ -319,3 +319,83 @@ def test_protocol_vectors() -> None:
             p.encode_frame(frame.kind, frame.command, frame.request_id, frame.body, frame.flags)
             == found[name]
         )
+
+
+GOLDEN = Path(__file__).parent
+
+
+def test_golden_two_slot_checkpoints_read_and_a_commit_writes_the_other_slot(tmp_path: Path) -> None:
+    """cp-v2: subscriber checkpoints as every writer writes them today (version 2, two slots)."""
+    names = {"billing": 9, "s" * 600: 7}
+    report = logspool.verify(GOLDEN / "cp-v2")
+    assert report.ok and report.problems == [] and report.subscribers == 2
+    with logspool.open(GOLDEN / "cp-v2", readonly=True) as log:
+        assert {s.name: s.lsn for s in log.subscribers()} == names
+        assert [r.payload for r in log.read()] == [b"cp-v2-%02d " % i * 8 for i in range(12)]
+        assert log.retention == logspool.Retention(consumed=True, age_max_s=86400.0)
+    slots = {}
+    for name in names:
+        raw = (GOLDEN / "cp-v2" / fmt.checkpoint_name(name)).read_bytes()
+        assert len(raw) == 2 * fmt.checkpoint_slot_size(name)
+        slots[name] = [(cp.generation, cp.lsn) if cp else None for cp in fmt.checkpoint_slots(raw, name)]
+    assert slots == {"billing": [(3, 9), (2, 5)], "s" * 600: [(1, 0), (2, 7)]}
+    work = tmp_path / "cp"
+    shutil.copytree(GOLDEN / "cp-v2", work)
+    with logspool.open(work) as log:
+        sub = log.subscribe("billing")
+        assert sub.next(timeout=0) is not None
+        sub.commit()  # generation 4, into the slot that does not hold the newest (slot 1)
+        sub.close()
+    raw = (work / fmt.checkpoint_name("billing")).read_bytes()
+    assert [(cp.generation, cp.lsn) if cp else None for cp in fmt.checkpoint_slots(raw, "x")] == [
+        (3, 9),
+        (4, 10),
+    ]
+
+
+def test_golden_job_journal_v4_opens_with_its_jobs(tmp_path: Path) -> None:
+    """jobs-v4: a format-4 journal (every op a writer of format 4 writes, PUT_MANY included), two
+    snapshots (the newer with pending, leased and dead jobs) and ops after them."""
+    from logspool import jobs
+
+    assert (GOLDEN / "jobs-v4" / "JOURNAL").read_bytes() == b'{"kind": "logspool-jobs", "version": 4}\n'
+    shutil.copytree(GOLDEN / "jobs-v4", tmp_path / "j")
+    with jobs.open(tmp_path / "j", create=False) as j:
+        st = j.stats()
+        assert (st.pending, st.leased, st.dead, st.max_deliveries, st.next_lsn) == (1, 0, 1, 2, 28)
+        assert st.counters == {
+            "put": 8, "updated": 0, "taken": 10, "redelivered": 1, "acked": 3, "nacked": 3,
+            "extended": 1, "expired": 1, "dead": 3, "superseded": 0, "retried": 1, "purged": 1,
+            "cancelled": 1, "released": 1, "ops_ignored": 0,
+        }  # fmt: skip
+        got = [(job.id, job.key, job.payload, job.priority, job.deliveries, job.state) for job in j.jobs()]
+        assert got == [
+            (65537, "https://b.example/1", b"two", 128, 0, "pending"),
+            (1245185, "d:1", b"five", 3, 2, "dead"),
+        ]
+
+
+def test_golden_key_value_store_opens_with_its_values(tmp_path: Path) -> None:
+    """kv-v1: a key-value store: a snapshot (values of every type, a tombstone, a memory-only
+    key, a lock) and every op after it (RENAME, UNLOCK, SET with a TTL, EXPIRE, TOUCH)."""
+    from logspool import kv
+
+    assert (GOLDEN / "kv-v1" / "JOURNAL").read_bytes() == b'{"kind": "logspool-kv", "version": 1}\n'
+    shutil.copytree(GOLDEN / "kv-v1", tmp_path / "k")
+    with kv.open(tmp_path / "k", create=False) as store:
+        items = dict(store.items())
+        items.pop("user:2", None)  # its TTL (60 s after it was made) has passed since
+        assert items == {"b": True, "f": 2.5, "n": 42, "raw": b"\x00\x01\xff", "void": None}
+        state = store._state
+        assert sorted(state.tombstones) == ["gone", "mem", "user:1"] and state.locks == {}
+        assert state.values["user:2"].value == b"hi" and state.next_lsn == 16
+
+
+def test_golden_checkpoint_file_v2_rolls_back(tmp_path: Path) -> None:
+    """ckpt-v2: a version-2 undo log (the checkpoint's CRC in its header) left by a crash
+    mid-transaction: two whole entries, then a torn third whose block never changed."""
+    shutil.copytree(GOLDEN / "ckpt-v2", tmp_path / "c")
+    with logspool.CheckpointFile(tmp_path / "c" / "data") as f:
+        assert f.last_rollback is not None
+        assert (f.last_rollback.entries, f.last_rollback.torn_tail, f.last_rollback.proven) == (2, True, True)
+        assert f.read(0, 2048) == b"version two! " * 157 + b"1234567"
