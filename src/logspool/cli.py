@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from . import _cli_jobs, _cli_server, limits
+from . import _cli_jobs, _cli_kv, _cli_server, limits
 from .errors import LogspoolError
 
 if TYPE_CHECKING:
@@ -912,6 +912,7 @@ def _parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_torture)
 
     _cli_jobs.add_parser(sub)
+    _cli_kv.add_parser(sub)
     _cli_server.add_parser(sub)
 
     p = sub.add_parser("demo", help="writer processes, a tailing reader, a cutover, info")
