@@ -145,14 +145,14 @@ def test_iteration_reads_a_page_at_a_time_and_changes_never_break_it(
         store.set(f"k{i:02d}", i, ttl=100 if i % 5 == 0 else None)
     store.set("session", "x", touch=1000)
     pages: list[int] = []
-    ranged = store.range
+    walk_page = store._walk_page
 
-    def counted(*args: Any, **kwargs: Any) -> kv.Page:
-        page = ranged(*args, **kwargs)
-        pages.append(len(page))
+    def counted(*args: Any) -> Any:
+        page = walk_page(*args)
+        pages.append(len(page[0]))
         return page
 
-    monkeypatch.setattr(store, "range", counted)
+    monkeypatch.setattr(store, "_walk_page", counted)
     monkeypatch.setattr(store, "ITER_PAGE_COUNT", 4)
     monkeypatch.setattr(store, "ITER_PAGE_BYTES_MAX", 3 * (3 + 8))  # pages of 3 integers and keys
     clock.advance(100)  # k00, k05... expire: never listed

@@ -778,8 +778,8 @@ class Store(FoldedStore[State, ops.Op], MutableMapping[str, ops.Value]):
     # ``store[key]`` reads as ``get`` (and touches); ``store[key] = v`` is ``set``; ``del`` is
     # ``delete`` (KeyError if there was no value); ``in`` is a probe that does not touch.
     # Iteration (``iter``, ``keys``, ``items``, ``values``) walks the keys in UTF-8 byte order a
-    # page of ``ITER_PAGE_COUNT`` keys (or ``ITER_PAGE_BYTES_MAX`` bytes of them) at a time
-    # through ``range``, so a large store is never read at once (and, as ranges, without
+    # page of ``ITER_PAGE_COUNT`` keys (or ``ITER_PAGE_BYTES_MAX`` bytes of them) at a time, as
+    # ``range`` pages, so a large store is never read at once (and, as ranges, without
     # touching). Like a database cursor and unlike a dict, it never raises for changes made while
     # it runs (by this or any process): each page is read as the store is then, so a change
     # behind the cursor is not seen and one ahead of it is.
@@ -814,7 +814,7 @@ class Store(FoldedStore[State, ops.Op], MutableMapping[str, ops.Value]):
         return self.entry(key, data=False, touch=False) is not None
 
     def __iter__(self) -> Iterator[str]:
-        return (v.key for v in self._walk(data=False))
+        return (key for key, _ in self._walk(data=False))
 
     def items(self) -> ItemsView[str, ops.Value]:
         return _Items(self)
@@ -822,23 +822,44 @@ class Store(FoldedStore[State, ops.Op], MutableMapping[str, ops.Value]):
     def values(self) -> ValuesView[ops.Value]:
         return _Values(self)
 
-    def _walk(self, *, data: bool) -> Iterator[Value]:
-        """Every value in key order, a page at a time (see the section's comment)."""
+    def _walk(self, *, data: bool) -> Iterator[tuple[str, ops.Value]]:
+        """Every (key, value) in key order, a page at a time (see the section's comment); the
+        values are None unless ``data``."""
         cursor = None
         for _ in range(1 << 40):  # bounded: each turn reads a page or ends
-            page = self.range(
-                "",
-                None,
-                limit=self.ITER_PAGE_COUNT,
-                cursor=cursor,
-                data=data,
-                bytes_max=self.ITER_PAGE_BYTES_MAX,
-            )
+            page, more = self._walk_page(cursor, data)
             yield from page
-            if page.cursor is None:
+            if not more:
                 return
-            cursor = page.cursor
+            cursor = page[-1][0]
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _walk_page(self, cursor: str | None, data: bool) -> tuple[list[tuple[str, ops.Value]], bool]:
+        """The (key, value) pairs after ``cursor``: ``range`` without its ``Value`` objects (10
+        times faster for keys), with the same bounds; and whether more may follow."""
+        with self._mutex:
+            now = self._clock()
+            state = self._current()
+            order = state.order
+            i = 0 if cursor is None else state.keys_from(cursor, True)
+            page: list[tuple[str, ops.Value]] = []
+            size = 0
+            while i < len(order) and len(page) < self.ITER_PAGE_COUNT:
+                key = order[i]
+                entry = state.live(key, now)
+                if entry is not None:
+                    held = _held(entry, data)
+                    if page and size + held > self.ITER_PAGE_BYTES_MAX:
+                        break  # it starts the next page
+                    value = (
+                        ops.decode_value(entry.vtype, self._bytes(entry), f"{self.path}: {key!r}")
+                        if data
+                        else None
+                    )
+                    page.append((key, value))
+                    size += held
+                i += 1
+            return page, i < len(order) and bool(page)
 
     @overload
     def pop(self, key: str) -> ops.Value: ...
@@ -864,9 +885,10 @@ class Store(FoldedStore[State, ops.Op], MutableMapping[str, ops.Value]):
         """Remove and return the first key (in key order) and its value; KeyError if the store is
         empty. Durable on return."""
         for _ in range(1000):  # bounded: each turn lost its key to another process's delete
-            key = next(iter(self), None)
-            if key is None:
+            first = self.range(limit=1, data=False).items
+            if not first:
                 raise KeyNotFoundError(self.path, "(any: the store is empty)")
+            key = first[0].key
             value = self.pop(key, _MISSING)
             if value is not _MISSING:
                 return key, value
@@ -1035,7 +1057,7 @@ class _Items(ItemsView[str, ops.Value]):
     _mapping: Store
 
     def __iter__(self) -> Iterator[tuple[str, ops.Value]]:
-        return ((v.key, v.value) for v in self._mapping._walk(data=True))
+        return self._mapping._walk(data=True)
 
     def __contains__(self, item: object) -> bool:
         if not isinstance(item, tuple) or len(item) != 2 or item[0] not in self._mapping:
@@ -1050,7 +1072,7 @@ class _Values(ValuesView[ops.Value]):
     _mapping: Store
 
     def __iter__(self) -> Iterator[ops.Value]:
-        return (v.value for v in self._mapping._walk(data=True))
+        return (value for _, value in self._mapping._walk(data=True))
 
 
 def open(path: str | os.PathLike[str], **options: object) -> Store:
