@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import logspool
+import logspool.client
 from tests.conftest import run_cli
 
 
@@ -220,3 +221,58 @@ def test_json_of_subscriber_retention_create_and_ckpt_commands(tmp_path: Path) -
     assert done.returncode == 0, done.stderr
     assert js("ckpt", "repair", ckpt) == {"file": ckpt, "rolled_back": False}
     assert len(js("ckpt", "corrupt", ckpt, "3", "--seed", "1")["offsets"]) == 3
+
+
+def test_tail_prints_the_last_records_then_follows(tmp_path: Path) -> None:
+    log = str(tmp_path / "log")
+    assert run_cli("append", log, *[str(n) for n in range(25)]).returncode == 0
+    assert run_cli("tail", log, "-n", "3", "--no-follow").stdout == b"22\n23\n24\n"
+    assert run_cli("tail", log, "-n", "0", "--no-follow").stdout == b""
+    tail = subprocess.Popen(
+        [sys.executable, "-m", "logspool.cli", "tail", log, "-n", "1"], stdout=subprocess.PIPE
+    )
+    assert tail.stdout is not None
+    try:
+        assert tail.stdout.readline() == b"24\n"
+        assert run_cli("append", log, "new").returncode == 0
+        assert tail.stdout.readline() == b"new\n"
+    finally:
+        tail.kill()
+        tail.wait()
+
+
+def test_cat_and_tail_through_the_daemon(tmp_path: Path) -> None:
+    """`--server HOST:PORT`: the same commands read a log a `logspool serve` process serves
+    (DIR is the log's name there), paging, following, --since, --json, -n."""
+    from tests.server.conftest import Daemon
+
+    daemon = Daemon(tmp_path / "data").start()
+    try:
+        server = ("--server", daemon.address)
+        with logspool.client.connect(daemon.address) as client:
+            client.log("events").append_many([f"r{n}".encode() for n in range(3000)])
+        done = run_cli("cat", "events", *server)
+        assert done.returncode == 0 and done.stdout.split() == [f"r{n}".encode() for n in range(3000)]
+        assert run_cli("cat", "events", *server, "--from", "2998").stdout == b"r2998\nr2999\n"
+        assert run_cli("cat", "events", *server, "-n", "2", "--json").stdout.count(b'"lsn"') == 2
+        assert run_cli("cat", "events", *server, "--since", str(time.time() + 60)).stdout == b""
+        assert run_cli("tail", "events", *server, "-n", "2", "--no-follow").stdout == b"r2998\nr2999\n"
+        sub = run_cli("cat", "events", *server, "--subscriber", "s")
+        assert sub.returncode == 1 and b"cannot be used with --server" in sub.stderr
+        follow = subprocess.Popen(
+            [sys.executable, "-m", "logspool.cli", "tail", "events", *server, "-n", "1"],
+            stdout=subprocess.PIPE,
+        )
+        assert follow.stdout is not None
+        try:
+            assert follow.stdout.readline() == b"r2999\n"
+            with logspool.client.connect(daemon.address) as client:
+                client.log("events").append(b"live")
+            assert follow.stdout.readline() == b"live\n"
+        finally:
+            follow.kill()
+            follow.wait()
+    finally:
+        daemon.kill()
+    gone = run_cli("cat", "events", *server)
+    assert gone.returncode == 1 and daemon.address.encode() in gone.stderr
