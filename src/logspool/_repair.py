@@ -83,10 +83,12 @@ def repair(
     dry_run: bool = False,
     lock_timeout_s: float = limits.LOCK_TIMEOUT_S_DEFAULT,
     fs: FileSystem | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> RepairReport:
     """Repair the log at ``path`` (see the module docstring); with ``dry_run``, only report what
     would be done. Raises NotALogError or CorruptionError if the meta file is missing or damaged
-    (its settings cannot be guessed), LockedError if the writer lock is not free in time."""
+    (its settings cannot be guessed), LockedError if the writer lock is not free in time.
+    ``progress(done, total)`` is called as segments are walked (for a progress line)."""
     fs = fs or REAL
     root = os.fspath(path)
     meta_path = os.path.join(root, fmt.META_NAME)
@@ -103,7 +105,7 @@ def repair(
         if not fs.lock(lock_fd, lock_timeout_s):
             raise LockedError(root, lock_timeout_s)
         try:
-            _Repair(root, fs, meta, report).run()
+            _Repair(root, fs, meta, report, progress).run()
         finally:
             fs.unlock(lock_fd)
     finally:
@@ -112,7 +114,15 @@ def repair(
 
 
 class _Repair:
-    def __init__(self, root: str, fs: FileSystem, meta: fmt.Meta, report: RepairReport) -> None:
+    def __init__(
+        self,
+        root: str,
+        fs: FileSystem,
+        meta: fmt.Meta,
+        report: RepairReport,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> None:
+        self.progress = progress
         self.root = root
         self.fs = fs
         self.meta = meta
@@ -168,6 +178,8 @@ class _Repair:
         last_ts = 0
         seen = False  # a segment was walked: a later one starting past its end means a missing one
         for n, base in enumerate(bases):
+            if self.progress is not None:
+                self.progress(n, len(bases))
             newest = n == len(bases) - 1
             if seen and base > expected:
                 self.fill_missing(expected, base, last_ts)

@@ -9,6 +9,7 @@ the next writer cuts): that is reported as a note, not as damage.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from . import _format as fmt
@@ -53,11 +54,16 @@ class VerifyReport:
         self.problems.append(Problem(severity, path, offset, message))
 
 
-def verify(path: str | os.PathLike[str], *, fs: FileSystem | None = None) -> VerifyReport:
+def verify(
+    path: str | os.PathLike[str],
+    *,
+    fs: FileSystem | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> VerifyReport:
     """Check every byte of the log at ``path``. Takes no lock; safe while writers run.
 
     Returns a report; ``report.ok`` is False if anything is damaged, and each problem names the
-    file and offset.
+    file and offset. ``progress(done, total)`` is called as segments are checked.
     """
     fs = fs or REAL
     root = os.fspath(path)
@@ -80,6 +86,8 @@ def verify(path: str | os.PathLike[str], *, fs: FileSystem | None = None) -> Ver
     mark, _boot = read_mark(fs, root)  # before the segments: what it proves is there when read
     last_ts = 0
     for n, base in enumerate(bases):
+        if progress is not None:
+            progress(n, len(bases))
         newest = n == len(bases) - 1
         spath = os.path.join(root, fmt.segment_name(base))
         try:

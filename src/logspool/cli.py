@@ -10,11 +10,11 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Generator, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from . import _cli_jobs, _cli_kv, _cli_server, limits
+from . import _cli_jobs, _cli_kv, _cli_server, _progress, limits
 from .errors import LogspoolError
 
 if TYPE_CHECKING:
@@ -141,11 +141,19 @@ def _cmd_cat(args: argparse.Namespace) -> int:
             info = log.info()
             args.start = max(info.first_lsn, info.next_lsn - args.last)
         reader = _cat_reader(log, args)
+        on = not args.follow and _progress.wanted(output_to_terminal_too=True)
+        end = log.info().next_lsn if on else None
+        first = reader.position
+        shown = _progress.Progress(f"cat {log.path}", None if end is None else end - first, "records", on=on)
         try:
             return _print_batches(
-                _local_batches(reader, args.follow), args, reader if isinstance(reader, Subscriber) else None
+                _local_batches(reader, args.follow),
+                args,
+                reader if isinstance(reader, Subscriber) else None,
+                lambda lsn: shown.update(lsn - first),
             )
         finally:
+            shown.close()
             reader.close()
 
 
@@ -165,7 +173,12 @@ def _local_batches(reader: Reader, follow: bool) -> Iterator[list[Any]]:
             yield [rec]
 
 
-def _print_batches(batches: Iterator[list[Any]], args: argparse.Namespace, subscriber: Any) -> int:
+def _print_batches(
+    batches: Iterator[list[Any]],
+    args: argparse.Namespace,
+    subscriber: Any,
+    progress: Callable[[int], None] | None = None,
+) -> int:
     """Write each chunk's records (payload lines, or --json lines); an empty chunk flushes.
     With a subscriber, records count as consumed once written: flush, then commit past them (a
     crash before the commit prints them again, never skips one)."""
@@ -184,6 +197,8 @@ def _print_batches(batches: Iterator[list[Any]], args: argparse.Namespace, subsc
         if subscriber is not None:
             out.flush()
             subscriber.commit(batch[-1].lsn + 1)
+        if progress is not None:
+            progress(batch[-1].lsn + 1)
         if left is not None:
             left -= len(batch)
             if left <= 0:
@@ -630,10 +645,28 @@ def _cmd_monitor(args: argparse.Namespace) -> int:
             return 0
 
 
+class _SegmentProgress:
+    """A progress line for a command that walks a log's segments: ``progress(done, total)``."""
+
+    def __init__(self, command: str, path: str) -> None:
+        self._line = _progress.Progress(f"{command} {path}", None, "segments", on=_progress.wanted())
+
+    def __call__(self, done: int, total: int) -> None:
+        self._line.total = total
+        self._line.update(done)
+
+    def __enter__(self) -> _SegmentProgress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._line.close()
+
+
 def _cmd_verify(args: argparse.Namespace) -> int:
     from ._verify import verify
 
-    report = verify(args.dir)
+    with _SegmentProgress("verify", args.dir) as shown:
+        report = verify(args.dir, progress=shown)
     if args.json:
         print(
             json.dumps(
@@ -688,7 +721,8 @@ def _cmd_create(args: argparse.Namespace) -> int:
 def _cmd_repair(args: argparse.Namespace) -> int:
     from ._repair import repair
 
-    report = repair(args.dir, dry_run=args.dry_run, lock_timeout_s=args.lock_timeout)
+    with _SegmentProgress("repair", args.dir) as shown:
+        report = repair(args.dir, dry_run=args.dry_run, lock_timeout_s=args.lock_timeout, progress=shown)
     if args.json:
         obj = {
             "dry_run": report.dry_run,

@@ -169,3 +169,7 @@ KV_SNAPSHOT_OPS_MIN = 50_000
 KV_EXPIRE_BATCH = 64
 # LWW tombstones (deleted keys' timestamps) are kept this long after the delete.
 KV_TOMBSTONE_S = 3600.0
+
+# --- the command line -------------------------------------------------------------------------------
+# A long command's progress line on a terminal is redrawn at most this often.
+PROGRESS_REDRAW_S = 0.25

@@ -276,3 +276,56 @@ def test_cat_and_tail_through_the_daemon(tmp_path: Path) -> None:
         daemon.kill()
     gone = run_cli("cat", "events", *server)
     assert gone.returncode == 1 and daemon.address.encode() in gone.stderr
+
+
+def _stderr_on_a_terminal(*argv: str) -> tuple[int, bytes, bytes]:
+    """Run the CLI with stderr on a pseudo-terminal and stdout to a pipe: (rc, stdout, terminal)."""
+    import os
+    import pty
+
+    main, child = pty.openpty()
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "logspool.cli", *argv],
+            stdout=subprocess.PIPE,
+            stderr=child,
+            env={k: v for k, v in os.environ.items() if k != "LOGSPOOL_PROGRESS"},
+        )
+        os.close(child)
+        child = -1
+        out, _ = proc.communicate(timeout=120)
+        seen = b""
+        while True:
+            try:
+                chunk = os.read(main, 65536)
+            except OSError:  # EIO: the child side is closed and drained
+                break
+            if not chunk:
+                break
+            seen += chunk
+        return proc.returncode, out, seen
+    finally:
+        os.close(main)
+        if child >= 0:
+            os.close(child)
+
+
+def test_long_commands_draw_progress_on_a_terminal_only(tmp_path: Path) -> None:
+    """verify, repair and cat of a log draw a progress line on stderr when it is a terminal, and
+    erase it; in a pipe (every other test's case) stderr holds no progress at all."""
+    path = tmp_path / "log"
+    with logspool.open(path, segment_size_max=4096) as log:
+        for n in range(40):
+            log.append(b"%d" % n + b"x" * 200)
+    rc, out, term = _stderr_on_a_terminal("verify", str(path))
+    assert rc == 0 and out.startswith(b"ok: 40 records")
+    assert b"verify " + str(path).encode() + b": 0 of " in term and b"segments" in term
+    assert term.endswith(b"\r")  # the line was erased
+    rc, out, term = _stderr_on_a_terminal("repair", str(path), "--dry-run")
+    assert rc == 0 and b"segments" in term
+    rc, out, term = _stderr_on_a_terminal("cat", str(path))
+    assert rc == 0 and len(out.split()) == 40 and b"of 40 records" in term
+    piped = run_cli("verify", str(path))
+    assert piped.returncode == 0 and piped.stderr == b""
+    cat = run_cli("cat", str(path))
+    assert cat.returncode == 0 and cat.stderr == b""
