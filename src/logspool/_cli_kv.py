@@ -63,11 +63,7 @@ def _open(args: argparse.Namespace, *, create: bool) -> Iterator[_Target]:
     from .client import connect
 
     token = args.token or os.environ.get("LOGSPOOL_TOKEN")
-    try:
-        client = connect(args.server, token=token, timeout=30)
-    except OSError as err:
-        raise OSError(err.errno, f"cannot reach the daemon at {args.server}: {err.strerror or err}") from None
-    with client:
+    with connect(args.server, token=token, timeout=30) as client:
         yield _Target(client.kv(args.dir), f"{args.server}/{args.dir}", client, args.dir)
 
 

@@ -216,11 +216,7 @@ def _cat_remote(args: argparse.Namespace) -> int:
             "it cannot be used with --server"
         )
     token = args.token or os.environ.get("LOGSPOOL_TOKEN")
-    try:
-        client = connect(args.server, token=token)
-    except OSError as err:
-        raise OSError(err.errno, f"cannot reach the daemon at {args.server}: {err.strerror or err}") from None
-    with client:
+    with connect(args.server, token=token) as client:
         remote = client.log(args.dir)
         start: int | str = "earliest" if args.start is None else args.start
         if args.last is not None:

@@ -60,6 +60,13 @@ def _lost(address: str, why: object) -> errors.RemoteError:
     return errors.RemoteError(address, "ConnectionLost", str(why))
 
 
+def _unreachable(address: str, err: OSError) -> OSError:
+    """The same kind of error (a caller may retry on it), saying which daemon was not reached:
+    a bare "[Errno 111] Connection refused" names nothing (issue 29)."""
+    why = err.strerror or str(err) or type(err).__name__
+    return type(err)(err.errno, f"cannot reach the daemon at {address}: {why}")
+
+
 # --- the objects (one set for both clients: ``_call`` returns a value or an awaitable) -------------
 Post = Callable[[dict[str, Any]], Any]
 
@@ -459,7 +466,10 @@ class Client(_Named):
         self._connect()
 
     def _connect(self) -> None:
-        sock = socket.create_connection((self._host, self._port), timeout=self.timeout)
+        try:
+            sock = socket.create_connection((self._host, self._port), timeout=self.timeout)
+        except OSError as err:
+            raise _unreachable(self.address, err) from None
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if self._ssl is not None:
             sock = self._ssl.wrap_socket(sock, server_hostname=self._host)
@@ -651,9 +661,12 @@ class AsyncClient(_Named):
         self.hello: dict[str, Any] = {}
 
     async def _open(self) -> AsyncClient:
-        reader, self._writer = await asyncio.wait_for(
-            asyncio.open_connection(self._host, self._port, ssl=self._ssl), self.timeout
-        )
+        try:
+            reader, self._writer = await asyncio.wait_for(
+                asyncio.open_connection(self._host, self._port, ssl=self._ssl), self.timeout
+            )
+        except OSError as err:
+            raise _unreachable(self.address, err) from None
         self._reader_task = asyncio.create_task(self._read_loop(reader))
         self.hello = await self._request(p.HELLO, {"token": self._token}, lambda b: b)
         return self

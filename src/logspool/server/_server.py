@@ -420,9 +420,12 @@ class Server:
                     size += len(rec.payload)
                     if len(records) >= limit or size >= bytes_max:
                         break
+                # An empty page's next is where the reader stopped, not the log's next_lsn read
+                # after it: a record appended in between was skipped by a pager (cat --server).
+                stopped = reader.position
             finally:
                 reader.close()
-            nxt = records[-1][0] + 1 if records else log.info().next_lsn
+            nxt = records[-1][0] + 1 if records else stopped
             return {"records": records, "next": nxt}
 
         def log_info(b: dict[str, Any]) -> dict[str, Any]:
