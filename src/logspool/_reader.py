@@ -55,6 +55,12 @@ def to_ns(since: datetime | float | int) -> int:
     return int(since * 1_000_000_000)
 
 
+# Where a reader stops without reading on (FORMAT.md §9.2): the end of the records, zeros, a
+# record not whole yet, or a whole record failing its checksum (in the newest segment: being
+# written, or a torn tail, unless proven).
+_NOT_READ_ON = (seg.END, seg.ZERO, seg.INCOMPLETE, seg.TORN)
+
+
 class Reader:
     """Reads records in lsn order from a position, and waits at the tail for new ones.
 
@@ -363,38 +369,22 @@ class Reader:
                 # Being written (or torn, until the next writer cuts it), unless a later segment
                 # or the sync mark proves it whole.
                 return self._next_segment_exists(kind)
+            if kind == seg.TORN:
+                # A whole record whose checksum fails (FORMAT.md §9.2): in the newest segment it
+                # may be a record being copied into the preallocated zeros, or a torn tail the
+                # next writer cuts: the end for now (a follower looks again), unless the sync
+                # mark proves it fsynced or a later segment shows the segment was sealed: then
+                # damage. What is on disk decides, never how long it has been there.
+                self._chunk = limits.READ_CHUNK_PROBE
+                return self._next_segment_exists(kind)
             if kind in (seg.END, seg.ZERO):
                 # At the end: the next look is a small read (a tailing reader looks often, and
                 # finds a few records at a time); the chunk grows again as records come.
                 self._chunk = limits.READ_CHUNK_PROBE
                 return self._next_segment_exists(kind)
-            if kind == seg.TORN and self._settles(len(data)):
-                continue
             path = os.path.join(self._path, fmt.segment_name(self._base))
             raise CorruptionError(path, stop.pos, stop.reason or kind)
         raise AssertionError("reader did not settle")
-
-    def _settles(self, size: int) -> bool:
-        """A record at the reader's position fails its checksum. A writer writes into the zeros
-        preallocated after the records, so a record being written is in the file in part: read
-        again, for as long as the bytes keep changing (and at least TORN_SETTLE_S). True once
-        the record parses or stops being torn (read on); False if it stays torn: damage."""
-        deadline = time.monotonic() + limits.TORN_SETTLE_S
-        before = b""
-        delay = 0.0001
-        for _ in range(1 << 20):  # bounded by the deadline, pushed back only while bytes change
-            again = self._fs.pread(self._fd, size, self._pos)
-            stop = seg.parse(again, 0, self._lsn, self._size_max, None, None, self._pos)
-            if stop.kind != seg.TORN or stop.pos != self._pos:
-                return True
-            if before and again != before:
-                deadline = time.monotonic() + limits.TORN_SETTLE_S
-            if time.monotonic() >= deadline:
-                return False
-            before = again
-            time.sleep(delay)
-            delay = min(2 * delay, limits.POLL_INTERVAL_S_MAX)
-        return False
 
     def _add_gaps(self, gaps: list[Gap]) -> None:
         """Report records repair quarantined that this reader passes (not those it seeks past)."""
@@ -407,12 +397,12 @@ class Reader:
 
     def _next_segment_exists(self, kind: str) -> bool:
         """At the end of an unsealed segment (``kind``: END or ZERO; or INCOMPLETE, a record not
-        whole yet): has a later one been started? (After a crash that lost the seal, the next
-        segment exists although this one has none.) Moves there if so; raises CorruptionError
-        if records of this segment are missing, or it ends in an incomplete record, while a
-        later segment exists."""
+        whole yet; or TORN, a whole record failing its checksum): has a later one been started?
+        (After a crash that lost the seal, the next segment exists although this one has none.)
+        Moves there if so (END, ZERO); raises CorruptionError if records of this segment are
+        missing, or it ends in an incomplete or torn record, while a later segment exists."""
         if (
-            kind != seg.INCOMPLETE
+            kind in (seg.END, seg.ZERO)
             and self._lsn != self._base
             and os.path.exists(os.path.join(self._path, fmt.segment_name(self._lsn)))
         ):
@@ -429,14 +419,20 @@ class Reader:
             return self._proven_end_reached()
         again = self._fs.pread(self._fd, max(limits.READ_CHUNK_SIZE, self._need), self._pos)
         stop = seg.parse(again, 0, self._lsn, self._size_max, None, None, self._pos)
-        if stop.pos != self._pos or stop.kind not in (seg.END, seg.ZERO, seg.INCOMPLETE):
+        if stop.pos != self._pos or stop.kind not in _NOT_READ_ON:
             return self._fill()
-        how = "in an incomplete record" if stop.kind == seg.INCOMPLETE else "without a seal"
+        how = {
+            seg.INCOMPLETE: "in an incomplete record",
+            seg.TORN: f"in a record that fails its checksum ({stop.reason or 'torn'})",
+        }.get(stop.kind, "without a seal")
+        if later[0] > self._lsn:
+            lost = f"lsns {self._lsn}..{later[0] - 1} are missing (logspool repair records the loss)"
+        else:  # the next segment starts at this lsn: the damage is where the seal should be
+            lost = "its seal is damaged; no lsn is missing (logspool repair writes the seal)"
         raise CorruptionError(
             os.path.join(self._path, fmt.segment_name(self._base)),
             self._pos,
-            f"the segment ends at lsn {self._lsn} {how}, but segment {later[0]} follows: "
-            f"lsns {self._lsn}..{later[0] - 1} are missing (logspool repair records the loss)",
+            f"the segment ends at lsn {self._lsn} {how}, but segment {later[0]} follows: {lost}",
         )
 
     def _proven_end_reached(self) -> bool:
@@ -455,14 +451,19 @@ class Reader:
         # The mark is raised only over records already in the file: read again, after the mark.
         again = self._fs.pread(self._fd, max(limits.READ_CHUNK_PROBE, self._need), self._pos)
         stop = seg.parse(again, 0, self._lsn, self._size_max, None, None, self._pos)
-        if stop.pos != self._pos or stop.kind not in (seg.END, seg.ZERO, seg.INCOMPLETE):
+        if stop.pos != self._pos or stop.kind not in _NOT_READ_ON:
             return self._fill()
         shown = "its end" if proven == PROVEN_ALL else f"offset {proven}"
+        what = (
+            f"the record at lsn {self._lsn} fails its checksum ({stop.reason or 'torn'})"
+            if stop.kind == seg.TORN
+            else f"the records end at lsn {self._lsn}"
+        )
         raise CorruptionError(
             os.path.join(self._path, fmt.segment_name(self._base)),
             self._pos,
-            f"the records end at lsn {self._lsn}, but the sync mark proves the segment fsynced to "
-            f"{shown}: acknowledged records from lsn {self._lsn} on are missing",
+            f"{what}, but the sync mark proves the segment fsynced to {shown}: acknowledged "
+            f"records from lsn {self._lsn} on are missing or damaged",
         )
 
     def _read_mark(self) -> tuple[int, int]:

@@ -566,8 +566,9 @@ class _SegmentFile:
 
     def quarantine(self, stop: seg.Stop, next_base: int | None, durable_known: int, ts: int) -> bool:
         """Move the damaged bytes at ``stop`` aside and put a gap record for lsn ``stop.lsn`` in
-        their place. True if a gap record was written (parse on from ``stop.pos``), False if the
-        segment now ends at ``stop.pos`` or the damage is left as it is."""
+        their place. True to parse on from ``stop.pos`` (a gap record was written, or an older
+        segment was cut there and wants its seal), False if the newest segment now ends at
+        ``stop.pos`` or the damage is left as it is."""
         pos, lsn = stop.pos, stop.lsn
         why = stop.reason or stop.kind
         resume = seg.find_resume(self.data, pos, lsn, self.r.size_max, limits.REPAIR_RESYNC_LSNS)
@@ -612,7 +613,9 @@ class _SegmentFile:
             self.path,
             f"{size} bytes from offset {pos} to the end of the segment ({why}; {lost}) moved to {rel}",
         )
-        return gap_to > lsn
+        # Parse on from ``pos``: past the gap, or (an older segment) at its new end, where the
+        # seal naming the next segment is written in this same run (it once took a second run).
+        return gap_to > lsn or next_base is not None
 
 
 def _lsns_in(size: int) -> int:

@@ -49,9 +49,6 @@ READ_CHUNK_SIZE = 1 * MIB
 # A writer makes the active segment's file this much longer than its records at a time (zeros,
 # posix_fallocate), so that a durable append writes in place and its fsync journals no new size.
 PREALLOCATE_SIZE = 1 * MIB
-# A reader that finds a record failing its checksum reads it again for this long (longer while
-# its bytes keep changing: a writer copying it in) before it reports damage.
-TORN_SETTLE_S = 0.5
 # A writer makes the sync mark (FORMAT.md §8.1), which proves what was fsynced, durable at most
 # this long after it raised it (seconds), besides on every clean close and rotation: after a
 # power loss, damage to records acknowledged within this window of it may read as a torn tail

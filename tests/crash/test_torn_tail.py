@@ -200,3 +200,77 @@ def test_record_with_valid_checksum_but_wrong_lsn_is_corruption(log_dir: str) ->
         f.write(dup)
     with pytest.raises(logspool.CorruptionError, match="expected"):
         logspool.open(log_dir)
+
+
+def _append_raw_record(path: str, lsn: int, payload: bytes, *, break_crc: bool) -> tuple[str, int, bytes]:
+    """Write one whole record with lsn ``lsn`` at the end of the newest segment's records, as a
+    writer copying it in (or a torn write) leaves it: (segment, offset, its good bytes)."""
+    seg_path = _newest_segment(path)
+    good = fmt.encode_record(lsn, 1, 0, payload)
+    with logspool.open(path, readonly=True) as log:
+        end = log.info().segments[-1].size
+    with open(seg_path, "r+b") as f:
+        f.seek(end)
+        f.write(good[:-1] + bytes([good[-1] ^ 0xFF]) if break_crc else good)
+    return seg_path, end, good
+
+
+def test_a_one_shot_reader_ends_at_an_unproven_torn_record_and_a_follower_waits(log_dir: str) -> None:
+    """FORMAT.md §9.2: a whole record failing its checksum at the end of the newest segment,
+    with nothing proving it fsynced (an `os` log): a one-shot reader ends before it (the next
+    writer cuts it, keeping a copy), `cat` exits 0 as `verify` does, a follower waits there and
+    reads the record once its bytes are whole (a writer copying it in). Before, readers re-read
+    it for 0.5 s, then raised CorruptionError while verify said ok."""
+    from tests.conftest import run_cli
+
+    with logspool.open(log_dir, durability="os") as log:
+        log.append_many([b"a", b"b", b"c"])
+    seg_path, end, good = _append_raw_record(log_dir, 3, b"zero" * 4, break_crc=True)
+    with logspool.open(log_dir, readonly=True) as log:
+        assert [r.payload for r in log.read()] == [b"a", b"b", b"c"]
+        follower = log.reader(3)
+        assert follower.next(timeout=0) is None
+        with open(seg_path, "r+b") as f:
+            f.seek(end)
+            f.write(good)
+        got = follower.next(timeout=30)
+        assert got is not None and (got.lsn, got.payload) == (3, b"zero" * 4)
+        follower.close()
+    with open(seg_path, "r+b") as f:  # torn again, for the tools
+        f.seek(end + len(good) - 1)
+        f.write(bytes([good[-1] ^ 0xFF]))
+    cat = run_cli("cat", log_dir)
+    assert (cat.returncode, cat.stdout) == (0, b"a\nb\nc\n")
+    assert run_cli("verify", log_dir).returncode == 0
+
+
+def test_a_torn_record_proven_fsynced_is_damage_at_once(log_dir: str) -> None:
+    """The same torn record below what the sync mark proves (an `always` log closed cleanly):
+    damage for every reader, at once."""
+    with logspool.open(log_dir) as log:
+        log.append_many([b"a", b"b", b"c"])
+    seg_path = _newest_segment(log_dir)
+    size = os.path.getsize(seg_path)
+    with logspool.open(log_dir, readonly=True) as log:
+        end = log.info().segments[-1].size
+    _flip(seg_path, end - 2)  # inside the last record's CRC
+    assert os.path.getsize(seg_path) == size
+    with logspool.open(log_dir, readonly=True) as log, pytest.raises(logspool.CorruptionError) as raised:
+        list(log.read())
+    assert "fails its checksum" in str(raised.value) and "sync mark proves" in str(raised.value)
+
+
+def test_a_damaged_seal_says_no_lsn_is_missing(log_dir: str) -> None:
+    """A sealed segment whose seal fails its checksum, the next segment starting where it said:
+    damage (FORMAT.md §9.2), named as a damaged seal, not as a range "lsns 3..2"."""
+    with logspool.open(log_dir) as log:
+        log.append_many([b"a", b"b", b"c"])
+        log.cutover()
+        log.append(b"d")
+    first = os.path.join(log_dir, fmt.segment_name(0))
+    with logspool.open(log_dir, readonly=True) as log:
+        seal_end = log.info().segments[0].size
+    _flip(first, seal_end - 1)
+    with logspool.open(log_dir, readonly=True) as log, pytest.raises(logspool.CorruptionError) as raised:
+        list(log.read())
+    assert "its seal is damaged; no lsn is missing" in str(raised.value)

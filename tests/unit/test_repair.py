@@ -356,3 +356,28 @@ def test_verify_reports_each_gap_record_at_its_own_offset(log_dir: str) -> None:
     ]
     done = run_cli("verify", log_dir)
     assert done.returncode == 0 and f"offset {first.offset}: lsns 10..10".encode() in done.stdout
+
+
+@pytest.mark.parametrize("damage", ["zeroed", "flipped"])
+def test_a_damaged_seal_is_replaced_in_one_run(log_dir: str, damage: str) -> None:
+    """An older segment whose seal was zeroed or fails its checksum, the next segment starting
+    where it said: one repair quarantines the bytes and writes the seal (it took two runs), and
+    a second repair has nothing to do."""
+    with logspool.open(log_dir) as log:
+        log.append_many([b"a", b"b", b"c"])
+        log.cutover()
+        log.append(b"d")
+        seal_end = log.info().segments[0].size
+    first = os.path.join(log_dir, fmt.segment_name(0))
+    with open(first, "r+b") as f:
+        f.seek(seal_end - fmt.RECORD_OVERHEAD)
+        seal = f.read(fmt.RECORD_OVERHEAD)
+        f.seek(seal_end - fmt.RECORD_OVERHEAD)
+        f.write(bytes(fmt.RECORD_OVERHEAD) if damage == "zeroed" else seal[:-1] + bytes([seal[-1] ^ 1]))
+    assert not logspool.verify(log_dir).ok
+    report = logspool.repair(log_dir)
+    assert report.ok and {a.kind for a in report.actions} == {_repair.QUARANTINE, _repair.SEAL}
+    assert logspool.repair(log_dir).actions == []
+    assert logspool.verify(log_dir).ok
+    with logspool.open(log_dir, readonly=True) as log:
+        assert [r.payload for r in log.read()] == [b"a", b"b", b"c", b"d"]
