@@ -311,21 +311,56 @@ def encode_meta(meta: Meta) -> bytes:
     return encode_json_file(META_MAGIC, meta.version, meta.to_json())
 
 
+# The meta's integer settings and the ranges a log may be created with and a reader accepts
+# (FORMAT.md §6.1): a value outside them is damage, never a log that fails on its first append
+# (an index_interval of 0 once made appends raise ZeroDivisionError).
+META_INT_BOUNDS = {
+    "segment_size_max": (limits.SEGMENT_SIZE_MAX_MIN, limits.SEGMENT_SIZE_LIMIT),
+    "index_interval": (limits.INDEX_INTERVAL_MIN, limits.SEGMENT_SIZE_LIMIT),
+    "record_size_max": (0, limits.PAYLOAD_SIZE_LIMIT),
+}
+
+
+def checked_int(name: str, value: object, low: int, high: int, unit: str = "") -> int:
+    """``value`` if it is an integer (a JSON integer: not a bool, a float or a string) from
+    ``low`` to ``high``; ValueError naming ``name`` otherwise."""
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        raise ValueError(f"{name} must be an integer from {low} to {high}{unit}, not {value!r}")
+    return value
+
+
 def decode_meta(buf: bytes, path: str) -> Meta:
+    """The meta file, checked as FORMAT.md §6.1 says: the required keys, JSON integers in range,
+    a string log_id, a known compression with its level, and version 2 for a compressed log."""
     version, body = decode_json_file(META_MAGIC, buf, path, "meta")
     try:
+        missing = [k for k in ("created_ns", *META_INT_BOUNDS, "log_id") if k not in body]
+        if missing:
+            raise ValueError(f"required keys missing: {', '.join(missing)}")
+        ints = {k: checked_int(k, body[k], low, high) for k, (low, high) in META_INT_BOUNDS.items()}
+        if not isinstance(body["log_id"], str):
+            raise ValueError(f"log_id must be a string, not {body['log_id']!r}")
+        compression = _meta_compression(body)
+        level = None
+        if compression is not None:
+            if version < VERSION_2:
+                raise ValueError(f"compression {compression!r} in a version {version} meta file (needs 2)")
+            level = checked_int(
+                "compression_level",
+                body.get("compression_level"),
+                limits.ZSTD_LEVEL_MIN,
+                limits.ZSTD_LEVEL_MAX,
+            )
         return Meta(
             version=version,
-            created_ns=int(body["created_ns"]),
-            segment_size_max=int(body["segment_size_max"]),
-            index_interval=int(body["index_interval"]),
-            record_size_max=int(body["record_size_max"]),
-            log_id=str(body["log_id"]),
+            created_ns=checked_int("created_ns", body["created_ns"], 0, LSN_MAX),
+            log_id=body["log_id"],
             extra={k: v for k, v in body.items() if k not in _META_KEYS},
-            compression=_meta_compression(body),
-            compression_level=None if body.get("compression") is None else int(body["compression_level"]),
+            compression=compression,
+            compression_level=level,
+            **ints,
         )
-    except (ValueError, KeyError, TypeError) as err:
+    except ValueError as err:
         raise CorruptionError(path, META_HEADER_SIZE, f"meta body is not valid: {err}") from err
 
 
@@ -342,6 +377,15 @@ def encode_json_file(magic: bytes, version: int, body_obj: dict[str, Any]) -> by
     body = json.dumps(body_obj, sort_keys=True, separators=(",", ":")).encode()
     head = META_HEADER.pack(magic, version, 0, len(body))
     return head + body + struct.pack("<I", crc32(body, crc32(head)))
+
+
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in obj:
+            raise ValueError(f"key {key!r} given twice")
+        obj[key] = value
+    return obj
 
 
 def decode_json_file(magic: bytes, buf: bytes, path: str, what: str) -> tuple[int, dict[str, Any]]:
@@ -363,7 +407,9 @@ def decode_json_file(magic: bytes, buf: bytes, path: str, what: str) -> tuple[in
     if version > FORMAT_VERSION:
         raise UnsupportedVersionError(path, version, FORMAT_VERSION)
     try:
-        body = json.loads(buf[META_HEADER_SIZE:end])
+        # UTF-8 only (json.loads of bytes would take UTF-16 and UTF-32 too); a key given twice is
+        # damage, not "the last one wins" (FORMAT.md §6.1).
+        body = json.loads(buf[META_HEADER_SIZE:end].decode("utf-8"), object_pairs_hook=_no_duplicate_keys)
     except ValueError as err:
         raise CorruptionError(path, META_HEADER_SIZE, f"{what} body is not JSON: {err}") from err
     if not isinstance(body, dict):

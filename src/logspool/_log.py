@@ -765,6 +765,7 @@ class Log:
                 self._switch_to(next_base)
                 # (A peer killed while creating it may have left it without its header.)
                 header = self._checked_segment_header(self._seg_fd, next_base)
+                self._last_ts = max(self._last_ts, header.created_ns)  # (as the sealing writer)
                 self._alloc_end = self._fs.size(self._seg_fd)
                 data = self._fs.pread(self._seg_fd, _SCAN_CHUNK, 0)
                 self._set_segment_deadline(header.created_ns)
@@ -1400,6 +1401,9 @@ class Log:
             self._alloc_end = self._seg_end
         self._write_at_end(seal, "sealing the segment", grow=False)
         self._seg_end += len(seal)
+        # The records after the seal are not stamped before it, nor before the next segment's
+        # creation time, even if the wall clock steps back meanwhile (FORMAT.md §4.3).
+        self._last_ts = max(self._last_ts, ts)
         # fsynced whatever the durability (one fsync a segment): a handle with durability
         # "always" elsewhere counts on every segment before the sync mark's being durable.
         self._sync_segment_for_rotation()
@@ -2073,17 +2077,9 @@ class Tail:
 
 
 def _check_settings(asked: dict[str, int | None]) -> None:
-    bounds = {
-        "segment_size_max": (limits.SEGMENT_SIZE_MAX_MIN, limits.SEGMENT_SIZE_LIMIT),
-        "index_interval": (limits.INDEX_INTERVAL_MIN, limits.SEGMENT_SIZE_LIMIT),
-        "record_size_max": (0, limits.PAYLOAD_SIZE_LIMIT),
-    }
     for name, value in asked.items():
-        if value is None:
-            continue
-        low, high = bounds[name]
-        if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
-            raise ValueError(f"{name} must be an integer from {low} to {high} bytes, not {value!r}")
+        if value is not None:
+            fmt.checked_int(name, value, *fmt.META_INT_BOUNDS[name], " bytes")
 
 
 def open(path: str | os.PathLike[str], **options: object) -> Log:

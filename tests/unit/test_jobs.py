@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import struct
 import threading
 import time
 from pathlib import Path
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 
 import logspool
+from logspool import _format as fmt
 from logspool import jobs
 from logspool.errors import (
     CorruptionError,
@@ -861,3 +863,29 @@ def test_batched_work_triggers_snapshots_as_single_ops_do(tmp_path: Path) -> Non
         assert j.stats().ready == 0
     snapshots = [n for n in os.listdir(path) if n.startswith("snapshot.") and n != "snapshot.lock"]
     assert snapshots, "6,000 jobs in 16 batch records wrote no snapshot"
+
+
+def test_a_snapshot_whose_text_is_not_utf8_falls_back_to_the_older_one(tmp_path: Path, clock: Clock) -> None:
+    """Checksums right, a key's bytes not UTF-8 (FORMAT.md §14.2): damage like any other, so the
+    journal opens from the older snapshot (before, jobs.open raised UnicodeDecodeError)."""
+    path = tmp_path / "j"
+    with jobs.open(path, clock=clock, snapshot_ops_min=10**9) as j:
+        for i in range(20):
+            j.put(f"k{i}")
+        j.snapshot()
+        j.put("bad-key")
+        newest = j.snapshot()
+        want = j.stats()
+    name = path / f"snapshot.{newest:016x}"
+    data = name.read_bytes()
+    head, body = data[: jops.SNAPSHOT_HEADER_SIZE], data[jops.SNAPSHOT_HEADER_SIZE :]
+    assert body.count(b"bad-key") == 1
+    body = body.replace(b"bad-key", b"bad\xff\xfeey")
+    fields = list(jops.SNAPSHOT_HEADER.unpack(head))
+    fields[-2] = fmt.crc32(body)
+    head = jops.SNAPSHOT_HEADER.pack(*fields)
+    head = head[:-4] + struct.pack("<I", fmt.crc32(head[:-4]))
+    name.write_bytes(head + body)
+    with jobs.open(path, clock=clock) as j:
+        assert j.stats() == want
+        assert [job.key for job in j.get("bad-key")] == ["bad-key"]

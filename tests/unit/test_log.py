@@ -6,13 +6,16 @@ Each test opens a log in a fresh temporary directory and checks what a user woul
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import pickle
+import struct
 import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -664,3 +667,98 @@ def test_a_short_wait_polls_and_a_long_one_sets_up_inotify(log_dir: str) -> None
         rec = reader.next(timeout=5)
         assert rec is not None and rec.payload == b"late"
     assert _inotify_descriptors() == before
+
+
+def _meta_file(body: bytes, version: int = 1) -> bytes:
+    head = fmt.META_HEADER.pack(fmt.META_MAGIC, version, 0, len(body)) + body
+    return head + struct.pack("<I", fmt.crc32(head))
+
+
+_GOOD_META = {
+    "created_ns": 1,
+    "index_interval": 65536,
+    "log_id": "0123456789abcdef0123456789abcdef",
+    "record_size_max": 1024,
+    "segment_size_max": 65536,
+}
+
+
+@pytest.mark.parametrize(
+    ("change", "version", "says"),
+    [
+        ({"segment_size_max": 65536.0}, 1, "segment_size_max must be an integer"),
+        ({"segment_size_max": 4096.7}, 1, "segment_size_max must be an integer"),
+        ({"record_size_max": "1024"}, 1, "record_size_max must be an integer"),
+        ({"record_size_max": True}, 1, "record_size_max must be an integer"),
+        ({"index_interval": 0}, 1, "index_interval must be an integer from 512"),
+        ({"log_id": None}, 1, "log_id must be a string"),
+        ({"created_ns": None}, 1, "created_ns must be an integer"),
+        ({"segment_size_max": None}, 1, "segment_size_max must be an integer"),
+        (
+            {"compression": "zstd", "compression_level": 99},
+            2,
+            "compression_level must be an integer from -7 to 22",
+        ),
+        ({"compression": "zstd"}, 2, "compression_level must be an integer"),
+        ({"compression": "zstd", "compression_level": 3}, 1, "in a version 1 meta file"),
+        ({"compression": "lz4", "compression_level": 3}, 2, "unknown compression"),
+    ],
+)
+def test_a_meta_file_out_of_its_spec_is_damage(
+    tmp_path: Path, change: dict[str, Any], version: int, says: str
+) -> None:
+    """FORMAT.md §6.1: the meta's integers are JSON integers in range, log_id a string, a
+    compressed log's meta version 2 with a level: anything else is CorruptionError naming the
+    meta file (before, int() took 4096.7, "1024" and true, and an index_interval of 0 opened and
+    made every append raise ZeroDivisionError)."""
+    path = tmp_path / "log"
+    path.mkdir()
+    body = {**_GOOD_META, **change}
+    (path / fmt.META_NAME).write_bytes(_meta_file(json.dumps(body, sort_keys=True).encode(), version))
+    with pytest.raises(logspool.CorruptionError) as raised:
+        logspool.open(path)
+    assert says in str(raised.value) and fmt.META_NAME in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("body", "says"),
+    [
+        (b'{"created_ns": 1, "created_ns": 2}', "given twice"),
+        (json.dumps(_GOOD_META).encode("utf-16"), "not JSON"),
+        (
+            json.dumps({k: v for k, v in _GOOD_META.items() if k != "log_id"}).encode(),
+            "required keys missing: log_id",
+        ),
+    ],
+)
+def test_a_meta_body_with_duplicate_keys_another_encoding_or_a_key_missing_is_damage(
+    tmp_path: Path, body: bytes, says: str
+) -> None:
+    path = tmp_path / "log"
+    path.mkdir()
+    (path / fmt.META_NAME).write_bytes(_meta_file(body))
+    with pytest.raises(logspool.CorruptionError, match=says):
+        logspool.open(path)
+    (path / fmt.META_NAME).write_bytes(_meta_file(json.dumps(_GOOD_META).encode()))
+    logspool.open(path).close()  # the same file, valid: opens
+
+
+def test_records_after_a_cutover_are_not_stamped_before_it_when_the_clock_steps_back(
+    log_dir: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """FORMAT.md §4.3: the records after a seal carry timestamps at or after the seal's and the
+    next segment's creation time, by this writer and by another handle that catches up, even if
+    the wall clock steps back between the cutover and the append."""
+    with logspool.open(log_dir) as log, logspool.open(log_dir) as other:
+        log.append(b"before")
+        other.append(b"other-before")
+        base = log.cutover()
+        with open(os.path.join(log_dir, fmt.segment_name(base)), "rb") as f:
+            created = fmt.decode_segment_header(f.read(fmt.SEGMENT_HEADER_SIZE), "seg").created_ns
+        real = time.time_ns
+        monkeypatch.setattr(time, "time_ns", lambda: real() - 5_000_000_000)
+        log.append(b"after")
+        other.append(b"other-after")
+        monkeypatch.undo()
+        stamps = {r.payload: r.timestamp for r in log.read()}
+    assert stamps[b"after"] >= created and stamps[b"other-after"] >= created

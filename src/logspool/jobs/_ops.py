@@ -556,7 +556,10 @@ def decode_snapshot(buf: bytes, path: str) -> Snapshot:
     def text(n: int) -> str:
         nonlocal at
         need(n)
-        value = bytes(body[at : at + n]).decode("utf-8", "surrogatepass")
+        try:
+            value = bytes(body[at : at + n]).decode("utf-8", "surrogatepass")
+        except UnicodeDecodeError as err:  # damage: the fold then tries the older snapshot
+            raise CorruptionError(path, header_size + at, f"snapshot text is not UTF-8: {err}") from None
         at += n
         return value
 
