@@ -21,7 +21,8 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
         with open(args.config, "rb") as f:
             conf = tomllib.load(f)
         known = {"data", "listen", "token", "token_file", "tls_cert", "tls_key", "durability",
-                 "connections_max", "in_flight_max", "frame_size_max", "threads", "metrics"}  # fmt: skip
+                 "connections_max", "in_flight_max", "frame_size_max", "threads", "metrics", "resp",
+                 "resp_kv", "resp_flushdb", "stores_max"}  # fmt: skip
         unknown = sorted(set(conf) - known)
         if unknown:
             raise SystemExit(
@@ -41,11 +42,18 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     import ssl
 
     from .client import parse_address
-    from .server import Limits, Server
+    from .server import Limits, RespOptions, Server
 
     conf = _settings(args)
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)  # a client that went away is an error, not death
+    # --resp alone serves RESP only; with --listen (or neither) the native port too.
+    native = conf.get("listen") is not None or conf.get("resp") is None
     host, port = parse_address(conf.get("listen", "127.0.0.1:7070"))
+    resp = None
+    if conf.get("resp") is not None:
+        resp_host, resp_port = parse_address(conf["resp"])
+        resp = RespOptions(resp_host, resp_port, kv=conf.get("resp_kv", "default"),
+                           flushdb=bool(conf.get("resp_flushdb", False)))  # fmt: skip
     token = conf.get("token")
     if conf.get("token_file"):
         with open(conf["token_file"]) as f:
@@ -56,16 +64,18 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         context.load_cert_chain(conf["tls_cert"], conf.get("tls_key"))
     limits = Limits()
-    for name in ("connections_max", "in_flight_max", "frame_size_max", "threads"):
+    for name in ("connections_max", "in_flight_max", "frame_size_max", "threads", "stores_max"):
         if conf.get(name) is not None:
             setattr(limits, name, int(conf[name]))
-    if host not in ("127.0.0.1", "::1", "localhost") and token is None:
-        print(f"logspool serve: warning: listening on {host} without a token", file=sys.stderr)
+    for bound in ([host] if native else []) + ([resp.host] if resp is not None else []):
+        if bound not in ("127.0.0.1", "::1", "localhost") and token is None:
+            print(f"logspool serve: warning: listening on {bound} without a token", file=sys.stderr)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
 
     async def run() -> None:
-        server = Server(conf["data"], host=host, port=port, token=token, ssl_context=context, limits=limits,
-                        durability=conf.get("durability", "always"))  # fmt: skip
+        server = Server(conf["data"], host=host, port=port if native else None, token=token,
+                        ssl_context=context, limits=limits, durability=conf.get("durability", "always"),
+                        resp=resp)  # fmt: skip
         await server.start()
         if conf.get("metrics"):
             m_host, m_port = parse_address(conf["metrics"])
@@ -74,7 +84,12 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, lambda: asyncio.ensure_future(server.stop()))
-        print(f"logspool serve: listening on {server.address} (data {server.data})", flush=True)
+        if native:
+            print(f"logspool serve: listening on {server.address} (data {server.data})", flush=True)
+        if server.resp is not None:
+            o = server.resp.options
+            print(f"logspool serve: RESP on {o.host}:{o.port} (key-value store {o.kv!r}, data {server.data})",
+                  flush=True)  # fmt: skip
         await server.wait_stopped()
         print("logspool serve: stopped", flush=True)
 
@@ -131,6 +146,11 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--in-flight-max", dest="in_flight_max", type=int, help="requests per connection at once")
     p.add_argument("--frame-size-max", dest="frame_size_max", type=int)
     p.add_argument("--threads", type=int, help="store calls at once")
+    p.add_argument("--stores-max", dest="stores_max", type=int, help="stores open at once (default 4096)")
+    p.add_argument("--resp", metavar="HOST:PORT", help="also speak Redis's protocol here (docs/RESP.md)")
+    p.add_argument("--resp-kv", dest="resp_kv", metavar="NAME", help="the RESP key-value store (default)")
+    p.add_argument("--resp-flushdb", dest="resp_flushdb", action="store_true", default=None,
+                   help="let RESP clients FLUSHDB (delete every key); refused otherwise")  # fmt: skip
     p.add_argument("--metrics", metavar="HOST:PORT", help="serve Prometheus text at http://HOST:PORT/metrics")
     p.set_defaults(func=_cmd_serve)
 

@@ -67,21 +67,27 @@ def free_port() -> int:
 class Daemon:
     """``logspool serve`` as a real process."""
 
-    def __init__(self, data: Path, *extra: str) -> None:
+    def __init__(self, data: Path, *extra: str, resp: bool = False) -> None:
         self.data = data
         self.extra = extra
         self.port = free_port()
         self.address = f"127.0.0.1:{self.port}"
+        # resp: also a RESP port (``--resp``), ``resp_port``
+        self.resp_port = free_port() if resp else None
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> Daemon:
         cmd = [sys.executable, "-m", "logspool.cli", "serve", "--data", str(self.data),
                "--listen", self.address, *self.extra]  # fmt: skip
+        if self.resp_port is not None:
+            cmd += ["--resp", f"127.0.0.1:{self.resp_port}"]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             try:
                 socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
+                if self.resp_port is not None:
+                    socket.create_connection(("127.0.0.1", self.resp_port), timeout=0.2).close()
                 return self
             except OSError:
                 if self.proc.poll() is not None:

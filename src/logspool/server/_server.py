@@ -37,6 +37,8 @@ from .. import errors, jobs, kv
 from .._log import Log
 from . import _protocol as p
 from ._protocol import ProtocolError
+from ._resp import RespFront, RespOptions
+from ._resp import _Connection as _RespConnection
 
 _logger = logging.getLogger("logspool.server")
 
@@ -55,6 +57,7 @@ class Limits:
     connections_max: int = 256
     in_flight_max: int = 64  # requests per connection being served at once
     threads: int = 32  # store calls at once (a take with wait holds one)
+    stores_max: int = 4096  # stores open at once (each holds files open); more are refused
 
 
 @dataclass
@@ -149,9 +152,10 @@ def error_body(err: BaseException) -> dict[str, Any]:
 class Stores:
     """The stores of a data directory, opened on first use, shared by every connection."""
 
-    def __init__(self, data: str, durability: str) -> None:
+    def __init__(self, data: str, durability: str, stores_max: int = 4096) -> None:
         self.data = data
         self.durability = durability
+        self.stores_max = stores_max
         self._open: dict[tuple[str, str], Any] = {}
         self._locks: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
@@ -160,6 +164,8 @@ class Stores:
         with self._lock:
             found = self._open.get((kind, name))
             if found is None:
+                if len(self._open) >= self.stores_max:
+                    raise ValueError(f"{self.stores_max} stores are open already (--stores-max)")
                 path = os.path.join(self.data, kind, name)
                 os.makedirs(os.path.dirname(path), exist_ok=True)
                 openers: dict[str, Callable[..., Any]] = {"logs": Log, "jobs": jobs.open, "kv": kv.open,
@@ -254,11 +260,12 @@ class Server:
         data: str | os.PathLike[str],
         *,
         host: str = "127.0.0.1",
-        port: int = 0,
+        port: int | None = 0,
         token: str | None = None,
         ssl_context: ssl.SSLContext | None = None,
         limits: Limits | None = None,
         durability: str = "always",
+        resp: RespOptions | None = None,
     ) -> None:
         self.data = os.fspath(data)
         os.makedirs(self.data, exist_ok=True)
@@ -266,7 +273,7 @@ class Server:
         self._token = token.encode() if token is not None else None
         self._ssl = ssl_context
         self.limits = limits or Limits()
-        self.stores = Stores(self.data, durability)
+        self.stores = Stores(self.data, durability, self.limits.stores_max)
         self.counters = Counters()
         self.started = time.time()
         self._pool = concurrent.futures.ThreadPoolExecutor(self.limits.threads, thread_name_prefix="logspool")
@@ -275,22 +282,27 @@ class Server:
         self._connections: set[_Connection] = set()
         self._stopped = asyncio.Event()
         self._handlers = self._build_handlers()
+        self._listen = port is not None  # port None: RESP only
+        self.resp = RespFront(self, resp) if resp is not None else None
 
     @property
     def address(self) -> str:
         return f"{self.host}:{self.port}"
 
     async def start(self) -> Server:
-        self._server = await asyncio.start_server(
-            self._accept,
-            self.host,
-            self.port,
-            ssl=self._ssl,
-            limit=self.limits.frame_size_max + p.HEADER_SIZE,
-        )
-        sock = self._server.sockets[0]
-        self.port = sock.getsockname()[1]
-        _logger.info("serving %s on %s", self.data, self.address)
+        if self._listen:
+            self._server = await asyncio.start_server(
+                self._accept,
+                self.host,
+                self.port,
+                ssl=self._ssl,
+                limit=self.limits.frame_size_max + p.HEADER_SIZE,
+            )
+            sock = self._server.sockets[0]
+            self.port = sock.getsockname()[1]
+            _logger.info("serving %s on %s", self.data, self.address)
+        if self.resp is not None:
+            await self.resp.start()
         return self
 
     async def start_metrics(self, host: str = "127.0.0.1", port: int = 0) -> int:
@@ -336,18 +348,24 @@ class Server:
             self._server.close()
         if self._metrics is not None:
             self._metrics.close()
-        conns = list(self._connections)
+        if self.resp is not None:
+            self.resp.close_listener()
+        conns: list[_Connection | _RespConnection] = list(self._connections)
+        if self.resp is not None:
+            conns += list(self.resp.connections)
         for conn in conns:
             conn.stop_reading()
         if conns:
             await asyncio.wait([asyncio.ensure_future(c.done.wait()) for c in conns], timeout=timeout_s)
+        if self.resp is not None:
+            self.resp.close()
         self._pool.shutdown(wait=True)
         self.stores.close()
         self._stopped.set()
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         conn = _Connection(self, reader, writer)
-        if len(self._connections) >= self.limits.connections_max:
+        if self.connection_count() >= self.limits.connections_max:
             self.counters.refused += 1
             body = {"error": "TooManyConnections", "message": f"at most {self.limits.connections_max}",
                     "args": []}  # fmt: skip
@@ -355,13 +373,17 @@ class Server:
             await conn.close()
             return
         self._connections.add(conn)
-        self.counters.connections = len(self._connections)
+        self.counters.connections = self.connection_count()
         self.counters.connections_total += 1
         try:
             await conn.serve()
         finally:
             self._connections.discard(conn)
-            self.counters.connections = len(self._connections)
+            self.counters.connections = self.connection_count()
+
+    def connection_count(self) -> int:
+        """Connections open now, native and RESP (``Limits.connections_max`` bounds them together)."""
+        return len(self._connections) + (len(self.resp.connections) if self.resp is not None else 0)
 
     async def call(self, fn: Callable[[], Any]) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self._pool, fn)

@@ -1,0 +1,370 @@
+"""Logspool logs as Redis Streams: the stream commands' mechanism (XADD, XLEN, XRANGE, XREVRANGE,
+XREAD) and the wake-up of blocked XREADs. docs/RESP.md is the user's view.
+
+**Names.** A stream key is the name of a log in ``DATA/logs/``: it must match the daemon's store
+name pattern (``[A-Za-z0-9][A-Za-z0-9._-]{0,127}``: no ``/``, no ``..``), so no key can name a
+path outside the data directory. Reading commands never create a log; XADD does.
+
+**Ids.** An entry's id is ``<ms>-<lsn>``: the record's timestamp in milliseconds since the epoch
+and its lsn. Both are stored in the record (FORMAT.md), so ids are the same after a restart and
+for every process; lsns grow by one per record and timestamps never decrease along a log, so ids
+order exactly as the log does, and a time alone (``XRANGE key 1700000000000 +``) selects by time
+as in Redis. XADD takes ``*`` only: the log assigns the lsn, so a client cannot choose an id.
+
+**Fields.** A record is one payload. XADD with the single field ``payload`` stores the value's
+bytes as they are (so records appended by ``Log.append`` or the native protocol read back as
+``payload <bytes>``); any other fields are encoded: ``FIELDS_MAGIC``, then a big-endian u32
+count of pairs, then for each field and each value a big-endian u32 size and its bytes. A
+payload that starts with the magic but does not decode exactly is read as a raw payload.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import struct
+import time
+from dataclasses import dataclass
+
+from .._log import Log
+from .._watch import _IN_CLOEXEC, _IN_NONBLOCK, _MASK, _libc
+from ..errors import PositionError
+from ._resp_kv import RedisError
+
+FIELDS_MAGIC = b"LSXF\x00\x01"
+_U32 = struct.Struct(">I")
+ID_MAX = (1 << 64) - 1
+# Entries one XREAD or XRANGE reply holds at most (XREAD continues from its last id; an XRANGE
+# without COUNT over more entries is answered with an error that says to give COUNT).
+STREAM_REPLY_COUNT_MAX = 10_000
+STREAM_REPLY_BYTES_MAX = 64 * 1024 * 1024
+# Blocked XREADs on a log that has no inotify watch (no inotify, or the log does not exist yet)
+# look again this often.
+POLL_S = 0.05
+# An inotify watch outlives its last waiter this long: setting one up costs milliseconds.
+WATCH_LINGER_S = 5.0
+
+Id = tuple[int, int]
+Entry = tuple[bytes, list[bytes]]  # the id's text, then field, value, field, value...
+
+
+def encode_fields(fields: list[bytes]) -> bytes:
+    """The record payload of XADD's field/value pairs (see the module docstring)."""
+    if len(fields) == 2 and fields[0] == b"payload" and not fields[1].startswith(FIELDS_MAGIC):
+        return fields[1]
+    parts = [FIELDS_MAGIC, _U32.pack(len(fields) // 2)]
+    for item in fields:
+        parts += [_U32.pack(len(item)), item]
+    return b"".join(parts)
+
+
+def decode_fields(payload: bytes) -> list[bytes]:
+    if payload.startswith(FIELDS_MAGIC) and len(payload) >= len(FIELDS_MAGIC) + 4:
+        pos = len(FIELDS_MAGIC)
+        (pairs,) = _U32.unpack_from(payload, pos)
+        pos += 4
+        out: list[bytes] = []
+        if pairs <= len(payload):  # each pair takes at least 8 bytes: a bound before the loop
+            for _ in range(2 * pairs):
+                if pos + 4 > len(payload):
+                    break
+                (size,) = _U32.unpack_from(payload, pos)
+                pos += 4
+                if pos + size > len(payload):
+                    break
+                out.append(payload[pos : pos + size])
+                pos += size
+            else:
+                if pos == len(payload):
+                    return out
+    return [b"payload", payload]
+
+
+def format_id(timestamp_ns: int, lsn: int) -> bytes:
+    return b"%d-%d" % (timestamp_ns // 1_000_000, lsn)
+
+
+def parse_id(raw: bytes, *, end: bool = False) -> tuple[Id, bool]:
+    """A range bound: ``-``, ``+``, ``MS`` (``MS-0`` as a start, ``MS-max`` as an end) or ``MS-SEQ``;
+    with a leading ``(`` exclusive. Returns the id and whether it is exclusive."""
+    exclusive = raw.startswith(b"(")
+    text = raw[1:] if exclusive else raw
+    if text == b"-":
+        return (0, 0), exclusive
+    if text == b"+":
+        return (ID_MAX, ID_MAX), exclusive
+    ms_text, dash, seq_text = text.partition(b"-")
+    try:
+        if not ms_text.isdigit() or (dash and not seq_text.isdigit()):
+            raise ValueError
+        ms, seq = int(ms_text), (int(seq_text) if dash else (ID_MAX if end else 0))
+    except ValueError:
+        raise RedisError("ERR Invalid stream ID specified as stream command argument") from None
+    if ms > ID_MAX or seq > ID_MAX:
+        raise RedisError("ERR Invalid stream ID specified as stream command argument")
+    return (ms, seq), exclusive
+
+
+@dataclass
+class Cursor:
+    """Where an XREAD of one stream reads from: records with lsn >= ``lsn`` (``$``), or with an id
+    greater than ``after``."""
+
+    name: str
+    lsn: int | None = None
+    after: Id | None = None
+
+
+class Streams:
+    """The stream commands on the daemon's logs (``stores``: the server's ``Stores``). Used from
+    pool threads; every method is safe to call from several at once."""
+
+    def __init__(self, stores: object, data: str) -> None:
+        self.stores = stores
+        self.data = data
+
+    def path(self, name: str) -> str:
+        return os.path.join(self.data, "logs", name)
+
+    def exists(self, name: str) -> bool:
+        return os.path.isdir(self.path(name))
+
+    def log(self, name: str, create: bool) -> Log | None:
+        if not create and not self.exists(name):
+            return None
+        return self.stores.get("logs", name)  # type: ignore[attr-defined,no-any-return]
+
+    # --- writing ------------------------------------------------------------------------------
+    def add(self, log: Log, fields: list[bytes]) -> bytes:
+        """Append one entry; its id. Not yet durable: the caller syncs the log before replying."""
+        payload = encode_fields(fields)
+        with log.exclusive(sync=False) as tail:
+            stamp = max(time.time_ns(), tail.timestamp)
+            [lsn] = tail.append_many([payload], timestamp=stamp)
+        return format_id(stamp, lsn)
+
+    # --- reading ------------------------------------------------------------------------------
+    def length(self, log: Log) -> int:
+        info = log.info()
+        return info.next_lsn - info.first_lsn
+
+    def _reader_from(self, log: Log, start: Id) -> object:
+        """A reader at or before the first record whose id is >= ``start``."""
+        ms = start[0]
+        if ms == 0:
+            return log.reader("earliest")
+        # One millisecond early: a float of seconds is not exact at this magnitude; the caller
+        # filters by id anyway.
+        return log.reader(since=max(ms - 1, 0) / 1000)
+
+    def forward(
+        self, log: Log, start: Id, start_excl: bool, end: Id, end_excl: bool, count: int
+    ) -> list[Entry]:
+        """Entries with ids from ``start`` to ``end`` in order, at most ``count``."""
+        out: list[Entry] = []
+        size = 0
+        reader = self._reader_from(log, start)
+        try:
+            for rec in reader:  # type: ignore[attr-defined]
+                rid = (rec.timestamp // 1_000_000, rec.lsn)
+                if rid < start or (start_excl and rid == start):
+                    continue
+                if rid > end or (end_excl and rid == end):
+                    break
+                out.append((format_id(rec.timestamp, rec.lsn), decode_fields(rec.payload)))
+                size += len(rec.payload)
+                if len(out) >= count or size >= STREAM_REPLY_BYTES_MAX:
+                    break
+        finally:
+            reader.close()  # type: ignore[attr-defined]
+        return out
+
+    def backward(
+        self, log: Log, end: Id, end_excl: bool, start: Id, start_excl: bool, count: int
+    ) -> list[Entry]:
+        """Entries with ids from ``end`` down to ``start``, newest first, at most ``count``: read
+        forward in windows of lsns that go back from the end, each twice the last."""
+        info = log.info()
+        hi = info.next_lsn - 1
+        if end[0] != ID_MAX:  # the last lsn at or before the end's millisecond
+            probe = log.reader(since=(end[0] + 1) / 1000)
+            try:
+                first = next(iter(probe), None)
+                # (a float's error here only moves the window: the records are filtered by id)
+                hi = min(hi, first.lsn if first is not None else hi)
+            finally:
+                probe.close()
+        out: list[Entry] = []
+        window = max(count, 16)
+        for _ in range(64):  # bounded: the window doubles each turn
+            lo = max(info.first_lsn, hi - window + 1)
+            if hi < lo:
+                break
+            chunk: list[Entry] = []
+            done = False
+            try:
+                reader = log.reader(lo)
+            except PositionError:
+                break  # retention removed it meanwhile
+            try:
+                for rec in reader:
+                    if rec.lsn > hi:
+                        break
+                    rid = (rec.timestamp // 1_000_000, rec.lsn)
+                    if rid > end or (end_excl and rid == end):
+                        continue
+                    if rid < start or (start_excl and rid == start):
+                        done = True
+                        continue
+                    chunk.append((format_id(rec.timestamp, rec.lsn), decode_fields(rec.payload)))
+            finally:
+                reader.close()
+            out += reversed(chunk)
+            if len(out) >= count or done or lo <= info.first_lsn:
+                break
+            hi = lo - 1
+            window *= 2
+        return out[:count]
+
+    def read_cursor(self, cursor: Cursor, count: int) -> list[Entry]:
+        """XREAD of one stream, not waiting: the entries after the cursor (at most ``count``)."""
+        log = self.log(cursor.name, create=False)
+        if log is None:
+            return []
+        if cursor.lsn is not None:
+            try:
+                reader = log.reader(cursor.lsn)
+            except PositionError as err:
+                if cursor.lsn < err.first_lsn:  # retention removed them: from the earliest
+                    reader = log.reader("earliest")
+                else:
+                    return []
+            out: list[Entry] = []
+            size = 0
+            try:
+                for rec in reader:
+                    out.append((format_id(rec.timestamp, rec.lsn), decode_fields(rec.payload)))
+                    size += len(rec.payload)
+                    if len(out) >= count or size >= STREAM_REPLY_BYTES_MAX:
+                        break
+            finally:
+                reader.close()
+            return out
+        assert cursor.after is not None
+        return self.forward(log, cursor.after, True, (ID_MAX, ID_MAX), False, count)
+
+    def last_lsn_cursor(self, name: str) -> Cursor:
+        """``$``: the entries appended from now on."""
+        log = self.log(name, create=False)
+        return Cursor(name, lsn=0 if log is None else log.info().next_lsn)
+
+
+class _Watch:
+    """What wakes the waiters of one log: an inotify watch on its directory, read by the event
+    loop (no thread), or a timer where that cannot be had."""
+
+    def __init__(self, tails: Tails, name: str) -> None:
+        self.fd = -1
+        self.timer: asyncio.TimerHandle | None = None
+        self.linger: asyncio.TimerHandle | None = None
+        loop = tails.loop
+        libc = _libc()
+        path = os.path.join(tails.data, "logs", name)
+        if libc is not None and os.path.isdir(path):
+            fd = libc.inotify_init1(_IN_NONBLOCK | _IN_CLOEXEC)
+            if fd >= 0 and libc.inotify_add_watch(fd, os.fsencode(path), _MASK) >= 0:
+                self.fd = fd
+                loop.add_reader(fd, self._readable, tails, name)
+            elif fd >= 0:
+                os.close(fd)
+        if self.fd < 0:
+            self._poll(tails, name)
+
+    def _readable(self, tails: Tails, name: str) -> None:
+        for _ in range(64):  # bounded: drain what is queued
+            try:
+                if not os.read(self.fd, 65536):
+                    break
+            except (BlockingIOError, OSError):
+                break
+        tails.wake(name)
+
+    def _poll(self, tails: Tails, name: str) -> None:
+        tails.wake(name)
+        self.timer = tails.loop.call_later(POLL_S, self._poll, tails, name)
+
+    def close(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self.fd >= 0:
+            loop.remove_reader(self.fd)
+            os.close(self.fd)
+            self.fd = -1
+        if self.timer is not None:
+            self.timer.cancel()
+        if self.linger is not None:
+            self.linger.cancel()
+
+
+class Tails:
+    """Blocked XREADs, by log name. A waiter registers a future before it looks (so an append
+    after the look wakes it: no race), then awaits it. Appends through this daemon wake at once
+    (``wake_threadsafe``); appends by other processes through one inotify watch per log that has
+    waiters. No thread is held by a waiter. Used on the event loop only (but ``wake_threadsafe``)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, data: str) -> None:
+        self.loop = loop
+        self.data = data
+        self._waiters: dict[str, set[asyncio.Future[None]]] = {}
+        self._watches: dict[str, _Watch] = {}
+
+    def register(self, names: list[str]) -> asyncio.Future[None]:
+        fut: asyncio.Future[None] = self.loop.create_future()
+        for name in names:
+            self._waiters.setdefault(name, set()).add(fut)
+            watch = self._watches.get(name)
+            if watch is None:
+                self._watches[name] = _Watch(self, name)
+            elif watch.linger is not None:
+                watch.linger.cancel()
+                watch.linger = None
+        return fut
+
+    def unregister(self, names: list[str], fut: asyncio.Future[None]) -> None:
+        for name in names:
+            waiting = self._waiters.get(name)
+            if waiting is None:
+                continue
+            waiting.discard(fut)
+            if not waiting:
+                del self._waiters[name]
+                watch = self._watches.get(name)
+                if watch is not None and watch.linger is None:
+                    watch.linger = self.loop.call_later(WATCH_LINGER_S, self._drop, name)
+
+    def _drop(self, name: str) -> None:
+        if name in self._waiters:
+            return
+        watch = self._watches.pop(name, None)
+        if watch is not None:
+            watch.linger = None
+            watch.close(self.loop)
+
+    def wake(self, name: str) -> None:
+        for fut in self._waiters.get(name, ()):
+            if not fut.done():
+                fut.set_result(None)
+
+    def wake_threadsafe(self, names: set[str]) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop closed (shutdown)
+            for name in names:
+                self.loop.call_soon_threadsafe(self.wake, name)
+
+    def close(self) -> None:
+        for watch in self._watches.values():
+            watch.close(self.loop)
+        self._watches.clear()
+        for waiting in self._waiters.values():
+            for fut in waiting:
+                if not fut.done():
+                    fut.cancel()
+        self._waiters.clear()

@@ -1,0 +1,262 @@
+"""RESP, the Redis serialization protocol: the command parser and the reply encoders. Pure: no I/O.
+
+A client sends commands as arrays of bulk strings (``*2\\r\\n$3\\r\\nGET\\r\\n$1\\r\\nk\\r\\n``) or as
+an inline line (``PING\\r\\n``, what a person types into telnet); the server answers in RESP2, or
+in RESP3 after ``HELLO 3`` (nulls, maps, doubles). Specification: https://redis.io/docs/latest/
+develop/reference/protocol-spec/ (docs/RESP.md says what logspool speaks of it).
+
+Invariants of the parser (every bound is checked before anything is allocated or copied):
+- a command is an array of bulk strings, as Redis requires of clients: a nested array, or any
+  other type as an element, is a protocol error (so nesting is bounded at one level);
+- at most ``RespLimits.args_max`` elements, each at most ``bulk_size_max`` bytes, all of them at
+  most ``command_size_max``; a line (array or bulk header, inline command) at most
+  ``line_size_max`` bytes; before AUTH (when a token is set), Redis's tighter bounds (10 elements
+  of 16 KiB), so that an unauthenticated client cannot make the server buffer much;
+- the bytes buffered for a command that is not complete yet are bounded by the same numbers: the
+  parser reads a header, checks it, and only then waits for the bytes it announces.
+A violation raises ``RespProtocolError`` with Redis's own wording; the connection answers
+``-ERR Protocol error: ...`` and closes, as Redis does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class RespProtocolError(Exception):
+    """The bytes a client sent are not RESP (or break a bound): its connection is closed."""
+
+
+@dataclass(frozen=True, slots=True)
+class RespLimits:
+    """The parser's bounds (see the module docstring). Units: bytes, or elements."""
+
+    bulk_size_max: int = 16 * 1024 * 1024  # one argument: a 15 MiB value with room to spare
+    command_size_max: int = 64 * 1024 * 1024  # all the arguments of one command (an MSET)
+    args_max: int = 1024 * 1024  # elements of one command
+    line_size_max: int = 64 * 1024  # a header line or an inline command (Redis: 64 KiB)
+    unauthenticated_args_max: int = 10  # before AUTH, when a token is set (as Redis 7)
+    unauthenticated_bulk_size_max: int = 16 * 1024
+
+
+_CRLF = b"\r\n"
+
+
+def _count(line: bytes | bytearray, what: str) -> int:
+    """A decimal count of a header line: digits, optionally a minus sign; 19 digits at most."""
+    if 0 < len(line) <= 20 and (line.isdigit() or (line[:1] == b"-" and line[1:].isdigit())):
+        return int(line)
+    raise RespProtocolError(f"invalid {what}")
+
+
+class RespParser:
+    """Turns the bytes a connection received into commands: ``feed`` then ``commands``. One per
+    connection; not shared between threads."""
+
+    def __init__(self, limits: RespLimits) -> None:
+        self.limits = limits
+        self._buf = bytearray()
+        self._pos = 0  # the start of the first command not parsed yet
+        self.authenticated = True  # False: the unauthenticated bounds apply
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received and not yet part of a parsed command."""
+        return len(self._buf) - self._pos
+
+    def feed(self, data: bytes) -> None:
+        if self._pos and self._pos == len(self._buf):
+            self._buf.clear()
+            self._pos = 0
+        self._buf += data
+
+    def commands(self, count_max: int) -> list[list[bytes]]:
+        """The complete commands received (at most ``count_max``: the rest stay buffered);
+        RespProtocolError if the bytes break the protocol or a bound."""
+        out: list[list[bytes]] = []
+        buf = self._buf
+        end = len(buf)
+        try:
+            while self._pos < end and len(out) < count_max:
+                # "*": a multibulk array; anything else: an inline command
+                cmd = self._multibulk(buf, end) if buf[self._pos] == 42 else self._inline(buf, end)
+                if cmd is None:
+                    break
+                if cmd:
+                    out.append(cmd)
+        finally:
+            if self._pos > 65536 and self._pos * 2 > len(buf):  # reclaim the consumed prefix
+                del buf[: self._pos]
+                self._pos = 0
+        return out
+
+    def _line_end(self, buf: bytearray, start: int, end: int, what: str) -> int:
+        """Where the CRLF ending the line at ``start`` is, or -1 if it has not arrived."""
+        nl = buf.find(_CRLF, start, min(end, start + self.limits.line_size_max + 2))
+        if nl < 0 and end - start > self.limits.line_size_max:
+            raise RespProtocolError(f"too big {what} string")
+        return nl
+
+    def _multibulk(self, buf: bytearray, end: int) -> list[bytes] | None:
+        limits = self.limits
+        pos = self._pos
+        nl = self._line_end(buf, pos, end, "mbulk count")
+        if nl < 0:
+            return None
+        count = _count(buf[pos + 1 : nl], "multibulk length")
+        args_max = limits.args_max if self.authenticated else limits.unauthenticated_args_max
+        if count > args_max:
+            what = "multibulk length" if self.authenticated else "unauthenticated multibulk length"
+            raise RespProtocolError(f"invalid {what}")
+        pos = nl + 2
+        if count <= 0:  # Redis ignores an empty or null array
+            self._pos = pos
+            return []
+        bulk_max = limits.bulk_size_max if self.authenticated else limits.unauthenticated_bulk_size_max
+        total = 0
+        args: list[bytes] = []
+        for _ in range(count):
+            if pos >= end:
+                return None
+            if buf[pos] != 36:  # "$"
+                raise RespProtocolError(f"expected '$', got '{chr(buf[pos])}'")
+            nl = self._line_end(buf, pos, end, "bulk count")
+            if nl < 0:
+                return None
+            size = _count(buf[pos + 1 : nl], "bulk length")
+            if size < 0 or size > bulk_max:
+                what = "bulk length" if self.authenticated else "unauthenticated bulk length"
+                raise RespProtocolError(f"invalid {what}")
+            total += size
+            if total > limits.command_size_max:
+                raise RespProtocolError("command too large (more than command_size_max bytes)")
+            start = nl + 2
+            if end < start + size + 2:
+                return None
+            if buf[start + size : start + size + 2] != _CRLF:
+                raise RespProtocolError("bulk string not terminated by CRLF")
+            args.append(bytes(buf[start : start + size]))
+            pos = start + size + 2
+        self._pos = pos
+        return args
+
+    def _inline(self, buf: bytearray, end: int) -> list[bytes] | None:
+        pos = self._pos
+        nl = buf.find(b"\n", pos, min(end, pos + self.limits.line_size_max + 1))
+        if nl < 0:
+            if end - pos > self.limits.line_size_max:
+                raise RespProtocolError("too big inline request")
+            return None
+        line = bytes(buf[pos:nl]).rstrip(b"\r")
+        self._pos = nl + 1
+        args = split_inline(line)
+        if len(args) > (self.limits.args_max if self.authenticated else self.limits.unauthenticated_args_max):
+            raise RespProtocolError("invalid multibulk length")
+        return args
+
+
+def split_inline(line: bytes) -> list[bytes]:
+    """The arguments of an inline command: split on spaces, with "double quotes" (and \\n, \\t,
+    \\xHH escapes) and 'single quotes', as redis-cli and Redis (sdssplitargs) read them."""
+    args: list[bytes] = []
+    i, n = 0, len(line)
+    while i < n:  # bounded: every turn consumes at least one byte
+        while i < n and line[i] in b" \t":
+            i += 1
+        if i >= n:
+            break
+        arg = bytearray()
+        quote = line[i] if line[i] in b"\"'" else 0
+        if quote:
+            i += 1
+            while True:
+                if i >= n:
+                    raise RespProtocolError("unbalanced quotes in request")
+                c = line[i]
+                if c == quote:
+                    i += 1
+                    if i < n and line[i] not in b" \t":
+                        raise RespProtocolError("unbalanced quotes in request")
+                    break
+                if c == 92 and i + 1 < n:  # backslash
+                    nxt = line[i + 1]
+                    if quote == 34 and nxt == 120 and i + 3 < n:  # \xHH
+                        try:
+                            arg.append(int(line[i + 2 : i + 4], 16))
+                            i += 4
+                            continue
+                        except ValueError:
+                            pass
+                    if quote == 34:
+                        arg.append({110: 10, 114: 13, 116: 9, 98: 8, 97: 7}.get(nxt, nxt))
+                        i += 2
+                        continue
+                    if nxt == 39:
+                        arg.append(39)
+                        i += 2
+                        continue
+                arg.append(c)
+                i += 1
+        else:
+            while i < n and line[i] not in b" \t":
+                arg.append(line[i])
+                i += 1
+        args.append(bytes(arg))
+    return args
+
+
+# --- replies -----------------------------------------------------------------------------------
+OK = b"+OK\r\n"
+QUEUED = b"+QUEUED\r\n"
+PONG = b"+PONG\r\n"
+NULL2 = b"$-1\r\n"
+NULL3 = b"_\r\n"
+NULL_ARRAY2 = b"*-1\r\n"
+EMPTY_ARRAY = b"*0\r\n"
+ZERO = b":0\r\n"
+ONE = b":1\r\n"
+
+
+def bulk(value: bytes) -> bytes:
+    return b"$%d\r\n%s\r\n" % (len(value), value)
+
+
+def simple(text: str) -> bytes:
+    return b"+" + _one_line(text) + _CRLF
+
+
+def error(text: str) -> bytes:
+    """An error reply; ``text`` starts with its code (``ERR``, ``WRONGTYPE``, ``NOAUTH``...)."""
+    return b"-" + _one_line(text) + _CRLF
+
+
+def integer(value: int) -> bytes:
+    return b":%d\r\n" % value
+
+
+def array(items: list[bytes]) -> bytes:
+    """An array of replies already encoded."""
+    return b"*%d\r\n%s" % (len(items), b"".join(items))
+
+
+def bulks(values: list[bytes]) -> bytes:
+    return b"*%d\r\n%s" % (len(values), b"".join([b"$%d\r\n%s\r\n" % (len(v), v) for v in values]))
+
+
+def null(proto: int) -> bytes:
+    return NULL3 if proto == 3 else NULL2
+
+
+def null_array(proto: int) -> bytes:
+    return NULL3 if proto == 3 else NULL_ARRAY2
+
+
+def mapping(pairs: list[tuple[bytes, bytes]], proto: int) -> bytes:
+    """A map of encoded keys to encoded values: RESP3 ``%``, a flat array in RESP2."""
+    head = b"%%%d\r\n" % len(pairs) if proto == 3 else b"*%d\r\n" % (2 * len(pairs))
+    return head + b"".join(k + v for k, v in pairs)
+
+
+def _one_line(text: str) -> bytes:
+    """A status or error line: no CR or LF inside (they would end it early)."""
+    return text.replace("\r", " ").replace("\n", " ").encode("utf-8", "replace")

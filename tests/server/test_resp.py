@@ -1,0 +1,575 @@
+"""The RESP front door (``logspool serve --resp``) against the real Redis clients: redis-cli,
+redis-py (RESP2 and RESP3) and a short redis-benchmark run, on a real ``logspool serve`` process
+on 127.0.0.1. It proves that the commands answer as Redis does (docs/RESP.md), that a key set
+over RESP is the same key for the native client and an embedded ``kv.open``, that streams are
+logs (XREAD BLOCK wakes on another process's append), that AUTH guards everything, that hostile
+input (random bytes, huge lengths, unterminated or nested arrays, a client that never reads)
+harms only its own connection with memory bounded, that the parser takes any split of any
+command stream (hypothesis), and that after a kill -9 under redis-py writers every acknowledged
+SET, INCR and XADD is there, none twice. Waits are bounded polls on a condition, never sleeps."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import shutil
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+import logspool
+from logspool import client, kv
+from logspool.server._resp_kv import glob_match
+from logspool.server._resp_wire import RespLimits, RespParser, RespProtocolError
+from tests.server.conftest import Daemon
+
+pytestmark = pytest.mark.skipif(
+    shutil.which("redis-cli") is None or shutil.which("redis-benchmark") is None,
+    reason="redis-tools is not installed (scripts/setup installs it)",
+)
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    d = Daemon(tmp_path_factory.mktemp("resp") / "data", resp=True).start()
+    yield d
+    d.kill()
+
+
+@pytest.fixture
+def r(daemon: Daemon) -> Iterator[redis.Redis]:
+    c = redis.Redis(port=daemon.resp_port, socket_timeout=10)
+    yield c
+    c.close()
+
+
+def no_retry(port: int | None, **options: object) -> redis.Redis:
+    """A client that never resends a command (redis-py retries by default, with backoff): a resent
+    XADD could be applied twice, and an auth error would take seconds of backoff to raise."""
+    return redis.Redis(port=port, retry=Retry(NoBackoff(), 0), **options)  # type: ignore[arg-type]
+
+
+def cli(port: int | None, *args: str, stdin: bytes | None = None) -> str:
+    out = subprocess.run(["redis-cli", "-p", str(port), *args], input=stdin, capture_output=True, timeout=30)
+    return out.stdout.decode()
+
+
+def raw_conn(port: int | None) -> socket.socket:
+    return socket.create_connection(("127.0.0.1", port or 0), timeout=10)
+
+
+def read_until_closed(sock: socket.socket, limit: int = 1 << 20) -> bytes:
+    data = b""
+    while len(data) < limit:
+        try:
+            chunk = sock.recv(65536)
+        except ConnectionResetError:
+            break
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+def wait_for(condition: object, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():  # type: ignore[operator]
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.01)
+
+
+# --- redis-cli ------------------------------------------------------------------------------------
+def test_redis_cli_speaks_to_the_daemon(daemon: Daemon) -> None:
+    port = daemon.resp_port
+    assert cli(port, "PING") == "PONG\n"
+    assert cli(port, "SET", "cli:a", "hello world") == "OK\n"
+    assert cli(port, "GET", "cli:a") == "hello world\n"
+    assert cli(port, "INCR", "cli:n") == "1\n"
+    assert cli(port, "INCRBY", "cli:n", "41") == "42\n"
+    assert cli(port, "GET", "cli:missing") == "\n"
+    assert cli(port, "NOSUCH", "x").startswith("ERR unknown command 'NOSUCH'")
+    assert cli(port, "GET").startswith("ERR wrong number of arguments for 'get' command")
+    assert cli(port, "XADD", "cli-stream", "*", "payload", "one").strip().endswith("-0")
+    # several commands through one connection (redis-cli reads them from stdin)
+    assert cli(port, stdin=b"SET cli:b 1\nINCR cli:b\nGET cli:b\n") == "OK\n2\n2\n"
+    assert "redis_version:" in cli(port, "INFO", "server")
+
+
+# --- redis-py, RESP2 ------------------------------------------------------------------------------
+def test_strings_as_redis_answers_them(r: redis.Redis) -> None:
+    assert r.set("s:a", b"\x00\xff binary") and r.get("s:a") == b"\x00\xff binary"
+    assert r.set("s:a", "x", nx=True) is None and r.set("s:a", "y", xx=True)
+    assert r.set("s:a", "z", get=True) == b"y"
+    assert r.set("s:num", "010") and r.get("s:num") == b"010"  # not canonical: kept as bytes
+    with pytest.raises(redis.ResponseError, match="not an integer"):
+        r.incr("s:num")  # as in Redis
+    assert r.set("s:c", 5) and r.incr("s:c") == 6 and r.decr("s:c") == 5
+    assert r.incrby("s:c", 10) == 15 and r.decrby("s:c", 20) == -5 and r.get("s:c") == b"-5"
+    assert r.incrbyfloat("s:f", 10.5) == 10.5 and r.incrbyfloat("s:f", 0.1) == 10.6
+    assert r.get("s:f") == b"10.6"
+    with pytest.raises(redis.ResponseError, match="not an integer"):
+        r.incr("s:a")
+    with pytest.raises(redis.ResponseError, match="overflow"):
+        r.set("s:big", 2**63 - 1)
+        r.incr("s:big")
+    assert r.append("s:ap", "ab") == 2 and r.append("s:ap", "cd") == 4 and r.strlen("s:ap") == 4
+    assert r.getrange("s:ap", 1, -2) == b"bc" and r.getrange("s:ap", 5, 9) == b""
+    assert r.setrange("s:ap", 6, "zz") == 8 and r.get("s:ap") == b"abcd\x00\x00zz"
+    assert r.mset({"s:m1": "1", "s:m2": "2"}) and r.mget(["s:m1", "s:m2", "s:none"]) == [b"1", b"2", None]
+    assert r.exists("s:m1", "s:m2", "s:none") == 2
+    assert r.delete("s:m1", "s:none") == 1 and r.unlink("s:m2") == 1 and r.exists("s:m1") == 0
+    assert r.type("s:ap") == b"string" and r.type("s:none") == b"none"
+    assert r.getdel("s:ap") == b"abcd\x00\x00zz" and r.get("s:ap") is None
+    assert r.setnx("s:nx", 1) and not r.setnx("s:nx", 2)
+    assert r.getset("s:nx", 3) == b"1"
+    # expiry
+    assert r.ttl("s:nx") == -1 and r.ttl("s:none") == -2
+    assert r.expire("s:nx", 100) and 99 <= r.ttl("s:nx") <= 100 and 0 < r.pttl("s:nx") <= 100_000
+    assert not r.expire("s:nx", 200, nx=True) and r.expire("s:nx", 200, gt=True)
+    assert r.persist("s:nx") and r.ttl("s:nx") == -1
+    assert r.set("s:ex", "v", px=100_000) and r.ttl("s:ex") > 0
+    assert r.set("s:ex", "w", keepttl=True) and r.ttl("s:ex") > 0
+    assert r.set("s:ex", "u") and r.ttl("s:ex") == -1
+    assert r.getex("s:ex", ex=50) == b"u" and r.ttl("s:ex") == 50
+    assert r.getex("s:ex", persist=True) == b"u" and r.ttl("s:ex") == -1
+    assert r.set("s:gone", "v", px=1) is True
+    wait_for(lambda: r.get("s:gone") is None)
+    assert r.pexpire("s:ex", -1) and r.get("s:ex") is None  # a time in the past deletes
+    assert r.expireat("s:nx", int(time.time()) + 60) and r.ttl("s:nx") > 0
+    # renames
+    assert r.rename("s:nx", "s:nx2") and r.get("s:nx2") == b"3"
+    assert r.set("s:other", 1) and not r.renamenx("s:nx2", "s:other")
+    with pytest.raises(redis.ResponseError, match="no such key"):
+        r.rename("s:none", "s:x")
+    # keys that logspool cannot hold
+    with pytest.raises(redis.ResponseError, match="UTF-8"):
+        r.set(b"\xff\xfe", "v")
+    with pytest.raises(redis.ResponseError, match="not empty"):
+        r.set("", "v")
+
+
+def test_scan_keys_dbsize_and_flushdb_refused(r: redis.Redis) -> None:
+    for i in range(30):
+        r.set(f"scan:{i:02d}", i)
+    found = set(r.scan_iter(match="scan:*", count=7))
+    assert found == {f"scan:{i:02d}".encode() for i in range(30)}
+    assert set(r.scan_iter(match="scan:1?")) == {f"scan:1{i}".encode() for i in range(10)}
+    assert list(r.scan_iter(match="scan:*", _type="stream")) == []
+    assert sorted(r.keys("scan:2[0-3]")) == [b"scan:20", b"scan:21", b"scan:22", b"scan:23"]
+    assert r.dbsize() >= 30
+    with pytest.raises(redis.ResponseError, match="disabled"):
+        r.flushdb()
+    with pytest.raises(redis.ResponseError, match="invalid cursor"):
+        r.scan(cursor=987654321)
+
+
+def test_connection_commands(r: redis.Redis) -> None:
+    assert r.ping() and r.echo("hi") == b"hi"
+    assert r.client_setname("worker-1") and r.client_getname() == "worker-1"
+    assert isinstance(r.client_id(), int)
+    assert r.execute_command("SELECT", 0)
+    with pytest.raises(redis.ResponseError, match="DB index"):
+        r.execute_command("SELECT", 1)
+    assert r.info()["redis_version"]
+    assert r.command_count() > 40
+    assert r.config_get("appendonly") == {"appendonly": "yes"}
+    with pytest.raises(redis.ResponseError, match="unknown command"):
+        r.execute_command("NOSUCHCOMMAND", "a")
+    assert r.ping()  # the connection survived the error
+
+
+def test_locks_not_and_truncate(r: redis.Redis) -> None:
+    assert r.set("ls:k", "abcdef")
+    assert r.execute_command("LS.LOCK", "ls:k", "alice", "30") > time.time() * 1000
+    with pytest.raises(redis.ResponseError, match="LOCKED"):
+        r.set("ls:k", "x")
+    other = r.client()
+    other.client_setname("alice")  # a connection named as the owner may write
+    assert other.set("ls:k", "owned") and other.execute_command("LS.UNLOCK", "ls:k") == 1
+    other.close()
+    assert r.set("ls:k", "abcdef") and r.execute_command("LS.TRUNCATE", "ls:k", 3) == 3
+    assert r.get("ls:k") == b"abc"
+    assert r.set("ls:b", 0) and r.execute_command("LS.NOT", "ls:b") == 1 and r.get("ls:b") == b"1"
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+        r.execute_command("LS.NOT", "ls:k")
+
+
+def test_transactions_are_one_decision(r: redis.Redis, daemon: Daemon) -> None:
+    pipe = r.pipeline(transaction=True)
+    pipe.set("tx:a", 1).incr("tx:a").get("tx:a").incr("tx:nonint-later")
+    assert pipe.execute() == [True, 2, b"2", 1]
+    with pytest.raises(redis.ResponseError, match="discarded because of previous errors"):
+        r.execute_command("MULTI")
+        with contextlib.suppress(redis.ResponseError):
+            r.execute_command("GET")  # wrong arity: queued as an error
+        r.execute_command("EXEC")
+
+    # WATCH: a change by anyone between WATCH and EXEC aborts the transaction (redis-py retries)
+    other = redis.Redis(port=daemon.resp_port)
+    attempts = []
+
+    def add_one(pipe: redis.client.Pipeline) -> None:
+        value = int(pipe.get("tx:w") or 0)
+        if not attempts:
+            other.incr("tx:w")  # a concurrent writer
+        attempts.append(value)
+        pipe.multi()
+        pipe.set("tx:w", value + 1)
+
+    r.set("tx:w", 10)
+    r.transaction(add_one, "tx:w")
+    assert attempts == [10, 11] and r.get("tx:w") == b"12"
+    other.close()
+
+
+# --- RESP3 ----------------------------------------------------------------------------------------
+def test_resp3_through_hello_3(daemon: Daemon) -> None:
+    r3 = redis.Redis(port=daemon.resp_port, protocol=3)
+    assert r3.set("r3:a", "v") and r3.get("r3:a") == b"v" and r3.get("r3:none") is None
+    assert r3.config_get("appendonly") in ({"appendonly": "yes"}, {b"appendonly": b"yes"})
+    r3.xadd("r3-stream", {"payload": "x"})
+    got = r3.xread({"r3-stream": "0"}, count=1)
+    assert list(got) == [b"r3-stream"]  # a map in RESP3
+    hello = r3.execute_command("HELLO", "3")
+    assert hello[b"proto"] == 3 and hello[b"server"] == b"redis"
+    r3.close()
+
+
+# --- shared with the native protocol and embedded users -------------------------------------------
+def test_one_store_for_resp_native_and_embedded(r: redis.Redis, daemon: Daemon) -> None:
+    r.set("shared:resp", "from resp")
+    r.set("shared:count", 7)
+    with client.connect(daemon.address, timeout=10) as c:
+        store = c.kv("default")
+        assert store.get("shared:resp") == b"from resp"
+        assert store.get("shared:count") == 7  # an integer for everyone
+        store.set("shared:native", "text")
+        store.add("shared:count", 1)
+    assert r.get("shared:native") == b"text" and r.incr("shared:count") == 9
+    with kv.open(daemon.data / "kv" / "default") as embedded:  # another process
+        assert embedded.get("shared:count") == 9
+        embedded.set("shared:embedded", 1.5)
+        embedded.set("shared:flag", True)
+    assert r.get("shared:embedded") == b"1.5" and r.get("shared:flag") == b"1"
+    assert r.incrbyfloat("shared:embedded", 1) == 2.5
+
+
+# --- streams --------------------------------------------------------------------------------------
+def test_streams_are_logs(r: redis.Redis, daemon: Daemon) -> None:
+    first = r.xadd("events", {"payload": "one"})
+    second = r.xadd("events", {"a": "1", "b": "2"})
+    ms, lsn = (int(x) for x in first.split(b"-"))
+    assert abs(ms - time.time() * 1000) < 60_000 and second.endswith(b"-%d" % (lsn + 1))
+    assert r.xlen("events") == 2
+    assert r.xrange("events") == [(first, {b"payload": b"one"}), (second, {b"a": b"1", b"b": b"2"})]
+    assert r.xrevrange("events", count=1) == [(second, {b"a": b"1", b"b": b"2"})]
+    assert r.xrange("events", min=f"({first.decode()}") == [(second, {b"a": b"1", b"b": b"2"})]
+    assert r.xrange("events", min=str(ms + 10**9)) == []
+    assert r.xread({"events": first}) == [[b"events", [(second, {b"a": b"1", b"b": b"2"})]]]
+    # the log is an ordinary logspool log: Log.append records read as "payload"
+    with logspool.Log(daemon.data / "logs" / "events") as log:
+        assert next(rec.payload for rec in log.read()) == b"one"
+    assert r.xlen("nostream") == 0 and r.xrange("nostream") == []
+    assert not (daemon.data / "logs" / "nostream").exists()  # reading never creates
+    for bad in ("../escape", "a/b", ".hidden", "x" * 200):
+        with pytest.raises(redis.ResponseError, match="log names"):
+            r.xadd(bad, {"payload": "x"})
+    with pytest.raises(redis.ResponseError, match="'\\*' only"):
+        r.xadd("events", {"payload": "x"}, id="1-1")
+    assert r.xread({"events": "$"}, block=50) == []  # times out: nil
+
+
+def test_xread_block_wakes_on_another_process_append(daemon: Daemon) -> None:
+    r = redis.Redis(port=daemon.resp_port, socket_timeout=30)
+    r.xadd("tail", {"payload": "before"})
+    got: list[object] = []
+    started = threading.Event()
+
+    def reader() -> None:
+        started.set()
+        got.append(r.xread({"tail": "$"}, block=20_000))
+
+    t = threading.Thread(target=reader)
+    t.start()
+    started.wait(5)
+    deadline = time.monotonic() + 20
+    # another process appends (the test process, through an embedded handle)
+    with logspool.Log(daemon.data / "logs" / "tail") as log:
+        while not got and time.monotonic() < deadline:
+            log.append(b"wake")
+            t.join(0.2)
+    t.join(10)
+    assert got and got[0][0][1][0][1] == {b"payload": b"wake"}  # type: ignore[index]
+    r.close()
+
+
+# --- redis-benchmark ------------------------------------------------------------------------------
+def test_redis_benchmark_runs_without_errors(daemon: Daemon) -> None:
+    out = subprocess.run(
+        ["redis-benchmark", "-p", str(daemon.resp_port), "-n", "2000", "-c", "8", "-r", "1000", "-q",
+         "-t", "set,get,incr,mset", "--csv"],
+        capture_output=True, timeout=120,
+    )  # fmt: skip
+    text = out.stdout.decode() + out.stderr.decode()
+    assert out.returncode == 0, text
+    assert "error" not in text.lower(), text
+    tests = {line.split(",")[0].strip('"') for line in out.stdout.decode().splitlines()[1:]}
+    assert {"SET", "GET", "INCR"} <= tests and any(t.startswith("MSET") for t in tests), text
+    pipelined = subprocess.run(
+        ["redis-benchmark", "-p", str(daemon.resp_port), "-n", "2000", "-c", "4", "-P", "16", "-q",
+         "-t", "get"],
+        capture_output=True, timeout=120,
+    )  # fmt: skip
+    assert pipelined.returncode == 0 and b"GET:" in pipelined.stdout
+
+
+# --- AUTH -----------------------------------------------------------------------------------------
+def test_auth_with_a_token(tmp_path: Path) -> None:
+    d = Daemon(tmp_path / "data", "--token", "s3cret", resp=True).start()
+    try:
+        port = d.resp_port
+        with pytest.raises(redis.AuthenticationError):
+            no_retry(port).get("a")
+        with pytest.raises(redis.AuthenticationError):
+            no_retry(port, password="wrong").get("a")
+        ok = redis.Redis(port=port, password="s3cret")
+        assert ok.set("a", 1) and ok.get("a") == b"1"
+        assert redis.Redis(port=port, password="s3cret", protocol=3).get("a") == b"1"  # HELLO 3 AUTH
+        assert cli(port, "GET", "a").startswith("NOAUTH")
+        assert cli(port, "-a", "s3cret", "--no-auth-warning", "GET", "a") == "1\n"
+        # before AUTH the parser's bounds are Redis's unauthenticated ones
+        s = raw_conn(port)
+        s.sendall(b"*1000\r\n")
+        assert read_until_closed(s).startswith(
+            b"-ERR Protocol error: invalid unauthenticated multibulk length"
+        )
+        s.close()
+    finally:
+        d.kill()
+
+
+# --- hostile input --------------------------------------------------------------------------------
+def _alive(port: int | None) -> bool:
+    c = redis.Redis(port=port, socket_timeout=5)
+    try:
+        return bool(c.ping())
+    finally:
+        c.close()
+
+
+@pytest.mark.parametrize(
+    ("payload", "reply"),
+    [
+        (b"*1\r\n" * 50 + b"$4\r\nPING\r\n", b"-ERR Protocol error: expected '$', got '*'"),  # nesting
+        (b"*2\r\n$3\r\nGET\r\n$99999999999\r\n", b"-ERR Protocol error: invalid bulk length"),
+        (b"*99999999999\r\n", b"-ERR Protocol error: invalid multibulk length"),
+        (b"*1\r\n$x\r\n", b"-ERR Protocol error: invalid bulk length"),
+        (b"*1\r\n$4\r\nPINGxx", b"-ERR Protocol error: bulk string not terminated by CRLF"),
+        (b"*1\r\n$" + b"9" * 70_000, b"-ERR Protocol error: too big bulk count string"),
+        (b"A" * 70_000, b"-ERR Protocol error: too big inline request"),
+        (b'SET "unbalanced\r\n', b"-ERR Protocol error: unbalanced quotes in request"),
+    ],
+)
+def test_a_protocol_error_closes_only_its_connection(daemon: Daemon, payload: bytes, reply: bytes) -> None:
+    bystander = redis.Redis(port=daemon.resp_port)
+    bystander.set("host:b", "still here")
+    s = raw_conn(daemon.resp_port)
+    s.sendall(payload)
+    assert read_until_closed(s).startswith(reply)
+    s.close()
+    assert bystander.get("host:b") == b"still here"
+    bystander.close()
+
+
+def test_random_bytes_and_unterminated_arrays_harm_no_one_else(daemon: Daemon) -> None:
+    rng = random.Random(34)
+    held = []
+    for _ in range(20):
+        s = raw_conn(daemon.resp_port)
+        s.sendall(rng.randbytes(rng.randrange(1, 4096)))
+        s.shutdown(socket.SHUT_WR)
+        read_until_closed(s)  # an error reply or replies, then the close: never a hang
+        s.close()
+    for _ in range(10):  # unterminated: the server waits for the rest, holding nothing else up
+        s = raw_conn(daemon.resp_port)
+        s.sendall(b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$100\r\nabc")
+        held.append(s)
+    s = raw_conn(daemon.resp_port)
+    s.sendall(b"PING\r\nNOSUCH a b\r\n*1\r\n$4\r\nPING\r\n")  # inline, unknown, multibulk
+    data = b""
+    while data.count(b"\r\n") < 3:
+        data += s.recv(4096)
+    assert data.startswith(b"+PONG\r\n-ERR unknown command 'NOSUCH'") and data.endswith(b"+PONG\r\n")
+    s.close()
+    assert _alive(daemon.resp_port)
+    for s in held:
+        s.close()
+
+
+def _rss_kib(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+def test_a_client_that_never_reads_cannot_grow_server_memory(daemon: Daemon) -> None:
+    r = redis.Redis(port=daemon.resp_port)
+    r.set("big", b"x" * (1 << 20))  # 1 MiB
+    assert daemon.proc is not None
+    before = _rss_kib(daemon.proc.pid)
+    s = raw_conn(daemon.resp_port)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+    command = b"*2\r\n$3\r\nGET\r\n$3\r\nbig\r\n"
+    s.setblocking(False)
+    sent = 0
+    deadline = time.monotonic() + 10
+    while sent < 400 * len(command) and time.monotonic() < deadline:  # asks for 400 MiB of replies
+        try:
+            sent += s.send(command * 50)
+        except BlockingIOError:
+            time.sleep(0.01)  # the server stopped reading: TCP pushes back
+    grown_mib = (_rss_kib(daemon.proc.pid) - before) / 1024
+    assert grown_mib < 64, f"the daemon grew by {grown_mib:.0f} MiB"
+    assert _alive(daemon.resp_port)  # others are served meanwhile
+    assert r.get("host:none") is None
+    s.close()
+    r.close()
+
+
+# --- the parser, fuzzed ---------------------------------------------------------------------------
+LIMITS = RespLimits(bulk_size_max=1 << 12, command_size_max=1 << 14, args_max=64, line_size_max=256)
+
+
+def _encode(cmd: list[bytes]) -> bytes:
+    return b"*%d\r\n" % len(cmd) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in cmd)
+
+
+commands = st.lists(st.lists(st.binary(max_size=40), min_size=1, max_size=6), max_size=12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(commands, st.lists(st.integers(1, 64), max_size=20))
+def test_parser_returns_every_command_whatever_the_split(cmds: list[list[bytes]], cuts: list[int]) -> None:
+    data = b"".join(_encode(c) for c in cmds)
+    parser = RespParser(LIMITS)
+    got: list[list[bytes]] = []
+    pos = 0
+    for cut in [*cuts, len(data)]:
+        parser.feed(data[pos : pos + cut])
+        pos += cut
+        got += parser.commands(1000)
+    parser.feed(data[pos:])
+    got += parser.commands(1000)
+    assert got == cmds and parser.buffered == 0
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=2048))
+def test_parser_on_any_bytes_yields_commands_or_a_protocol_error(data: bytes) -> None:
+    parser = RespParser(LIMITS)
+    parser.feed(data)
+    try:
+        for cmd in parser.commands(10_000):
+            assert cmd and len(cmd) <= LIMITS.args_max
+            assert sum(map(len, cmd)) <= max(LIMITS.command_size_max, LIMITS.line_size_max)
+    except RespProtocolError:
+        pass
+    assert parser.buffered <= len(data)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text("ab*?[]^-\\", max_size=12), st.text("ab-]", max_size=12))
+def test_glob_is_fnmatch_on_simple_patterns(pattern: str, text: str) -> None:
+    import fnmatch
+    import re
+
+    if "[" in pattern or "\\" in pattern:
+        return  # (bracket and escape rules differ between fnmatch and Redis)
+    expected = re.fullmatch(fnmatch.translate(pattern), text, re.S) is not None
+    assert glob_match(pattern.encode(), text.encode()) == expected
+
+
+# --- kill -9 under redis-py writers ---------------------------------------------------------------
+def test_kill_9_loses_no_acknowledged_write(tmp_path: Path) -> None:
+    d = Daemon(tmp_path / "data", resp=True)
+    acked_sets: dict[str, bytes] = {}
+    acked_ids: dict[bytes, bytes] = {}  # payload -> id
+    counts = {"acked": 0, "sent": 0}
+    lock = threading.Lock()
+    stop = threading.Event()
+
+    def writer(n: int, round_: int) -> None:
+        c = no_retry(d.resp_port, socket_timeout=10)
+        try:
+            for i in range(1 << 30):
+                if stop.is_set():
+                    return
+                key, value = f"k{round_}-{n}-{i}", b"v%d" % i
+                c.set(key, value)
+                with lock:
+                    acked_sets[key] = value
+                    counts["sent"] += 1
+                c.incr("counter")
+                with lock:
+                    counts["acked"] += 1
+                payload = b"r%d-%d-%d" % (round_, n, i)
+                entry_id = c.xadd("stream", {"payload": payload})
+                with lock:
+                    acked_ids[payload] = entry_id
+        except (redis.ConnectionError, redis.TimeoutError, OSError):
+            return  # the daemon died: what was in flight is not acknowledged
+        finally:
+            c.close()
+
+    try:
+        for round_ in range(2):
+            d.start()
+            stop.clear()
+            target = counts["acked"] + 150
+            threads = [threading.Thread(target=writer, args=(n, round_)) for n in range(4)]
+            for t in threads:
+                t.start()
+            wait_for(lambda target=target: counts["acked"] >= target, 30)  # type: ignore[misc]
+            d.kill()  # kill -9 with writes in flight
+            stop.set()
+            for t in threads:
+                t.join(30)
+            d.start()
+            c = redis.Redis(port=d.resp_port)
+            missing = [k for k, v in acked_sets.items() if c.get(k) != v]
+            assert not missing, f"{len(missing)} acknowledged SETs are missing, e.g. {missing[:3]}"
+            counter = int(c.get("counter") or 0)
+            assert counts["acked"] <= counter <= counts["sent"], (counts, counter)
+            entries = []
+            last = "0"
+            for _ in range(1000):
+                page = c.xread({"stream": last}, count=5000)
+                if not page:
+                    break
+                entries += page[0][1]
+                last = page[0][1][-1][0].decode()
+            payloads = [fields[b"payload"] for _, fields in entries]
+            assert len(payloads) == len(set(payloads)), "an entry appears twice"
+            ids = {fields[b"payload"]: eid for eid, fields in entries}
+            lost = [p for p, eid in acked_ids.items() if ids.get(p) != eid]
+            assert not lost, f"{len(lost)} acknowledged XADDs are missing or renumbered, e.g. {lost[:3]}"
+            c.close()
+            d.kill()
+        assert len(acked_ids) >= 300
+    finally:
+        stop.set()
+        d.kill()
+    assert os.path.isdir(tmp_path / "data" / "logs" / "stream")
