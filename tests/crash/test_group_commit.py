@@ -245,6 +245,9 @@ def test_a_wrong_gathering_hint_costs_at_most_one_bounded_wait(log_dir: str) -> 
             waited = time.monotonic() - started
             covered, target, epoch = fmt.read_sync_gather(sync)
             sync.close()
-    assert waited < 0.5, f"{waited:.3f} s"
+    # The wait is capped at limits.GATHER_WAIT_S_MAX (2 ms); without the cap it would last until
+    # the records came, which is never: returning at all is the proof. The bound only keeps a
+    # regression from hanging the suite, and is far from anything a loaded machine takes.
+    assert waited < 30, f"{waited:.3f} s"
     assert (covered, epoch) == (2, 6)  # the fsync's own: through lsn 1, the epoch moved on
     assert target in (0, 3)  # no writer, or this one, expected back

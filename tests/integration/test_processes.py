@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import select
 import signal
-import statistics
 import subprocess
 import sys
 import threading
@@ -66,19 +66,22 @@ def test_writer_processes_each_record_once_in_writer_order(log_dir: str, durabil
 
 
 _TAIL_READER = """
-import sys, time, logspool
+import sys, logspool
 log = logspool.open(sys.argv[1], readonly=True)
 reader = log.reader("latest")
 print("ready", flush=True)
 for _ in range(int(sys.argv[2])):
-    rec = reader.next(timeout=10)
-    sent = int(rec.payload)
-    print(time.time_ns() - sent, flush=True)
+    rec = reader.next(timeout=3600)
+    print(rec.payload.decode(), reader._watch is not None and reader._watch.uses_inotify, flush=True)
 """
 
 
 @pytest.mark.parametrize("inotify", [True, False])
-def test_reader_in_another_process_wakes_within_milliseconds(log_dir: str, inotify: bool) -> None:
+def test_reader_in_another_process_wakes_on_an_append(log_dir: str, inotify: bool) -> None:
+    """A reader waiting in another process (for up to an hour) returns each record appended:
+    with inotify it is woken by the append itself (it switched to a watch once it had waited
+    50 ms), without it it polls (LOGSPOOL_NO_INOTIFY=1). Nothing here is timed: the latency is
+    measured in benchmarks/bench_wake.py against a pipe between two processes."""
     rounds = 20
     env = dict(os.environ)
     if not inotify:
@@ -93,18 +96,21 @@ def test_reader_in_another_process_wakes_within_milliseconds(log_dir: str, inoti
     try:
         assert proc.stdout is not None
         assert proc.stdout.readline().strip() == "ready"
-        latencies_ms = []
-        for _ in range(rounds):
-            time.sleep(0.02)  # the reader is waiting, not spinning through ready data
-            log.append(str(time.time_ns()).encode())
-            latencies_ms.append(int(proc.stdout.readline()) / 1e6)
+        watched = []
+        for n in range(rounds):
+            time.sleep(0.02)  # let the reader wait (and switch to inotify); not a proof of anything
+            log.append(b"%d" % n)
+            ready, _, _ = select.select([proc.stdout], [], [], 120)
+            assert ready, f"round {n}: the reader was not woken by the append"
+            payload, uses_inotify = proc.stdout.readline().split()
+            assert payload == str(n)
+            watched.append(uses_inotify == "True")
         assert proc.wait(30) == 0
     finally:
         proc.kill()
         log.close()
-    median = statistics.median(latencies_ms)
-    # Wake-up, not a fixed sleep: milliseconds. (Polling backs off to 50 ms at most.)
-    assert median < (20 if inotify else 60), latencies_ms
+    # With inotify the reader moved to a watch after its first waits and kept it; without, never.
+    assert watched[-1] is inotify and (watched == sorted(watched) if inotify else not any(watched)), watched
 
 
 class _SlowFsync(FileSystem):
