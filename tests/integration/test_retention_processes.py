@@ -14,7 +14,6 @@ import json
 import subprocess
 import sys
 import textwrap
-import time
 
 import logspool
 
@@ -23,12 +22,13 @@ READER = textwrap.dedent(
     import json, sys, time, logspool
     log = logspool.open(sys.argv[1], readonly=True)
     sub = log.subscribe(sys.argv[2], start="earliest", on_data_loss="skip")
+    print("subscribed", flush=True)
     lsns, bad = [], 0
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        rec = sub.next(timeout=2.0)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and (not lsns or lsns[-1] < 11_999):   # the writer's last
+        rec = sub.next(timeout=1.0)
         if rec is None:
-            break   # the writer stopped
+            continue
         if rec.payload != b"lsn %d " % rec.lsn * 8:
             bad += 1
         lsns.append(rec.lsn)
@@ -52,7 +52,8 @@ def test_retention_racing_readers_in_other_processes(log_dir: str) -> None:
             )
             for i in range(3)
         ]
-        time.sleep(0.5)  # they subscribed at lsn 0
+        for proc in readers:  # each subscribed at lsn 0 (it says so; no fixed sleep)
+            assert proc.stdout is not None and proc.stdout.readline() == "subscribed\n"
         policy = logspool.Retention(size_max=4 * 8192)
         removed = 0
         for lsn in range(1, 12_000):
@@ -61,7 +62,7 @@ def test_retention_racing_readers_in_other_processes(log_dir: str) -> None:
                 removed += len(log.enforce_retention(policy).removed)
         results = []
         for proc in readers:
-            out, err = proc.communicate(timeout=120)
+            out, err = proc.communicate(timeout=180)
             assert proc.returncode == 0, err
             results.append(json.loads(out))
         first = log.info().first_lsn
