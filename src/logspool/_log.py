@@ -16,17 +16,14 @@ Guarantees (docs/DURABILITY.md has the full argument):
 Invariants of the writer state (all under ``_lock`` and the flock, except where noted):
 - ``_seg_end`` is the size of the active segment as this handle last saw it, at a record boundary.
 - ``_next_lsn`` is the lsn the next record appended gets.
-- ``_synced_next``: every lsn below it is durable (fsynced) as far as this process knows; guarded
-  by ``_sync_cond``. It never exceeds what an fsync that *completed* covered.
+- What is durable, the sync role among threads and the sync file: ``_sync.Syncer``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import logging
-import mmap
 import os
 import threading
 import time
@@ -53,8 +50,7 @@ from ._subscribers import (
     is_transient,
     subscriber_info,
 )
-from ._sync import PROVEN_ALL, proven_offset
-from ._watch import DirectoryWatch
+from ._sync import Syncer, proven_text
 from .errors import (
     AppendError,
     ClosedError,
@@ -228,14 +224,8 @@ class Log:
         # (released by the last to come back), for at most the fsync's recent cost.
         self._wq_expected = 0
         self._wq_gate: threading.Lock | None = None
-        self._fsync_cost_s = 0.0
-        self._gather_watch: DirectoryWatch | None = None  # made by the first gathering syncer
         self._queued = durability == "always"
         self._batch_first = -1  # under _lock: the first lsn of the batch being written
-        self._sync_cond = threading.Condition(threading.Lock())
-        self._sync_running = False
-        self._sync_waiters = 0
-        self._synced_next = 0
         self._lock_fd = -1
         self._seg_fd = -1
         self._idx_fd = -1
@@ -246,16 +236,11 @@ class Log:
         self._alloc_end = 0
         self._next_lsn = 0
         self._last_ts = 0
-        self._durable_lsn = 0  # highest durable_lsn known: put in every record header we write
         self._index_due = 0
         self._index_ok = True
         # The syncer's view of the last write: (segment fd, next lsn, segment base, end offset).
         self._written = (-1, 0, 0, 0)
-        self._sync_fd = -1
-        self._sync_map: mmap.mmap | None = None
-        # When this handle last made the sync mark durable (time.monotonic(); 0.0: never), and
-        # whether the last recovery ran in the boot that wrote the newest segment's bytes.
-        self._mark_persisted_s = 0.0
+        # Whether the last recovery ran in the boot that wrote the newest segment's bytes.
         self._recovered_same_boot = False
         # Set when a failure left this handle unsure of the active segment: recover before the
         # next write (under the writer lock).
@@ -275,6 +260,7 @@ class Log:
             compression_level=compression_level,
         )
         self.record_size_max = self.meta.record_size_max
+        self._syncer = Syncer(self._fs, self.path, self.record_size_max)
         # New segments carry the lowest format version that holds what is written in them.
         self._segment_version = fmt.VERSION_1 if self.meta.compression is None else fmt.VERSION_2
         # Set when the log was created with compression: payloads are compressed before the lock
@@ -402,7 +388,7 @@ class Log:
             raise ReadOnlyError(
                 self.path, f"cannot open {lock_path} for writing ({err}); open with readonly=True"
             ) from err
-        self._open_sync_file()
+        self._syncer.open()
         if self.single_writer:
             if not self._fs.lock(self._lock_fd, self._lock_timeout_s):
                 raise LockedError(self.path, self._lock_timeout_s)
@@ -453,6 +439,9 @@ class Log:
         if os.getpid() != self._pid:
             raise ClosedError(self.path, "a Log handle cannot be used across fork; open a new one")
 
+    def _failure_now(self) -> BaseException | None:
+        return self._failure
+
     def _fail(self, err: BaseException) -> None:
         """Stop this handle for good (fsyncgate: never retry an fsync, never ack past it)."""
         if self._failure is None:
@@ -497,9 +486,7 @@ class Log:
         self._index_due = 0
         self._open_index()
         boot = fs.boot_id()
-        sync_map = self._sync_map
-        assert sync_map is not None  # a writer maps it on open
-        same_boot = bool(boot) and fmt.read_sync_boot(sync_map) == boot
+        same_boot = bool(boot) and self._syncer.boot() == boot
         self._recovered_same_boot = same_boot
         start = self._trusted_start(size) if same_boot else None
         index_pos = 0  # where the index entries the scan implies begin (0: the header too)
@@ -516,10 +503,10 @@ class Log:
         # (from the records the scan parsed: no second parse).
         self._rewrite_index_if_needed(due, index_pos)
         if not same_boot and boot:
-            self._set_sync_boot(boot)  # the segment and its index agree now, in this boot
+            self._syncer.set_boot(boot)  # the segment and its index agree now, in this boot
         # The sync mark never claims more than this segment holds (a copied or restored directory
         # may carry a mark from elsewhere).
-        self._lower_sync_mark(self._seg_base, self._seg_end)
+        self._syncer.lower(self._seg_base, self._seg_end)
         self._alloc_end = fs.size(self._seg_fd)
         self._redirty_unsynced_tail()
         if self.durability != "os":
@@ -542,13 +529,13 @@ class Log:
         except CorruptionError:
             if self._nonzero_after(fd, fmt.SEGMENT_HEADER_SIZE, fs.size(fd)):
                 raise
-            if self._proven_end(base) > fmt.SEGMENT_HEADER_SIZE:
+            if self._syncer.proven_end(base) > fmt.SEGMENT_HEADER_SIZE:
                 raise CorruptionError(
                     path, 0, "segment header gone, but the sync mark proves records fsynced in it"
                 ) from None
             # A crash while creating the segment: its header never reached the disk and it
             # holds no record. Write the header again (the name gives the base lsn).
-            self._lower_sync_mark(base, 0)
+            self._syncer.lower(base, 0)
             fs.truncate(fd, 0)  # crash here: an empty segment, handled the same way again
             fs.pwrite(fd, fmt.encode_segment_header(base, time.time_ns(), self._segment_version), 0)
             fs.fsync(fd)  # crash before: the header may be lost again, rewritten again
@@ -557,26 +544,13 @@ class Log:
             raise CorruptionError(path, 16, f"header base lsn {header.base_lsn}, name says {base}")
         return header
 
-    def _proven_end(self, base: int) -> int:
-        """The offset of segment ``base`` below which the sync mark proves every byte fsynced
-        (read under the sync file's shared flock: never a torn mix of two marks)."""
-        sync_map = self._sync_map
-        if sync_map is None:
-            return 0
-        self._fs.lock_shared(self._sync_fd)
-        try:
-            mark = fmt.read_sync_mark(sync_map)
-        finally:
-            self._fs.unlock(self._sync_fd)
-        return proven_offset(mark, base)
-
     def _check_proven_end(self, stop: seg.Stop) -> None:
         """Recovery found the active segment's records ending cleanly at ``stop`` (the end of the
         file, or zeros to it): CorruptionError if the sync mark proves records fsynced past it
         (acknowledged records were cut off or zeroed after they were written)."""
-        proven = self._proven_end(self._seg_base)
+        proven = self._syncer.proven_end(self._seg_base)
         if stop.pos < proven:
-            shown = "its end" if proven == PROVEN_ALL else f"offset {proven}"
+            shown = proven_text(proven)
             raise CorruptionError(
                 self._seg_path(self._seg_base),
                 stop.pos,
@@ -653,19 +627,6 @@ class Log:
             return None
         return entry.offset, entry.lsn, pos
 
-    def _set_sync_boot(self, boot: bytes) -> None:
-        """After recovering the newest segment whole: remember the boot it was done in."""
-        fs = self._fs
-        sync_map = self._sync_map
-        assert sync_map is not None  # a writer maps it on open
-        fs.lock_blocking(self._sync_fd)
-        try:
-            if fmt.read_sync_mark(sync_map) == (0, 0):
-                fmt.write_sync_mark(sync_map, 0, 0)  # the magic: the boot is read only with it
-            fmt.write_sync_boot(sync_map, boot)
-        finally:
-            fs.unlock(self._sync_fd)
-
     def _redirty_unsynced_tail(self) -> None:
         """Write the active segment's bytes past the sync mark again, unchanged (in chunks).
 
@@ -675,9 +636,7 @@ class Log:
         fsyncs would leave a hole on disk. Writing the bytes again makes their pages dirty, so
         the next fsync really writes them. The mark (shared memory) is exact within a boot.
         """
-        sync_map = self._sync_map
-        assert sync_map is not None  # a writer maps it on open
-        mark_base, mark_offset = fmt.read_sync_mark(sync_map)
+        mark_base, mark_offset = self._syncer.mark_unlocked()
         start = mark_offset if mark_base == self._seg_base else fmt.SEGMENT_HEADER_SIZE
         if start >= self._seg_end:
             return
@@ -708,7 +667,7 @@ class Log:
         interval = self.meta.index_interval
         for _ in range(1 << 40):  # bounded: one turn per chunk read or segment crossed
             stop = seg.parse(data, offset, self._next_lsn, self.record_size_max, None, infos, base)
-            durable = self._durable_lsn
+            durable = self._syncer.durable_lsn
             index_due = self._index_due
             for info in infos:
                 if info.durable_lsn > durable:
@@ -717,7 +676,7 @@ class Log:
                     # The process that wrote the record wrote its index entry.
                     due.append(info)
                     index_due = (info.offset // interval + 1) * interval
-            self._durable_lsn, self._index_due = durable, index_due
+            self._syncer.durable_lsn, self._index_due = durable, index_due
             self._next_lsn = stop.lsn  # past a gap record too
             if infos:
                 self._last_ts = max(self._last_ts, infos[-1].timestamp)
@@ -788,10 +747,10 @@ class Log:
                 self._seg_path(self._seg_base),
                 data,
                 stop,
-                self._durable_lsn,
+                self._syncer.durable_lsn,
                 self.record_size_max,
                 base,
-                proven_end=self._proven_end(self._seg_base),
+                proven_end=self._syncer.proven_end(self._seg_base),
                 # (a catch-up reads what peers wrote in this boot; recovery knows from the sync file)
                 same_boot=self._recovered_same_boot or not recovering,
             )
@@ -872,11 +831,10 @@ class Log:
         valid, after our end, in our segment. Then, if more follows it (a writer of an earlier
         release, or one killed before it published), catch up from there. False: no usable hint
         (catch up by parsing from our end)."""
-        if self._sync_map is None:
-            return False
-        hint = fmt.read_sync_tail(self._sync_map)
+        hint = self._syncer.tail()
         if (
-            hint.base_lsn != self._seg_base
+            hint is None
+            or hint.base_lsn != self._seg_base
             or hint.offset < self._seg_end
             or hint.lsn < self._next_lsn
             or not fmt.RECORD_OVERHEAD <= hint.end - hint.offset <= fmt.RECORD_OVERHEAD + self.record_size_max
@@ -890,8 +848,8 @@ class Log:
         info = infos[0]
         self._next_lsn = hint.lsn + 1
         self._seg_end = hint.end
-        if info.durable_lsn > self._durable_lsn:
-            self._durable_lsn = info.durable_lsn
+        if info.durable_lsn > self._syncer.durable_lsn:
+            self._syncer.durable_lsn = info.durable_lsn
         if info.timestamp > self._last_ts:
             self._last_ts = info.timestamp
         # What a parse of every record would leave (§5.2): the last record's offset decides it.
@@ -950,8 +908,7 @@ class Log:
 
     def _close_segment_fds(self) -> None:
         """Close the active segment's fds once no fsync of them is under way."""
-        with self._sync_cond:
-            self._wait_while_syncing()
+        with self._syncer.quiet():
             for fd in (self._seg_fd, self._idx_fd):
                 if fd >= 0:
                     self._fs.close(fd)
@@ -1073,7 +1030,7 @@ class Log:
                 return self._write_records((data,), (flags,))
             lsn = self._next_lsn
             ts = now if now > self._last_ts else self._last_ts
-            rec = fmt.encode_record(lsn, ts, self._durable_lsn, data, flags)
+            rec = fmt.encode_record(lsn, ts, self._syncer.durable_lsn, data, flags)
             self._write_at_end(rec, "writing records")
             end = offset + len(rec)
             self._seg_end = end
@@ -1081,7 +1038,7 @@ class Log:
             self._written = (self._seg_fd, lsn + 1, self._seg_base, end)
             self._last_ts = ts
             if not single:
-                self._publish_tail(offset, lsn, end)
+                self._syncer.publish_tail(self._seg_base, offset, lsn, end)
             return lsn
         finally:
             if not single:
@@ -1148,7 +1105,7 @@ class Log:
         that fsync acknowledged wait through the next one: batches alternate between halves of
         the threads. Waiting less than an fsync for them puts them all in one. A thread that
         does not come back costs one wait; the count starts again from the next batch."""
-        wait = min(self._fsync_cost_s, limits.GATHER_WAIT_S_MAX)
+        wait = min(self._syncer.fsync_cost_s, limits.GATHER_WAIT_S_MAX)
         with self._wq_mutex:
             if not self._wq_expected or wait <= 0.0:
                 self._wq_expected = 0
@@ -1280,7 +1237,7 @@ class Log:
                 self._rotate(ts)  # rotation by age
             else:
                 self._set_segment_deadline(now)  # an empty segment's age starts with its first record
-        durable = self._durable_lsn
+        durable = self._syncer.durable_lsn
         # A batch is written whole into one segment, with one pwrite, so that it is in the log
         # whole or not at all (a failed write is cut back): if it does not fit in the active
         # segment, that one is sealed first, and a batch larger than a segment gets a segment
@@ -1357,15 +1314,7 @@ class Log:
         self._next_lsn = next_lsn
         self._mark_written()
         if not self._single:
-            self._publish_tail(end - last_size, next_lsn - 1, end)
-
-    def _publish_tail(self, offset: int, lsn: int, end: int) -> None:
-        """Under the writer lock, after a write: tell the next writer where our last record is
-        (the tail hint, FORMAT.md §8.1), so its catch-up checks that record instead of parsing
-        all we wrote. (A process killed before this leaves the hint behind the records: the next
-        writer checks it, finds records after it, and parses those.)"""
-        if self._sync_map is not None:
-            fmt.write_sync_tail(self._sync_map, self._seg_base, offset, lsn, end)
+            self._syncer.publish_tail(self._seg_base, end - last_size, next_lsn - 1, end)
 
     def _write_index_entry_bytes(self, data: bytes) -> None:
         if not self._index_ok:
@@ -1390,7 +1339,7 @@ class Log:
         if not ts:
             now = time.time_ns()
             ts = now if now > self._last_ts else self._last_ts
-        seal = fmt.encode_record(self._next_lsn, ts, self._durable_lsn, b"", fmt.FLAG_SEAL)
+        seal = fmt.encode_record(self._next_lsn, ts, self._syncer.durable_lsn, b"", fmt.FLAG_SEAL)
         if self._fs.size(self._seg_fd) > self._seg_end:
             # A sealed segment ends with its seal: cut the preallocated zeros first (nothing of
             # ours is there, so the sync mark, which never passes the records, stays as it is).
@@ -1425,247 +1374,42 @@ class Log:
         """After a write or catch-up under the writer lock: what the next fsync must cover."""
         self._written = (self._seg_fd, self._next_lsn, self._seg_base, self._seg_end)
 
-    # --- fsync and the sync mark --------------------------------------------------------------------
-    # One syncer at a time: one thread of this process (``_sync_running``, under ``_sync_cond``)
-    # and one process of all (flock of DIR/sync). The sync file holds the mark (segment base,
-    # offset): every byte of every segment before it is durable. A syncer whose writes the mark
-    # already covers returns without an fsync; that is group commit across processes.
-    def _take_sync_role(self) -> None:
-        with self._sync_cond:
-            self._wait_while_syncing()
-            self._sync_running = True
-
-    def _wait_while_syncing(self) -> None:
-        """Under ``_sync_cond``: wait until this process has no syncer running."""
-        for _ in range(1 << 30):  # bounded by the fsync in progress finishing
-            if not self._sync_running:
-                return
-            self._wait_for_sync()
-
-    def _wait_for_sync(self) -> None:
-        """Under ``_sync_cond``: wait for the running syncer to finish (counted, so the syncer
-        skips the notify when nobody waits: the single-writer path costs less)."""
-        self._sync_waiters += 1
-        try:
-            self._sync_cond.wait()
-        finally:
-            self._sync_waiters -= 1
-
-    def _leave_sync_role(self, synced_next: int) -> None:
-        """Give up the role; ``synced_next``: every lsn below it is now known durable (0: none)."""
-        with self._sync_cond:
-            self._sync_running = False
-            if synced_next > self._synced_next:
-                self._synced_next = synced_next
-            # Later records carry this: it proves to recovery that these were durable.
-            if synced_next > self._durable_lsn:
-                self._durable_lsn = synced_next
-            if self._sync_waiters:
-                self._sync_cond.notify_all()
-
-    def _open_sync_file(self) -> None:
-        fs = self._fs
-        self._sync_fd = fs.open(os.path.join(self.path, fmt.SYNC_NAME), os.O_RDWR | os.O_CREAT)
-        if fs.size(self._sync_fd) < fmt.SYNC_FILE_SIZE_TAIL:
-            fs.lock_blocking(self._sync_fd)
-            try:
-                if fs.size(self._sync_fd) < fmt.SYNC_FILE_SIZE_TAIL:  # only ever grown, never cut
-                    fs.truncate(self._sync_fd, fmt.SYNC_FILE_SIZE_TAIL)
-            finally:
-                fs.unlock(self._sync_fd)
-        self._sync_map = fs.map_shared(self._sync_fd, fmt.SYNC_FILE_SIZE_TAIL)
-        self._mark_persisted_s = time.monotonic()
-
-    def _persist_sync_mark(self) -> None:
-        """Make the sync mark durable (msync and fsync of DIR/sync), so that what it proves
-        fsynced is known after a power loss too: damage below it is then reported, never cut
-        (FORMAT.md §9). Done on a clean close, at each rotation, and by a syncer at most every
-        limits.SYNC_MARK_PERSIST_S: never an extra fsync per append. Any copy of the mark that
-        reaches the disk is safe: it is raised only after the fsync it claims."""
-        sync_map = self._sync_map
-        if sync_map is None:
-            return
-        self._mark_persisted_s = time.monotonic()
-        self._fs.msync(sync_map)
-        self._fs.fsync(self._sync_fd)
-
-    def _sync_through(self, fd: int, base: int, end: int, lsn: int, *fds: int) -> None:
-        """With the sync role: make segment ``base`` (open as ``fd``) durable to offset ``end``
-        (where the record of ``lsn`` goes), unless another process's fsync already did; and the
-        sync mark durable if this handle has not made it so for limits.SYNC_MARK_PERSIST_S."""
-        self._sync_segment_through(fd, base, end, lsn, *fds)
-        if time.monotonic() - self._mark_persisted_s >= limits.SYNC_MARK_PERSIST_S:
-            self._persist_sync_mark()
-
-    def _sync_segment_through(self, fd: int, base: int, end: int, lsn: int, *fds: int) -> None:
-        """With the sync role: make segment ``base`` (open as ``fd``) durable to offset ``end``
-        (where the record of ``lsn`` goes), unless another process's fsync already did. ``fds``:
-        more files to fsync with it.
-
-        The mark is read under a shared flock of DIR/sync and changed under the exclusive one,
-        which the fsyncing process holds until its fsync is done. So the processes waiting for
-        that fsync all wake together when it ends and see at once whether it covered them; only
-        those it did not cover go on, one at a time, to the exclusive lock and an fsync of their
-        own. Holding the lock across the fsync also orders it with ``_lower_sync_mark``: a mark
-        is never raised over bytes cut while the fsync ran.
-        """
-        fs = self._fs
-        sync_map = self._sync_map
-        assert sync_map is not None  # a writer maps it on open; it is unmapped on close only
-        if self._single:
-            # Nobody else writes while this handle holds the writer flock for its life: no other
-            # fsync can have covered these bytes, and the mark is raised to ``end``, this handle's
-            # own last write, not to the size (so a cut can never be under it). The sync lock is
-            # taken only to change the mark, for a writer handle opened before this one.
-            self._timed_fsync(fd)
-            for other in fds:
-                fs.fsync(other)
-            fs.lock_blocking(self._sync_fd)
-            try:
-                if fmt.read_sync_mark(sync_map) < (base, end):
-                    fmt.write_sync_mark(sync_map, base, end)
-            finally:
-                fs.unlock(self._sync_fd)
-            return
-        for _ in range(1 << 30):  # bounded: each turn ends with another process's fsync done
-            fs.lock_shared(self._sync_fd)
-            try:
-                if fmt.read_sync_mark(sync_map) >= (base, end):
-                    return
-                gather_covered, gather_target, epoch = fmt.read_sync_gather(sync_map)
-            finally:
-                fs.unlock(self._sync_fd)
-            # The syncer's role is a gate (a lock on one of two bytes, by the parity of the
-            # fsync's epoch), not the sync flock: the flock is held only to read or change the
-            # mark (and through the fsync), so a writer never queues for it behind a syncer
-            # that gathers. Those that find the gate of their epoch taken were written before
-            # its syncer's fsync begins (it moves the epoch on first): they sleep on that gate,
-            # which the next epoch's syncer does not take. With no target (a writer alone, or
-            # batches), no gate: the flock alone orders the syncers, as it always did.
-            gate = epoch & 1 if gather_target and self._queued else -1
-            if gate < 0 or fs.try_gate(self._sync_fd, gate):
-                break
-            fs.lock_gate(self._sync_fd, gate, fcntl.F_RDLCK)
-            fs.lock_gate(self._sync_fd, gate, fcntl.F_UNLCK)
-        try:
-            if lsn < gather_target and gate >= 0:
-                self._gather_processes(fd, end, lsn, gather_target)
-            fs.lock_blocking(self._sync_fd)
-            try:
-                mark = fmt.read_sync_mark(sync_map)
-                if mark >= (base, end):
-                    return
-                gather_covered, gather_target, epoch = fmt.read_sync_gather(sync_map)
-                fmt.write_sync_gather(sync_map, gather_covered, gather_target, epoch + 1)
-                # Everything written by anyone up to now is covered: the records others wrote
-                # after ours too, found whole in the file before the fsync starts (not the
-                # file's size, which counts the preallocated zeros).
-                covered, covered_lsn = self._records_end(fd, end, lsn)
-                self._timed_fsync(fd)
-                for other in fds:
-                    fs.fsync(other)
-                if mark < (base, covered):
-                    fmt.write_sync_mark(sync_map, base, covered)
-                # The hint for the next syncer: the writers of the records this fsync covered
-                # append again; it waits for as many records after those written meanwhile.
-                # Only if others write too (the fsync covered more than one record, or some
-                # were written during it), and the fsync is slow enough to pay for a wait.
-                count = covered_lsn - gather_covered
-                target = 0
-                if 0 < count <= limits.GATHER_RECORDS_MAX and self._fsync_cost_s >= limits.GATHER_FSYNC_S_MIN:
-                    written = self._records_end(fd, covered, covered_lsn)[1]
-                    if count > 1 or written > covered_lsn:
-                        target = written + count
-                fmt.write_sync_gather(sync_map, covered_lsn, target, epoch + 1)
-            finally:
-                fs.unlock(self._sync_fd)
-        finally:
-            if gate >= 0:
-                fs.lock_gate(self._sync_fd, gate, fcntl.F_UNLCK)
-
-    def _timed_fsync(self, fd: int) -> None:
-        """fsync, keeping the recent cost of one, which bounds a gathering wait."""
-        start = time.perf_counter()
-        self._fs.fsync(fd)
-        self._fsync_cost_s = 0.75 * self._fsync_cost_s + 0.25 * (time.perf_counter() - start)
-
-    def _gather_processes(self, fd: int, end: int, lsn: int, target: int) -> None:
-        """The syncer, before it takes the sync flock and fsyncs: wait until the records below
-        ``target`` are written (the writers the last fsync covered, appending again), for at
-        most the recent cost of an fsync (2 ms cap), looking again after each write (the watch
-        polls in short steps, then, for a handle that has gathered long, is woken by inotify:
-        docs/DESIGN.md, "gathering across processes")."""
-        wait = min(self._fsync_cost_s, limits.GATHER_WAIT_S_MAX)
-        if wait <= 0.0 or target - lsn > limits.GATHER_RECORDS_MAX:
-            return
-        watch = self._gather_watch
-        if watch is None:
-            watch = self._gather_watch = DirectoryWatch(self.path)
-        watch.reset_backoff()
-        deadline = time.perf_counter() + wait
-        for _ in range(limits.GATHER_RECORDS_MAX + 1):  # each turn sees a write, or times out
-            watch.drain()
-            if self._records_end(fd, end, lsn)[1] >= target:
-                return
-            left = deadline - time.perf_counter()
-            if left <= 0.0:
-                return
-            watch.wait(left)
-
-    def _records_end(self, fd: int, end: int, lsn: int) -> tuple[int, int]:
-        """The end of the whole, valid records that follow offset ``end`` of segment ``fd`` (the
-        record of ``lsn`` first), within one chunk, and the lsn after them; (``end``, ``lsn``) if
-        there are none. A record counted here is wholly in the file now: an fsync started after
-        this covers it."""
-        if self._fs.pread(fd, fmt.RECORD_HEADER_SIZE, end) == _ZERO_HEADER:
-            return end, lsn  # the common case: nothing after ours
-        data = self._fs.pread(fd, _SYNC_LOOKAHEAD, end)
-        stop = seg.parse(data, 0, lsn, self.record_size_max, None, None, end)
-        return stop.pos, stop.lsn
-
+    # --- fsync and the sync mark (the protocol itself is _sync.Syncer's) --------------------------
     def _cut_active(self, offset: int) -> None:
         """Under the writer lock: truncate the active segment at ``offset``, with the sync mark
         lowered to it before and after (FORMAT.md §8.1). After as well: a leader in another
         handle may have measured the size, cut bytes included, before the truncate, and raised
         the mark over them after the first lowering; the next record written there would then be
         acknowledged without an fsync (tests/crash/test_group_commit.py)."""
-        self._lower_sync_mark(self._seg_base, offset)
-        if self._sync_map is not None:
-            fmt.clear_sync_tail(self._sync_map)  # (it may name a record cut here)
+        self._syncer.lower(self._seg_base, offset)
+        self._syncer.clear_tail()  # (it may name a record cut here)
         self._alloc_end = offset
         self._fs.truncate(self._seg_fd, offset)
-        self._lower_sync_mark(self._seg_base, offset)
-
-    def _lower_sync_mark(self, base: int, offset: int) -> None:
-        """Before cutting segment ``base`` at ``offset`` (under the writer lock): the mark must not
-        claim bytes written there later as durable."""
-        self._take_sync_role()
-        try:
-            self._fs.lock_blocking(self._sync_fd)
-            try:
-                sync_map = self._sync_map
-                assert sync_map is not None  # a writer maps it on open
-                if fmt.read_sync_mark(sync_map) > (base, offset):
-                    fmt.write_sync_mark(sync_map, base, offset)
-            finally:
-                self._fs.unlock(self._sync_fd)
-        finally:
-            self._leave_sync_role(0)
+        self._syncer.lower(self._seg_base, offset)
 
     def _sync_segment_for_rotation(self) -> None:
         """fsync the active segment (and its index) whole, as the syncer, then mark it durable."""
-        self._take_sync_role()
+        syncer = self._syncer
+        syncer.take_role()
         synced = 0
         try:
             fds = (self._idx_fd,) if self._index_ok else ()
-            self._sync_segment_through(self._seg_fd, self._seg_base, self._seg_end, self._next_lsn, *fds)
-            self._persist_sync_mark()  # (one a segment: the seal proves its segment whole)
+            syncer.sync_segment_through(
+                self._seg_fd,
+                self._seg_base,
+                self._seg_end,
+                self._next_lsn,
+                *fds,
+                single=self._single,
+                gather=self._queued,
+            )
+            syncer.persist()  # (one a segment: the seal proves its segment whole)
             synced = self._next_lsn
         except OSError as err:
             self._fail(err)
             raise FailedError(self.path, f"fsync failed while sealing a segment: {err}") from err
         finally:
-            self._leave_sync_role(synced)
+            syncer.leave_role(synced)
 
     # --- group commit -----------------------------------------------------------------------------
     def _await_durable(self, end: int) -> None:
@@ -1674,32 +1418,24 @@ class Log:
         The leader reads what has been written *after* it takes the lead, so its fsync covers
         every write that completed before; followers that were covered return without an fsync.
         """
-        with self._sync_cond:
-            for _ in range(1 << 30):  # bounded: each wait ends with an fsync finishing
-                if self._failure is not None:
-                    raise FailedError(self.path, f"log handle failed: {self._failure}")
-                if self._synced_next >= end:
-                    return
-                if not self._sync_running:
-                    break
-                self._wait_for_sync()
-            self._sync_running = True
+        if not self._syncer.await_durable(end, self._failure_now):
+            return
         self._lead_sync()
-        if self._synced_next < end:  # set by this thread in _lead_sync; only ever grows
+        if self._syncer.synced_next < end:  # set by this thread in _lead_sync; only ever grows
             raise FailedError(self.path, f"log handle failed: {self._failure}")
 
     def _lead_sync(self) -> None:
-        """Make everything written so far durable. Call with ``_sync_running`` set by the caller."""
+        """Make everything written so far durable. Call with the sync role taken by the caller."""
         fd, written, base, end = self._written
         synced = 0
         try:
             if fd >= 0:
-                self._sync_through(fd, base, end, written)
+                self._syncer.sync_through(fd, base, end, written, single=self._single, gather=self._queued)
             synced = written
         except OSError as err:
             self._fail(err)
         finally:
-            self._leave_sync_role(synced)
+            self._syncer.leave_role(synced)
         if self._failure is not None:
             raise FailedError(self.path, f"fsync failed: {self._failure}") from self._failure
 
@@ -1715,7 +1451,7 @@ class Log:
         while not self._flusher_stop.wait(self._sync_interval_s):
             if self._failure is not None or self._closed:
                 return
-            if self._written[1] > self._synced_next:
+            if self._written[1] > self._syncer.synced_next:
                 with contextlib.suppress(FailedError):
                     self._await_durable(self._written[1])  # failure is recorded in _failure
 
@@ -1973,7 +1709,7 @@ class Log:
             with contextlib.suppress(OSError):
                 # A clean close proves every record it acknowledged, after a power loss too. (A
                 # failure here loses no record: the mark on disk just proves less.)
-                self._persist_sync_mark()
+                self._syncer.persist()
         with self._lock:
             if self._usable:
                 self._trim_zeros()
@@ -1981,19 +1717,13 @@ class Log:
             self._usable = False
             if self._seg_fd >= 0 or self._idx_fd >= 0:
                 self._close_segment_fds()
-            if self._sync_map is not None:
-                self._sync_map.close()
-                self._sync_map = None
-            if self._gather_watch is not None:
-                self._gather_watch.close()
-                self._gather_watch = None
+            self._syncer.close()
             if self._single and self._lock_fd >= 0:
                 self._single = False
                 self._fs.unlock(self._lock_fd)  # (explicitly: a forked child may share the fd)
-            for fd in (self._lock_fd, self._sync_fd):
-                if fd >= 0:
-                    self._fs.close(fd)
-            self._lock_fd = self._sync_fd = -1
+            if self._lock_fd >= 0:
+                self._fs.close(self._lock_fd)
+            self._lock_fd = -1
 
     def _trim_zeros(self) -> None:
         """On close, under ``_lock``: cut the preallocated zeros after the records, so a closed log

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import bisect
 import logging
-import mmap
 import operator
 import os
 import time
@@ -23,7 +22,7 @@ from . import _segment as seg
 from . import limits
 from ._format import Gap
 from ._fs import FileSystem
-from ._sync import PROVEN_ALL, proven_offset
+from ._sync import MarkView, proven_offset, proven_text
 from ._watch import DirectoryWatch
 from .errors import ClosedError, CorruptionError, DataLossError, PositionError
 
@@ -94,7 +93,7 @@ class Reader:
         self._base = -1
         self._unsealed_checked = -1
         self._proven_checked = (-1, 0)  # (segment, offset): an end of records found unproven
-        self._sync_view: mmap.mmap | None = None  # DIR/sync, mapped read-only once needed
+        self._marks = MarkView(fs, path)  # DIR/sync, mapped read-only once needed
         self._pos = 0
         self._lsn = 0
         self._need = 0
@@ -444,7 +443,7 @@ class Reader:
         records came meanwhile (read on), False at the end."""
         if self._proven_checked == (self._base, self._pos):
             return False
-        proven = proven_offset(self._read_mark(), self._base)
+        proven = proven_offset(self._marks.read(), self._base)
         if proven <= self._pos:
             self._proven_checked = (self._base, self._pos)
             return False
@@ -453,7 +452,7 @@ class Reader:
         stop = seg.parse(again, 0, self._lsn, self._size_max, None, None, self._pos)
         if stop.pos != self._pos or stop.kind not in _NOT_READ_ON:
             return self._fill()
-        shown = "its end" if proven == PROVEN_ALL else f"offset {proven}"
+        shown = proven_text(proven)
         what = (
             f"the record at lsn {self._lsn} fails its checksum ({stop.reason or 'torn'})"
             if stop.kind == seg.TORN
@@ -465,29 +464,6 @@ class Reader:
             f"{what}, but the sync mark proves the segment fsynced to {shown}: acknowledged "
             f"records from lsn {self._lsn} on are missing or damaged",
         )
-
-    def _read_mark(self) -> tuple[int, int]:
-        """The writers' sync mark, through a read-only shared mapping of DIR/sync (made once);
-        (0, 0) if there is none. Read until two reads agree: a writer may be changing it."""
-        view = self._sync_view
-        if view is None:
-            try:
-                fd = self._fs.open(os.path.join(self._path, fmt.SYNC_NAME), os.O_RDONLY)
-            except (FileNotFoundError, PermissionError):
-                return (0, 0)
-            try:
-                if self._fs.size(fd) < fmt.SYNC_FILE_SIZE:
-                    return (0, 0)
-                view = self._sync_view = mmap.mmap(fd, fmt.SYNC_FILE_SIZE, mmap.MAP_SHARED, mmap.PROT_READ)
-            finally:
-                self._fs.close(fd)
-        mark = fmt.read_sync_mark(view)
-        for _ in range(100):  # bounded: a store of 24 bytes is over in nanoseconds
-            again = fmt.read_sync_mark(view)
-            if again == mark:
-                return mark
-            mark = again
-        return (0, 0)
 
     def _filter(self, out: list[fmt.Record]) -> list[fmt.Record]:
         skip = self._skip_below
@@ -551,9 +527,7 @@ class Reader:
     def close(self) -> None:
         self._closed = True
         self._close_fd()
-        if self._sync_view is not None:
-            self._sync_view.close()
-            self._sync_view = None
+        self._marks.close()
         if self._watch is not None:
             self._watch.close()
             self._watch = None

@@ -25,7 +25,6 @@ saves are overwritten, and a repair interrupted at any point is finished by runn
 from __future__ import annotations
 
 import contextlib
-import mmap
 import os
 import time
 from collections.abc import Callable
@@ -34,7 +33,7 @@ from dataclasses import dataclass, field
 from . import _format as fmt
 from . import _quarantine as quarantine
 from . import _segment as seg
-from . import limits
+from . import _sync, limits
 from ._fs import REAL, FileSystem, process_alive, replace_file
 from ._quarantine import QUARANTINE_DIR
 from ._reader import list_segments
@@ -244,48 +243,12 @@ class _Repair:
     def lower_sync_mark(self, base: int, offset: int) -> None:
         """Before cutting segment ``base`` at ``offset``: the writers' sync mark must not claim
         bytes written there later as durable (docs/FORMAT.md §8.1)."""
-
-        def lower(mark: mmap.mmap) -> None:
-            if fmt.read_sync_mark(mark) > (base, offset):
-                fmt.write_sync_mark(mark, base, offset)
-
-        self.change_sync_file(lower)
+        _sync.lower_mark(self.fs, self.root, base, offset)
 
     def forget_boot(self) -> None:
         """Before changing segments: the next writer recovers the newest segment whole, not from
         its last index entry, and no writer trusts the tail hint (docs/FORMAT.md §8.1)."""
-
-        def forget(mark: mmap.mmap) -> None:
-            fmt.write_sync_boot(mark, b"")
-            fmt.clear_sync_tail(mark)  # (it may name records repair changes)
-
-        self.change_sync_file(forget)
-
-    def change_sync_file(self, change: Callable[[mmap.mmap], None]) -> None:
-        """Apply ``change`` to the sync file's mapping under its exclusive flock (if it exists)."""
-        path = os.path.join(self.root, fmt.SYNC_NAME)
-        try:
-            fd = self.fs.open(path, os.O_RDWR)
-        except FileNotFoundError:
-            return
-        try:
-            if self.fs.size(fd) < fmt.SYNC_FILE_SIZE:
-                return
-            self.fs.lock_blocking(fd)
-            try:
-                mark = self.fs.map_shared(fd, min(self.fs.size(fd), fmt.SYNC_FILE_SIZE_TAIL))
-                try:
-                    change(mark)
-                    # Durable before repair goes on: a mark lowered over bytes repair cuts must
-                    # not come back after a power loss and prove records written there later.
-                    self.fs.msync(mark)
-                    self.fs.fsync(fd)
-                finally:
-                    mark.close()
-            finally:
-                self.fs.unlock(fd)
-        finally:
-            self.fs.close(fd)
+        _sync.forget_boot(self.fs, self.root)
 
     # --- indexes -------------------------------------------------------------------------------
     def index(self, base: int, data: bytes) -> None:

@@ -16,7 +16,7 @@ from . import _format as fmt
 from . import _segment as seg
 from ._fs import REAL, FileSystem
 from ._reader import Reader, list_segments
-from ._sync import PROVEN_ALL, proven_offset, read_mark
+from ._sync import proven_offset, proven_text, read_mark
 from .errors import CorruptionError, LogspoolError
 
 DAMAGE = "damage"
@@ -205,7 +205,7 @@ def _verify_proven_end(spath: str, stop: seg.Stop, proven: int, report: VerifyRe
     """The newest segment's records end cleanly at ``stop``: damage if the sync mark proves
     records fsynced past it (acknowledged records were cut off or zeroed)."""
     if stop.pos < proven:
-        shown = "its end" if proven == PROVEN_ALL else f"offset {proven}"
+        shown = proven_text(proven)
         report._add(
             DAMAGE,
             spath,
