@@ -98,8 +98,9 @@ def test_a_streaming_sink_copies_a_log_once_across_restarts(spark: Any, tmp_path
         log.append_many([b"s-%04d" % i for i in range(700, 900)])
     run()
     assert payloads(sink) == [b"s-%04d" % i for i in range(900)]
-    state = os.listdir(sink / _source.SINKS_DIR)  # named by the query's checkpoint location
-    assert state == [hashlib.sha256(str(tmp_path / "cp").encode()).hexdigest()[:32]]
+    state = os.listdir(sink / _source.SINKS_DIR)  # named by the query's id, kept in its checkpoint
+    query_id = json.loads((tmp_path / "cp" / "metadata").read_text().splitlines()[0])["id"]
+    assert state == [hashlib.sha256(f"query:{query_id}".encode()).hexdigest()[:32]]
 
 
 SCHEMA = StructType([StructField("payload", StringType())])
@@ -131,5 +132,84 @@ def test_a_batch_whose_commit_was_cut_short_is_finished_on_replay(tmp_path: Path
         log.append(b"someone else")  # another writer appended after the cut
     sink.commit(staged(sink, ["r0", "r1", "r2", "r3"]), 1)
     assert payloads(path) == [b"x", b"r0", b"r1", b"someone else", b"r2", b"r3"]
-    assert json.loads(state.read_text()) == {"batch": 1, "done": True}
+    assert json.loads(state.read_text()) == {"batch": 1, "done": True, "query": "query-name:q"}
     assert not os.listdir(path / _source.STAGING_DIR)
+
+
+_KILLED_COMMIT = """
+import os, sys
+from pyspark.sql.types import Row, StringType, StructField, StructType
+from logspool.spark import _source
+sink = _source._StreamWriter({"path": sys.argv[1], "checkpointlocation": sys.argv[2]},
+                             StructType([StructField("payload", StringType())]))
+rows = [Row(payload=os.urandom(48).hex()) for _ in range(int(sys.argv[3]))]  # differ on replay
+staged = [sink.write(iter(rows[i::4])) for i in range(4)]
+print("staged", flush=True)
+sink.commit(staged, 1)
+print("done", flush=True)
+"""
+
+
+def test_a_query_whose_rows_differ_on_replay_is_written_once_after_the_driver_is_killed(
+    tmp_path: Path,
+) -> None:
+    """The driver killed while appending a batch whose rows are random (a uuid column): the replay
+    computes other rows, and the log ends with exactly one copy of the batch, the first
+    attempt's (before, the replay kept the longest prefix equal to its own rows: none, so the
+    first attempt's part stayed and the whole new batch followed it)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    path, cp = tmp_path / "log", tmp_path / "cp"
+    cp.mkdir()
+    (cp / "metadata").write_text('{"id":"6f1c7c0e-0000-4000-8000-000000000001"}\n')
+    options = {"path": str(path), "checkpointlocation": str(cp)}
+    first = _source._StreamWriter(options, SCHEMA)
+    first.commit(staged(first, ["batch-0"]), 0)
+    rows = 400_000  # ~40 MB of payloads: ten appends of 4 MiB, time to be killed among them
+    child = subprocess.Popen(
+        [sys.executable, "-c", _KILLED_COMMIT, str(path), str(cp), str(rows)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert child.stdout is not None and child.stdout.readline() == "staged\n"
+    deadline = time.monotonic() + 120
+    with logspool.open(path, readonly=True) as log:
+        while log.next_lsn == 1 and time.monotonic() < deadline and child.poll() is None:
+            time.sleep(0.001)  # until the commit has appended part of the batch (observed)
+    child.send_signal(signal.SIGKILL)
+    child.communicate()
+    with logspool.open(path, readonly=True) as log:
+        written = log.next_lsn - 1
+    attempt = sorted(os.listdir(path / _source.STAGING_DIR / f"stream-{first.sink}"))
+    assert attempt, "the first attempt's staged files are kept until the batch is done"
+    replay = _source._StreamWriter(options, SCHEMA)  # Spark restarts the query: batch 1 again
+    replay.commit(staged(replay, [f"replayed-{i}" for i in range(rows)]), 1)
+    got = payloads(path)
+    assert len(got) == 1 + rows, (written, len(got))
+    assert not any(p.startswith(b"replayed-") for p in got)
+    assert len(set(got[1:])) == rows  # the first attempt's rows, each once
+    replay.commit(staged(replay, ["again"]), 1)  # and once done, a further replay writes nothing
+    assert len(payloads(path)) == 1 + rows
+    assert not os.listdir(path / _source.STAGING_DIR)
+
+
+def test_two_queries_with_the_same_checkpoint_text_have_their_own_state(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """checkpointLocation="checkpoint" typed by two queries started in different directories:
+    two queries, two states, both batches written (before, the second was skipped as done)."""
+    path = str(tmp_path / "log")
+    sinks = []
+    for where in ("a", "b"):
+        (tmp_path / where / "checkpoint").mkdir(parents=True)
+        monkeypatch.chdir(tmp_path / where)
+        sinks.append(_source._StreamWriter({"path": path, "checkpointlocation": "checkpoint"}, SCHEMA))
+    assert sinks[0].sink != sinks[1].sink
+    sinks[0].commit(staged(sinks[0], ["from a"]), 0)
+    sinks[1].commit(staged(sinks[1], ["from b"]), 0)
+    assert payloads(Path(path)) == [b"from a", b"from b"]
+    with pytest.raises(_source.OptionError, match="checkpointLocation"):
+        _source._StreamWriter({"path": path}, SCHEMA)

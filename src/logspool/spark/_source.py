@@ -8,8 +8,9 @@ exact.
 Writes: each task stages its rows in a file under ``DIR/.spark-staging/`` (nothing is in the log
 yet; an aborted job removes its files), and the driver's ``commit`` appends them to the log under
 the writer lock, in partition order. For a streaming sink the batch id makes this exactly-once:
-before appending, the driver durably records an intent (batch id, the head lsn, the record count);
-a batch replayed after a failure finds its intent and appends only what is not already there.
+before appending, the driver durably records an intent (batch id, the head lsn, the staged files);
+a batch replayed after a failure finds its intent and finishes it from those files, appending
+only what is not already there, whatever rows the replay computed.
 
 Options (case-insensitive) and their defaults are documented in docs/SPARK.md.
 """
@@ -485,18 +486,34 @@ class _Writer:
             os.fsync(f.fileno())  # staged durably before the task reports success
         return _Staged(partition, path, count)
 
-    def payloads(self, messages: Sequence[WriterCommitMessage | None]) -> list[bytes]:
+    @staticmethod
+    def staged_files(messages: Sequence[WriterCommitMessage | None]) -> list[str]:
+        """The staged files of a job's tasks, in partition order."""
+        return [
+            m.path for m in sorted((m for m in messages if isinstance(m, _Staged)), key=lambda m: m.partition)
+        ]
+
+    def payloads(self, files: Sequence[str]) -> list[bytes]:
+        """The rows the staged ``files`` hold, in order."""
         out: list[bytes] = []
-        for msg in sorted((m for m in messages if isinstance(m, _Staged)), key=lambda m: m.partition):
-            with open(msg.path, "rb") as f:
-                data = f.read()
+        for path in files:
+            try:
+                with open(path, "rb") as f:
+                    data = f.read()
+            except FileNotFoundError:
+                raise LogspoolError(
+                    f"{path}: a staged file of this write is missing (the log's directory must be on a "
+                    "file system the driver and every executor mount at the same path)"
+                ) from None
             pos = 0
             while pos < len(data):  # bounded by the file's size
+                if pos + 4 > len(data):
+                    raise LogspoolError(f"{path}: staged file cut short")
                 (size,) = _STAGE_LEN.unpack_from(data, pos)
+                if pos + 4 + size > len(data):
+                    raise LogspoolError(f"{path}: staged file cut short")
                 out.append(data[pos + 4 : pos + 4 + size])
                 pos += 4 + size
-            if len(out) and pos != len(data):
-                raise LogspoolError(f"{msg.path}: staged file cut short")
         return out
 
     def discard(self) -> None:
@@ -511,7 +528,7 @@ class _BatchWriter(DataSourceWriter):
         return self.w.write(iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        payloads = self.w.payloads(messages)
+        payloads = self.w.payloads(self.w.staged_files(messages))
         with Log(self.w.path) as log, log.exclusive() as tail:
             for chunk in _chunks(payloads):
                 tail.append_many(chunk)
@@ -522,45 +539,97 @@ class _BatchWriter(DataSourceWriter):
 
 
 class _StreamWriter(DataSourceStreamWriter):
-    """Exactly-once by batch id: see the module doc."""
+    """Exactly-once by batch id, for any query (see the module doc and docs/SPARK.md).
+
+    The intent of a batch names its staged files. A replay after the driver died while
+    appending finishes the batch from those files, the first attempt's rows, and throws away the
+    rows the replay computed: a query whose rows differ on replay (a random or time column)
+    still leaves exactly one copy of the batch, as Spark's file sink does with its manifest."""
 
     def __init__(self, options: dict[str, str], schema: StructType) -> None:
-        # One exactly-once state per query: its checkpoint location names it (a query restarted
-        # from the same checkpoint continues the same batch ids).
-        where = options.get("checkpointlocation") or options.get("queryname") or "default"
-        self.sink = hashlib.sha256(where.encode()).hexdigest()[:32]
+        self.identity, self.legacy = _sink_identity(options)
+        self.sink = hashlib.sha256(self.identity.encode()).hexdigest()[:32]
         self.w = _Writer(options, schema, f"stream-{self.sink}")
 
     def write(self, iterator: Iterator[Row]) -> WriterCommitMessage:
         return self.w.write(iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        payloads = self.w.payloads(messages)
         sinks = os.path.join(self.w.path, SINKS_DIR)
         os.makedirs(sinks, exist_ok=True)
-        state_path = os.path.join(sinks, self.sink)
-        state = _read_state(state_path)
+        state = self._state(sinks)
         with Log(self.w.path) as log, log.exclusive() as tail:
             if state.get("batch", -1) > batchId or (state.get("batch") == batchId and state.get("done")):
                 pass  # this batch is in the log already: a replay after a failure
+            elif state.get("batch") == batchId:  # the intent of a commit cut short: finish it
+                if "files" in state:  # the first attempt's rows, whatever this attempt computed
+                    staging = os.path.join(self.w.path, STAGING_DIR)
+                    payloads = self.w.payloads([os.path.join(staging, f) for f in state["files"]])
+                else:  # an intent of a release before the files were named: this attempt's rows
+                    payloads = self.w.payloads(self.w.staged_files(messages))
+                present = _matching_prefix(log, state["start"], payloads)
+                self._append(log, tail, payloads[present:], sinks, batchId)
             else:
-                start = tail.next_lsn
-                if state.get("batch") == batchId:  # the intent of a commit cut short: finish it
-                    start = state["start"]
-                    present = _matching_prefix(log, start, payloads)
-                    payloads = payloads[present:]
-                else:
-                    replace_file(
-                        REAL, sinks, self.sink, json.dumps({"batch": batchId, "start": start}).encode()
-                    )
-                for chunk in _chunks(payloads):
-                    tail.append_many(chunk)
-                log.sync()
-                replace_file(REAL, sinks, self.sink, json.dumps({"batch": batchId, "done": True}).encode())
+                files = self.w.staged_files(messages)
+                staging = os.path.join(self.w.path, STAGING_DIR)
+                intent = {
+                    "batch": batchId,
+                    "start": tail.next_lsn,
+                    "files": [os.path.relpath(f, staging) for f in files],
+                    "query": self.identity,
+                }
+                replace_file(REAL, sinks, self.sink, json.dumps(intent).encode())
+                self._append(log, tail, self.w.payloads(files), sinks, batchId)
         self.w.discard()
+
+    def _append(self, log: Log, tail: Any, payloads: list[bytes], sinks: str, batch: int) -> None:
+        for chunk in _chunks(payloads):
+            tail.append_many(chunk)
+        log.sync()
+        done = {"batch": batch, "done": True, "query": self.identity}
+        replace_file(REAL, sinks, self.sink, json.dumps(done).encode())
+
+    def _state(self, sinks: str) -> dict[str, Any]:
+        """This query's state; a release that keyed it by the checkpoint location's text left it
+        under that name: taken over (once) so a batch it left cut short is still finished."""
+        state = _read_state(os.path.join(sinks, self.sink))
+        if not state and self.legacy:
+            old = hashlib.sha256(self.legacy.encode()).hexdigest()[:32]
+            state = _read_state(os.path.join(sinks, old))
+        return state
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         self.w.discard()
+
+
+def _sink_identity(options: dict[str, str]) -> tuple[str, str | None]:
+    """What names a streaming query for its exactly-once state, and the name a release before
+    this one used (the checkpoint location's text). The query's id from its checkpoint's
+    ``metadata`` file (Spark writes it when the query starts, and keeps it across restarts);
+    else the checkpoint location made absolute; else the query's name. Keyed by the text alone,
+    two queries started in different directories with checkpointLocation="checkpoint" shared
+    one state, and the second one's batches were skipped as if written."""
+    where = options.get("checkpointlocation")
+    if where:
+        local = where[len("file:") :] if where.startswith("file:") else where
+        if "://" in local:  # another file system (hdfs://...): its URL is absolute already
+            return f"checkpoint:{where}", where
+        local = os.path.abspath(local.replace("///", "/", 1) if local.startswith("///") else local)
+        try:
+            with open(os.path.join(local, "metadata"), "rb") as f:
+                query_id = json.loads(f.readline())["id"]
+            if isinstance(query_id, str) and query_id:
+                return f"query:{query_id}", where
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+        return f"checkpoint:{local}", where
+    name = options.get("queryname")
+    if name:
+        return f"query-name:{name}", name
+    raise OptionError(
+        "a streaming write to a log needs .option('checkpointLocation', DIR): the sink's exactly-once "
+        "state is kept per query, and the checkpoint names the query"
+    )
 
 
 def _read_state(path: str) -> dict[str, Any]:
