@@ -2,9 +2,7 @@
 
 ::
 
-    from logspool.spark import register
-    register(spark)                                   # once per SparkSession
-    df = spark.read.format("logspool").load("events")  # lsn, timestamp, payload, segment, offset
+    df = spark.read.format("logspool").load("events")  # found by name (pyspark_logspool)  # lsn, timestamp, payload, segment, offset
     q = spark.readStream.format("logspool").load("events").writeStream...
     df.write.format("logspool").mode("append").save("events")
 
@@ -35,5 +33,6 @@ __all__ = ["JVM_NAME", "NAME", "JvmError", "LogspoolDataSource", "OptionError", 
 
 
 def register(spark: SparkSession) -> None:
-    """Make ``format("logspool")`` available in ``spark`` (idempotent)."""
+    """Make ``format("logspool")`` available in ``spark`` (idempotent). Spark 4 finds it without
+    this call, through the top-level module ``pyspark_logspool``; kept for code written before."""
     spark.dataSource.register(LogspoolDataSource)
