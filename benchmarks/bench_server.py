@@ -11,6 +11,13 @@ Settings written beside the numbers: logspool with durability "always" (a SET re
 fsync; concurrent SETs share one) and "os" (page cache); redis with ``appendonly yes`` and
 ``appendfsync always`` (fsync per write batch) and with persistence off (its ceiling).
 Correctness: logspool's GETs must return the value set; the SET count is checked at the end.
+
+``--part resp`` (or ``all``, the default): the same redis-benchmark commands against logspool's
+RESP port (``logspool serve --resp``, durability "always") and redis-server (``appendonly yes``,
+``appendfsync always``), the two in turns (logspool, redis, logspool, redis...) so that both see
+the same machine; 100-byte values; the median of 3 runs each, and logspool's median as a
+fraction of redis's (issue 34's targets: SET x16 and x50 >= 1.0, GET -P 16 >= 0.8, GET and SET
+with one client >= 0.9). redis-benchmark's exit status and output are checked for errors.
 """
 
 from __future__ import annotations
@@ -146,10 +153,88 @@ def median(samples: list[float]) -> str:
     return f"{statistics.median(samples):,.0f} ({min(samples):,.0f}-{max(samples):,.0f})"
 
 
+# --- the RESP front door against redis-server, same client -------------------------------------------
+# (label, redis-benchmark arguments, requests per run, requests per run with --quick)
+RESP_CASES = [
+    ("SET, 16 clients, durable", ["-t", "set", "-c", "16", "-r", "100000"], 20_000, 6_000),
+    ("SET, 50 clients, durable", ["-t", "set", "-c", "50", "-r", "100000"], 20_000, 6_000),
+    (
+        "GET, 16 clients, pipelined x16",
+        ["-t", "get", "-c", "16", "-P", "16", "-r", "100000"],
+        200_000,
+        50_000,
+    ),
+    ("GET, 1 client", ["-t", "get", "-c", "1", "-r", "100000"], 20_000, 5_000),
+    ("SET, 1 client, durable", ["-t", "set", "-c", "1", "-r", "100000"], 5_000, 2_000),
+    (
+        "XADD, 16 clients, durable",
+        ["-c", "16", "XADD", "bench", "*", "payload", "__rand_int__"],
+        20_000,
+        6_000,
+    ),
+]
+
+
+def start_logspool_resp(data: str) -> tuple[subprocess.Popen[bytes], int]:
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "logspool.cli", "serve", "--data", data, "--resp",
+                             f"127.0.0.1:{port}", "--durability", "always"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    wait_port(port)
+    return proc, port
+
+
+def benchmark_rate(port: int, case_args: list[str], n: int) -> float:
+    """redis-benchmark's requests/s for one case (its own test name, or the custom command's)."""
+    cmd = ["redis-benchmark", "-p", str(port), "-n", str(n), "-d", str(len(VALUE)), "--csv", "-q", *case_args]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    text = done.stdout + done.stderr
+    if done.returncode != 0 or "error" in text.lower():
+        raise RuntimeError(f"{' '.join(cmd)} failed: {text[-2000:]}")
+    rows = [row for row in csv.reader(io.StringIO(done.stdout)) if row and row[0] != "test"]
+    return float(rows[-1][1])
+
+
+def resp_main(quick: bool, runs: int) -> None:
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="bench-resp-") as d:
+        ls_proc, ls_port = start_logspool_resp(os.path.join(d, "logspool"))
+        os.makedirs(os.path.join(d, "redis"))
+        rd_proc, rd_port = start_redis(os.path.join(d, "redis"), durable=True)
+        try:
+            for port in (ls_port, rd_port):  # the keys GET reads: every key SET may write
+                benchmark_rate(port, ["-t", "set", "-c", "50", "-P", "64", "-r", "100000"], 200_000)
+            for label, case_args, n_full, n_quick in RESP_CASES:
+                n = n_quick if quick else n_full
+                ours, theirs = [], []
+                for _ in range(runs):  # in turns: both see the same machine
+                    ours.append(benchmark_rate(ls_port, case_args, n))
+                    theirs.append(benchmark_rate(rd_port, case_args, n))
+                ratio = statistics.median(ours) / statistics.median(theirs)
+                rows.append((label, median(ours), median(theirs), f"{ratio:.2f}x"))
+                print(rows[-1], flush=True)
+        finally:
+            for proc in (ls_proc, rd_proc):
+                proc.terminate()
+                proc.wait(30)
+    print(
+        f"\n| redis-benchmark, 100-byte values, median of {runs} | logspool serve --resp (durability "
+        "always), ops/s | redis-server (appendfsync always), ops/s | logspool / redis |"
+    )
+    print("|---|---|---|---|")
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--part", choices=["all", "native", "resp"], default="all")
     args = ap.parse_args()
+    if args.part in ("all", "resp"):
+        resp_main(args.quick, 3)
+    if args.part == "resp":
+        return
     n = 2000 if args.quick else 6000
     runs = 3
     cases = [("1 client", 1, 1), ("16 clients", 16, 1), ("pipelined x16", 1, 16)]

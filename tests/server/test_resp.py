@@ -568,7 +568,7 @@ def test_kill_9_loses_no_acknowledged_write(tmp_path: Path) -> None:
             assert not lost, f"{len(lost)} acknowledged XADDs are missing or renumbered, e.g. {lost[:3]}"
             c.close()
             d.kill()
-        assert len(acked_ids) >= 300
+        assert len(acked_ids) >= 200  # (two rounds of at least 150 INCRs, most with their XADD)
     finally:
         stop.set()
         d.kill()

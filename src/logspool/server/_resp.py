@@ -30,6 +30,7 @@ How a connection is served (one ``asyncio.Protocol`` each):
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import hmac
 import itertools
@@ -39,7 +40,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from .. import errors, limits
 from . import _resp_wire as w
@@ -118,6 +119,7 @@ class RespFront:
         self._cursor_ids = itertools.count(1)
         self._cursor_lock = threading.Lock()
         self.tails: Tails | None = None
+        self.committer: Committer | None = None
         self._listener: asyncio.Server | None = None
         self.connections: set[_Connection] = set()
 
@@ -130,7 +132,9 @@ class RespFront:
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
+        await self.server.call(lambda: self.kv)  # open (and recover) the store off the loop
         self.tails = Tails(loop, self.server.data)
+        self.committer = Committer(self, loop)
         self._listener = await loop.create_server(
             lambda: _Connection(self), self.options.host, self.options.port, ssl=self.server._ssl
         )
@@ -143,6 +147,8 @@ class RespFront:
             self._listener.close()
 
     def close(self) -> None:
+        if self.committer is not None:
+            self.committer.stop()
         if self.tails is not None:
             self.tails.close()
 
@@ -193,9 +199,8 @@ class _Connection(asyncio.Protocol):
         self.peer = "?"
 
     # --- asyncio.Protocol -----------------------------------------------------------------------
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+    def connection_made(self, base: asyncio.BaseTransport) -> None:
+        self.transport = transport = cast(asyncio.Transport, base)  # (uvloop's is not a subclass)
         self.peer = str(transport.get_extra_info("peername"))
         server = self.server
         if server.connection_count() >= server.limits.connections_max:
@@ -287,7 +292,7 @@ class _Connection(asyncio.Protocol):
                     continue
                 self._busy = True
                 try:
-                    batch = await self.server.call(lambda cmds=pending: self.session.run(cmds))  # type: ignore[misc]
+                    batch = await self._execute(pending)
                 finally:
                     self._busy = False
                 self._write(b"".join(batch.replies))
@@ -306,6 +311,23 @@ class _Connection(asyncio.Protocol):
             if self.transport is not None:
                 self.transport.close()
             self.done.set()
+
+    async def _execute(self, cmds: list[list[bytes]]) -> _Batch:
+        """Run a batch where it belongs (``place``): reads on the event loop if the store is free
+        right now, writes on the committer thread, the rest (scans, ranges) in the pool."""
+        where = max(PLACES.get(args[0].upper(), POOL) for args in cmds)
+        if where == INLINE:
+            mutex = self.front.kv.store._mutex
+            if mutex.acquire(blocking=False):  # never wait on the loop (a decision holds it)
+                try:
+                    return self.session.run(cmds)
+                finally:
+                    mutex.release()
+            where = POOL
+        if where == WRITER:
+            assert self.front.committer is not None
+            return await self.front.committer.submit(self.session, cmds)
+        return await self.server.call(lambda: self.session.run(cmds))  # type: ignore[no-any-return]
 
     async def _blocked(self, block: _Block) -> bytes:
         """Wait for entries (any process's appends), holding no thread; the XREAD reply."""
@@ -357,6 +379,25 @@ def command(name: str, arity: int, kind: str) -> Callable[[Handler], Handler]:
     return register
 
 
+INLINE, WRITER, POOL = 0, 1, 2  # where a batch runs (``_Connection._execute``)
+# Reads that take the store's state as it is, with no disk but a catch-up with the op log: run
+# on the event loop. Commands that may take long (a scan of every key, a range of a log, a
+# blocking read) run in the pool; every other write runs on the committer thread.
+_SLOW = {b"SCAN", b"KEYS", b"FLUSHDB", b"FLUSHALL", b"XLEN", b"XRANGE", b"XREVRANGE", b"XREAD"}
+
+
+def _places() -> dict[bytes, int]:
+    places = {}
+    for name, spec in COMMANDS.items():
+        if name in _SLOW:
+            places[name] = POOL
+        elif spec.kind in ("write", "stream") or name == b"EXEC":
+            places[name] = WRITER
+        else:
+            places[name] = INLINE
+    return places
+
+
 def _arity_error(name: bytes) -> RedisError:
     return RedisError(f"ERR wrong number of arguments for '{name.decode(errors='replace').lower()}' command")
 
@@ -396,13 +437,18 @@ class Session:
         self._tx: Any = None  # the Decision of a running EXEC
         self._wrote_kv = False
         self._wrote_logs: dict[str, Any] = {}
+        self._caught_up = False  # the store was caught up with its op log in this batch
         self.closing = False
 
     # --- running a batch --------------------------------------------------------------------------
-    def run(self, cmds: list[list[bytes]]) -> _Batch:
+    def run(self, cmds: list[list[bytes]], *, sync: bool = True) -> _Batch:
+        """Run commands in order until one blocks or closes, or the replies pass
+        BATCH_REPLY_SIZE_MAX. ``sync``: make the batch's writes durable before returning (the
+        committer passes False and syncs every batch of its round at once)."""
         replies: list[bytes] = []
         size = 0
         batch = _Batch(replies, [])
+        self._caught_up = False
         try:
             for i, args in enumerate(cmds):
                 if size > BATCH_REPLY_SIZE_MAX:
@@ -419,22 +465,20 @@ class Session:
                     batch.close = True
                     break
         finally:
-            self.sync()
+            if sync:
+                self.sync()
         return batch
 
     def sync(self) -> None:
         """Make the batch's writes durable before its replies go out (see the module docstring)."""
-        if self._wrote_kv:
-            self._wrote_kv = False
-            self.front.kv.sync()
-        if self._wrote_logs:
-            logs, self._wrote_logs = self._wrote_logs, {}
-            for log in logs.values():
-                if log.durability == "always":
-                    log.sync()
-            tails = self.front.tails
-            if tails is not None:
-                tails.wake_threadsafe(set(logs))
+        wrote_kv, logs = self.take_writes()
+        sync_writes(self.front, wrote_kv, logs)
+
+    def take_writes(self) -> tuple[bool, dict[str, Any]]:
+        """What the batches since the last call wrote: the kv store?, the logs by name."""
+        wrote_kv, logs = self._wrote_kv, self._wrote_logs
+        self._wrote_kv, self._wrote_logs = False, {}
+        return wrote_kv, logs
 
     def execute(self, args: list[bytes]) -> bytes | _Block:
         name = args[0].upper()
@@ -481,7 +525,10 @@ class Session:
         if self._tx is not None:
             yield self._tx
             return
-        with self.front.kv.read(self.name) as v:
+        # One catch-up with the op log per batch: its commands arrived together, so reading them
+        # all as of its start is a moment the client cannot tell from the batch arriving at once.
+        with self.front.kv.read(self.name, catch_up=not self._caught_up) as v:
+            self._caught_up = True
             yield v
 
     @contextlib.contextmanager
@@ -516,6 +563,100 @@ class Session:
         if self.proto == 3:
             return w.mapping(pairs, 3)
         return w.array([w.array([k, v]) for k, v in pairs])
+
+
+def sync_writes(front: RespFront, wrote_kv: bool, logs: dict[str, Any]) -> None:
+    """fsync what batches wrote (one fsync a store, shared by them all) and wake the XREADs
+    waiting on the logs appended to."""
+    if wrote_kv:
+        front.kv.sync()
+    if logs:
+        for log in logs.values():
+            if log.durability == "always":
+                log.sync()
+        if front.tails is not None:
+            front.tails.wake_threadsafe(set(logs))
+
+
+class Committer:
+    """The thread that runs every batch that writes, from all connections, in arrival order: a
+    round takes every batch queued (at most ``ROUND_BATCHES_MAX``), decides their writes one
+    after another, makes them durable with one fsync a store, then hands all their replies to
+    the event loop at once (Redis's ``appendfsync always`` group commit: while one round's fsync
+    runs, the next round's batches queue up). One thread, not one per connection: 16 or 50
+    threads contending for the GIL cost more CPU than the writes themselves (benchmarks/RESULTS.md).
+    """
+
+    ROUND_BATCHES_MAX = 1024
+
+    def __init__(self, front: RespFront, loop: asyncio.AbstractEventLoop) -> None:
+        self.front = front
+        self.loop = loop
+        self._queue: collections.deque[tuple[Session, list[list[bytes]], asyncio.Future[_Batch]]] = (
+            collections.deque()
+        )
+        self._cond = threading.Condition()
+        self._stopping = False
+        self.rounds = 0  # rounds run (each: at most one fsync a store written)
+        self.batches = 0  # batches they held (INFO: batches a round, the group commit's size)
+        self._thread = threading.Thread(target=self._run, name="logspool-resp-committer", daemon=True)
+        self._thread.start()
+
+    def submit(self, session: Session, cmds: list[list[bytes]]) -> asyncio.Future[_Batch]:
+        fut: asyncio.Future[_Batch] = self.loop.create_future()
+        with self._cond:
+            if self._stopping:
+                fut.set_exception(errors.ClosedError(self.front.server.data, "the daemon is stopping"))
+                return fut
+            self._queue.append((session, cmds, fut))
+            self._cond.notify()
+        return fut
+
+    def _run(self) -> None:
+        for _ in itertools.count():  # bounded by stop()
+            with self._cond:
+                while not self._queue and not self._stopping:
+                    self._cond.wait()
+                if not self._queue:
+                    return
+                count = min(len(self._queue), self.ROUND_BATCHES_MAX)
+                round_ = [self._queue.popleft() for _ in range(count)]
+            self.rounds += 1
+            self.batches += count
+            done: list[tuple[asyncio.Future[_Batch], _Batch | BaseException]] = []
+            wrote_kv = False
+            logs: dict[str, Any] = {}
+            for session, cmds, fut in round_:
+                try:
+                    done.append((fut, session.run(cmds, sync=False)))
+                except BaseException as err:  # (run answers each command's error itself)
+                    done.append((fut, err))
+                kv_written, logs_written = session.take_writes()
+                wrote_kv |= kv_written
+                logs.update(logs_written)
+            try:
+                sync_writes(self.front, wrote_kv, logs)  # before any reply of the round is sent
+            except BaseException as err:
+                done = [(fut, err) for fut, _ in done]
+            with contextlib.suppress(RuntimeError):  # the loop closed
+                self.loop.call_soon_threadsafe(_deliver, done)
+
+    def stop(self) -> None:
+        """Finish the batches queued, then end the thread."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify()
+        self._thread.join(60)
+
+
+def _deliver(done: list[tuple[asyncio.Future[_Batch], _Batch | BaseException]]) -> None:
+    for fut, outcome in done:
+        if fut.done():
+            continue
+        if isinstance(outcome, BaseException):
+            fut.set_exception(outcome)
+        else:
+            fut.set_result(outcome)
 
 
 def entries_reply(entries: list[Entry]) -> bytes:
@@ -676,6 +817,7 @@ def _info(s: Session, args: list[bytes]) -> bytes:
 
     server = s.front.server
     c = server.counters
+    committer = s.front.committer
     with s.view() as v:
         keys = s.front.kv.dbsize(v)
     sections: dict[str, list[tuple[str, object]]] = {
@@ -689,7 +831,9 @@ def _info(s: Session, args: list[bytes]) -> bytes:
         "stats": [("total_connections_received", c.connections_total),
                   ("total_commands_processed", sum(c.requests.values())),
                   ("rejected_connections", c.refused), ("total_net_input_bytes", c.bytes_in),
-                  ("total_net_output_bytes", c.bytes_out), ("total_error_replies", c.errors)],
+                  ("total_net_output_bytes", c.bytes_out), ("total_error_replies", c.errors),
+                  ("logspool_commit_rounds", committer.rounds if committer else 0),
+                  ("logspool_commit_batches", committer.batches if committer else 0)],
         "keyspace": [("db0", f"keys={keys},expires=0,avg_ttl=0")] if keys else [],
     }  # fmt: skip
     wanted = {a.decode(errors="replace").lower() for a in args[1:]}
@@ -1333,3 +1477,6 @@ def _xread(s: Session, args: list[bytes]) -> bytes | _Block:
     if block_ms is None or s._tx is not None:
         return w.null_array(s.proto)
     return block
+
+
+PLACES = _places()  # (after every command is registered)

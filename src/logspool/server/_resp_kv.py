@@ -195,10 +195,13 @@ class RedisKV:
 
     # --- views and decisions ------------------------------------------------------------------
     @contextlib.contextmanager
-    def read(self, owner: str | None = None) -> Iterator[View]:
+    def read(self, owner: str | None = None, *, catch_up: bool = True) -> Iterator[View]:
+        """The state under the store's mutex; ``catch_up``: read the op log's new ops first (what
+        other processes wrote; this handle's own decisions are applied as they are made)."""
         store = self.store
         with store._mutex:
-            store._current()
+            if catch_up:
+                store._current()
             yield View(store, store._clock(), owner)
 
     @contextlib.contextmanager
