@@ -27,10 +27,8 @@ import logging
 import os
 import threading
 import time
-import uuid
 import weakref
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
@@ -39,7 +37,7 @@ from . import _format as fmt
 from . import _quarantine as quarantine
 from . import _segment as seg
 from ._fs import REAL, FileSystem
-from ._reader import OnDataLoss, Position, Reader, list_segments
+from ._reader import OnDataLoss, Position, Reader
 from ._retention import Retention, RetentionReport, read_policy, write_policy
 from ._retention import enforce as enforce_retention
 from ._subscribers import (
@@ -57,11 +55,18 @@ from .errors import (
     CorruptionError,
     FailedError,
     LockedError,
-    NotALogError,
     ReadOnlyError,
     RecordTooLargeError,
     SubscriberExistsError,
     SubscriberNotFoundError,
+)
+from .log._directory import (
+    LogInfo,
+    index_path,
+    list_segments,
+    open_meta,
+    segment_infos,
+    segment_path,
 )
 
 _logger = logging.getLogger("logspool")
@@ -73,29 +78,6 @@ _SCAN_CHUNK = 1 << 20  # what recovery and catch-up read at most at once (unless
 
 Durability = Literal["always", "interval", "os"]
 _DURABILITIES = ("always", "interval", "os")
-
-
-@dataclass(frozen=True, slots=True)
-class SegmentInfo:
-    base_lsn: int
-    path: str
-    size: int
-
-
-@dataclass(frozen=True, slots=True)
-class LogInfo:
-    """What ``Log.info()`` reports."""
-
-    path: str
-    first_lsn: int
-    next_lsn: int
-    size: int
-    segments: tuple[SegmentInfo, ...]
-    meta: fmt.Meta
-
-    @property
-    def record_count(self) -> int:
-        return self.next_lsn - self.first_lsn
 
 
 def _checked_payloads(payloads: Iterable[object], size_max: int) -> list[bytes]:
@@ -251,7 +233,9 @@ class Log:
         # append that rotated succeeded, so the error is logged and kept here, not raised.
         self.retention_error: BaseException | None = None
         self._flusher_stop = threading.Event()
-        self.meta = self._open_meta(
+        self.meta = open_meta(
+            self._fs,
+            self.path,
             create=create and not readonly,
             segment_size_max=segment_size_max,
             index_interval=index_interval,
@@ -278,104 +262,6 @@ class Log:
                     target=self._flush_loop, name=f"logspool-sync:{self.path}", daemon=True
                 )
                 self._flusher.start()
-
-    # --- meta and directory ---------------------------------------------------------------------
-    def _open_meta(
-        self,
-        *,
-        create: bool,
-        segment_size_max: int | None,
-        index_interval: int | None,
-        record_size_max: int | None,
-        compression: str | None,
-        compression_level: int | None,
-    ) -> fmt.Meta:
-        meta_path = os.path.join(self.path, fmt.META_NAME)
-        asked = {
-            "segment_size_max": segment_size_max,
-            "index_interval": index_interval,
-            "record_size_max": record_size_max,
-        }
-        _check_settings(asked)
-        if not self._fs.exists(meta_path):
-            if os.path.exists(self.path) and not os.path.isdir(self.path):
-                raise NotALogError(self.path, "it is a file, not a directory")
-            if os.path.isdir(self.path):
-                # A creation that failed part-way (an I/O error before the meta was linked) may
-                # leave its temporary meta and the lock file: ours, and safe to create over.
-                strays = [
-                    n
-                    for n in self._fs.listdir(self.path)
-                    if not n.startswith(".meta.") and n != fmt.LOCK_NAME
-                ]
-                if strays:
-                    raise NotALogError(self.path, f"no meta file, and it holds {sorted(strays)[:3]}")
-            if not create:
-                raise NotALogError(self.path, "no meta file (the log does not exist)")
-            self._create(asked, compression, compression_level)
-        try:
-            raw = self._fs.read_file(meta_path, limits.META_SIZE_MAX + 64)
-        except ValueError as err:
-            raise CorruptionError(meta_path, 0, str(err)) from err
-        meta = fmt.decode_meta(raw, meta_path)
-        for name, value in asked.items():
-            if value is not None and getattr(meta, name) != value:
-                raise ValueError(
-                    f"{self.path}: the log was created with {name}={getattr(meta, name)}, "
-                    f"not {value}; settings are fixed at creation"
-                )
-        if compression is not None and (
-            meta.compression != compression or compression_level not in (None, meta.compression_level)
-        ):
-            raise ValueError(
-                f"{self.path}: the log was created with compression={meta.compression!r} "
-                f"(level {meta.compression_level}), not {compression!r}; settings are fixed at creation"
-            )
-        return meta
-
-    def _create(
-        self, asked: dict[str, int | None], compression: str | None, compression_level: int | None
-    ) -> None:
-        """Create the directory, its lock file and its meta file, safely against a racing creator."""
-        try:
-            self._fs.mkdir(self.path)
-        except OSError as err:
-            if err.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
-                raise
-            raise ReadOnlyError(self.path, f"cannot create the log directory: {err}") from err
-        meta = fmt.Meta(
-            version=fmt.VERSION_1 if compression is None else fmt.VERSION_2,
-            created_ns=time.time_ns(),
-            segment_size_max=asked["segment_size_max"] or limits.SEGMENT_SIZE_MAX_DEFAULT,
-            index_interval=asked["index_interval"] or limits.INDEX_INTERVAL_DEFAULT,
-            record_size_max=asked["record_size_max"] or limits.RECORD_SIZE_MAX_DEFAULT,
-            log_id=uuid.uuid4().hex,
-            extra={},
-            compression=compression,
-            compression_level=None
-            if compression is None
-            else (limits.ZSTD_LEVEL_DEFAULT if compression_level is None else compression_level),
-        )
-        tmp = os.path.join(self.path, f".meta.{os.getpid()}.{uuid.uuid4().hex[:8]}")
-        fd = self._fs.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
-        try:
-            self._fs.write(fd, fmt.encode_meta(meta))
-            self._fs.fsync(fd)  # crash before here: only a stray .meta.* temp file, ignored
-        finally:
-            self._fs.close(fd)
-        lock_path = os.path.join(self.path, fmt.LOCK_NAME)
-        self._fs.close(self._fs.open(lock_path, os.O_RDWR | os.O_CREAT))
-        try:
-            # link, not rename: it fails if a racing process created the meta first, and then
-            # both processes use that one. Crash here: no meta, the directory is re-created.
-            self._fs.link(tmp, os.path.join(self.path, fmt.META_NAME))
-        except FileExistsError:
-            pass
-        finally:
-            self._fs.unlink(tmp)
-        self._fs.fsync_dir(self.path)  # the meta and lock names are durable before any segment
-        parent = os.path.dirname(os.path.abspath(self.path))
-        self._fs.fsync_dir(parent)  # and so is the log directory itself
 
     # --- the writer -----------------------------------------------------------------------------
     def _open_writer(self) -> None:
@@ -449,10 +335,10 @@ class Log:
         self._usable = False
 
     def _seg_path(self, base: int) -> str:
-        return os.path.join(self.path, fmt.segment_name(base))
+        return segment_path(self.path, base)
 
     def _idx_path(self, base: int) -> str:
-        return os.path.join(self.path, fmt.index_name(base))
+        return index_path(self.path, base)
 
     def _recover(self) -> None:
         """Under the writer lock: find the newest segment, check its records, cut a torn tail.
@@ -1671,14 +1557,7 @@ class Log:
         """Segments, sizes and the lsn range, read from disk now (no lock). Any thread."""
         self._check_open()
         bases = list_segments(self._fs, self.path)
-        segments = []
-        for base in bases:
-            path = self._seg_path(base)
-            try:
-                size = os.stat(path).st_size
-            except FileNotFoundError:
-                continue  # removed while we listed
-            segments.append(SegmentInfo(base, path, size))
+        segments = segment_infos(self.path, bases)
         next_lsn = bases[-1] if bases else 0
         if bases:
             probe = Reader(self.path, self._fs, self.record_size_max, start=bases[-1])
@@ -1804,12 +1683,6 @@ class Tail:
         """The payloads as bytes if ``append_many`` would take them (else its TypeError or
         RecordTooLargeError), without writing anything."""
         return _checked_payloads(payloads, self._log.record_size_max)
-
-
-def _check_settings(asked: dict[str, int | None]) -> None:
-    for name, value in asked.items():
-        if value is not None:
-            fmt.checked_int(name, value, *fmt.META_INT_BOUNDS[name], " bytes")
 
 
 def open(path: str | os.PathLike[str], **options: object) -> Log:

@@ -14,7 +14,7 @@ import operator
 import os
 import time
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Literal
 
 from . import _format as fmt
@@ -25,33 +25,11 @@ from ._fs import FileSystem
 from ._sync import MarkView, proven_offset, proven_text
 from ._watch import DirectoryWatch
 from .errors import ClosedError, CorruptionError, DataLossError, PositionError
+from .log._directory import list_segments, to_ns
 
 Position = int | Literal["earliest", "latest"]
 OnDataLoss = Literal["fail", "skip"]
 _logger = logging.getLogger("logspool")
-
-
-def list_segments(fs: FileSystem, path: str) -> list[int]:
-    """The base lsns of the segments in ``path``, ascending."""
-    try:
-        names = fs.listdir(path)
-    except FileNotFoundError as err:
-        raise ClosedError(path, "the log directory is gone") from err
-    bases = [b for b in (fmt.parse_segment_name(n) for n in names) if b is not None]
-    bases.sort()
-    return bases
-
-
-def to_ns(since: datetime | float | int) -> int:
-    """Nanoseconds since the epoch of a datetime (naive is UTC) or of seconds since the epoch."""
-    if isinstance(since, datetime):
-        if since.tzinfo is None:
-            since = since.replace(tzinfo=UTC)
-        delta = since - datetime(1970, 1, 1, tzinfo=UTC)
-        return (delta.days * 86_400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1000
-    if isinstance(since, bool) or not isinstance(since, int | float):
-        raise TypeError(f"since must be a datetime or seconds since the epoch, not {type(since).__name__}")
-    return int(since * 1_000_000_000)
 
 
 # Where a reader stops without reading on (FORMAT.md §9.2): the end of the records, zeros, a

@@ -36,9 +36,9 @@ from . import _segment as seg
 from . import _sync, limits
 from ._fs import REAL, FileSystem, process_alive, replace_file
 from ._quarantine import QUARANTINE_DIR
-from ._reader import list_segments
 from ._sync import proven_offset, read_mark
 from .errors import CorruptionError, LockedError, LogspoolError, NotALogError
+from .log._directory import list_segments
 
 TRUNCATE_TAIL = "truncate-tail"
 QUARANTINE = "quarantine"

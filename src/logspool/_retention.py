@@ -22,9 +22,9 @@ from typing import Any
 from . import _format as fmt
 from . import limits
 from ._fs import FileSystem, replace_file
-from ._reader import list_segments
 from ._subscribers import Checkpoints
 from .errors import CorruptionError
+from .log._directory import list_segments
 
 CONSUMED = "consumed by every durable subscriber"
 AGE = "older than the lifetime"

@@ -25,8 +25,9 @@ from . import _format as fmt
 from . import limits
 from ._format import Gap
 from ._fs import FileSystem, replace_file
-from ._reader import OnDataLoss, Position, Reader, list_segments
+from ._reader import OnDataLoss, Position, Reader
 from .errors import CorruptionError, DataLossError, PositionError, SubscriberNotFoundError
+from .log._directory import list_segments
 
 TRANSIENT_PREFIX = "~"
 CHECKPOINT_FILE_MAX = 4096 + limits.SUBSCRIBER_NAME_SIZE_MAX

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 import logspool
-from logspool._reader import to_ns
+from logspool.log._directory import to_ns
 
 payload = st.binary(max_size=600)
 

@@ -34,8 +34,8 @@ from .. import limits
 from .._fold import FoldedStore, _Writer
 from .._fs import FileSystem
 from .._log import Durability
-from .._reader import to_ns
 from ..errors import JobNotFoundError, LeaseExpiredError
+from ..log._directory import to_ns
 from . import _ops as ops
 from ._state import NONE, JobEntry, State
 

@@ -38,7 +38,6 @@ from .. import limits
 from .._fold import FoldedStore, _Writer
 from .._fs import FileSystem
 from .._log import Durability
-from .._reader import to_ns
 from ..errors import (
     AppendError,
     CorruptionError,
@@ -49,6 +48,7 @@ from ..errors import (
     PositionError,
     ValueTypeError,
 )
+from ..log._directory import to_ns
 from . import _ops as ops
 from ._state import Entry, SnapRef, State
 

@@ -20,8 +20,8 @@ from .. import _format as fmt
 from .. import _segment as seg
 from .. import limits
 from .._log import Log
-from .._reader import list_segments
 from ..errors import CorruptionError
+from ..log._directory import list_segments
 
 BATCH_ROWS = 65_536  # rows per Arrow record batch handed to Spark (fewer handoffs to the JVM)
 META_COLUMNS = ("lsn", "timestamp", "segment", "offset")

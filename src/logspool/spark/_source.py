@@ -62,8 +62,8 @@ from .. import _segment as seg
 from .. import limits
 from .._fs import REAL, replace_file
 from .._log import Log
-from .._reader import list_segments
 from ..errors import DataLossError, LogspoolError
+from ..log._directory import list_segments
 from . import _partition as part
 
 NAME = "logspool"
