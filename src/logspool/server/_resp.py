@@ -115,6 +115,7 @@ class RespFront:
         self._kv: RedisKV | None = None
         self._kv_lock = threading.Lock()
         self._ids = itertools.count(1)
+        self.requests: collections.Counter[bytes] = collections.Counter()  # commands run, by name
         self._cursors: dict[int, str] = {}
         self._cursor_ids = itertools.count(1)
         self._cursor_lock = threading.Lock()
@@ -125,10 +126,17 @@ class RespFront:
 
     @property
     def kv(self) -> RedisKV:
+        found = self._kv
+        if found is not None:
+            return found
         with self._kv_lock:
             if self._kv is None:
                 self._kv = RedisKV(self.server.stores.get("kv", self.options.kv))
             return self._kv
+
+    def request_counts(self) -> dict[str, int]:
+        """Commands run, as the daemon's counters name them (``resp.get``...)."""
+        return {"resp." + k.decode("ascii", "replace").lower(): v for k, v in list(self.requests.items())}
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -420,6 +428,44 @@ def _stream_name(raw: bytes) -> str:
     return text
 
 
+class _Reading:
+    """The store's state for a read, under its mutex; in a transaction or a committer round, that
+    decision's state (a read there does not extend a touch TTL). One catch-up with the op log per
+    batch: its commands arrived together, so reading them all as of its start is a moment the
+    client cannot tell from the batch arriving at once. (A class, not a generator: this is on
+    every GET's path and costs a third as much.)"""
+
+    __slots__ = ("_mutex", "_session")
+
+    def __init__(self, session: Session) -> None:
+        self._session = session
+        self._mutex: Any = None
+
+    def __enter__(self) -> View:
+        s = self._session
+        shared = s._tx if s._tx is not None else s.round
+        if shared is not None:
+            return shared  # type: ignore[no-any-return]
+        store = s.front.kv.store
+        mutex = store._mutex
+        mutex.acquire()
+        self._mutex = mutex
+        try:
+            if not s._caught_up:
+                store._current()
+                s._caught_up = True
+            return View(store, store._clock(), s.name)
+        except BaseException:
+            self._mutex = None
+            mutex.release()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        if self._mutex is not None:
+            self._mutex.release()
+            self._mutex = None
+
+
 class Session:
     """A connection's state and its commands. ``run`` is called from a pool thread, one batch at a
     time per connection."""
@@ -435,6 +481,7 @@ class Session:
         self.multi_failed = False
         self.watched: dict[str, int | None] = {}
         self._tx: Any = None  # the Decision of a running EXEC
+        self.round: Any = None  # the committer's Decision, while it runs this session's batch
         self._wrote_kv = False
         self._wrote_logs: dict[str, Any] = {}
         self._caught_up = False  # the store was caught up with its op log in this batch
@@ -483,9 +530,7 @@ class Session:
     def execute(self, args: list[bytes]) -> bytes | _Block:
         name = args[0].upper()
         spec = COMMANDS.get(name)
-        counters = self.front.server.counters.requests
-        key = "resp." + name.decode("ascii", "replace").lower() if spec is not None else "resp.unknown"
-        counters[key] = counters.get(key, 0) + 1
+        self.front.requests[name if spec is not None else b"UNKNOWN"] += 1
         try:
             if spec is None:
                 if self.multi is not None:
@@ -520,21 +565,16 @@ class Session:
             return w.error(f"ERR internal error: {type(err).__name__}: {err}")
 
     # --- the store, in a transaction or not ----------------------------------------------------------
-    @contextlib.contextmanager
-    def view(self) -> Iterator[View]:
-        if self._tx is not None:
-            yield self._tx
-            return
-        # One catch-up with the op log per batch: its commands arrived together, so reading them
-        # all as of its start is a moment the client cannot tell from the batch arriving at once.
-        with self.front.kv.read(self.name, catch_up=not self._caught_up) as v:
-            self._caught_up = True
-            yield v
+    def view(self) -> _Reading:
+        """``with session.view() as v``: the store's state for a read (see ``_Reading``)."""
+        return _Reading(self)
 
     @contextlib.contextmanager
     def decide(self) -> Iterator[Any]:
-        if self._tx is not None:
-            yield self._tx
+        shared = self._tx if self._tx is not None else self.round
+        if shared is not None:
+            self._wrote_kv = True
+            yield shared
             return
         self._wrote_kv = True
         with self.front.kv.decide(self.name) as d:
@@ -588,6 +628,7 @@ class Committer:
     """
 
     ROUND_BATCHES_MAX = 1024
+    ROUND_COMMANDS_MAX = 4096  # (a round is one decision: its ops are one write)
 
     def __init__(self, front: RespFront, loop: asyncio.AbstractEventLoop) -> None:
         self.front = front
@@ -619,25 +660,42 @@ class Committer:
                     self._cond.wait()
                 if not self._queue:
                     return
-                count = min(len(self._queue), self.ROUND_BATCHES_MAX)
-                round_ = [self._queue.popleft() for _ in range(count)]
+                round_ = [self._queue.popleft()]
+                commands = len(round_[0][1])
+                while (
+                    self._queue
+                    and len(round_) < self.ROUND_BATCHES_MAX
+                    and commands < self.ROUND_COMMANDS_MAX
+                ):
+                    round_.append(self._queue.popleft())
+                    commands += len(round_[-1][1])
+                count = len(round_)
             self.rounds += 1
             self.batches += count
             done: list[tuple[asyncio.Future[_Batch], _Batch | BaseException]] = []
             wrote_kv = False
             logs: dict[str, Any] = {}
-            for session, cmds, fut in round_:
-                try:
-                    done.append((fut, session.run(cmds, sync=False)))
-                except BaseException as err:  # (run answers each command's error itself)
-                    done.append((fut, err))
-                kv_written, logs_written = session.take_writes()
-                wrote_kv |= kv_written
-                logs.update(logs_written)
             try:
+                # One decision for the whole round: one writer lock, one catch-up, one write of
+                # every op (each command is still atomic: they run one after another inside it).
+                with self.front.kv.decide() as d:
+                    for session, cmds, fut in round_:
+                        d.owner = session.name  # (locks are checked against each connection's name)
+                        session.round = d
+                        try:
+                            done.append((fut, session.run(cmds, sync=False)))
+                        except BaseException as err:  # (run answers each command's error itself)
+                            done.append((fut, err))
+                        finally:
+                            session.round = None
+                        kv_written, logs_written = session.take_writes()
+                        wrote_kv |= kv_written
+                        logs.update(logs_written)
                 sync_writes(self.front, wrote_kv, logs)  # before any reply of the round is sent
-            except BaseException as err:
-                done = [(fut, err) for fut, _ in done]
+            except Exception as err:  # the write or the fsync failed: nothing here is acknowledged
+                _logger.error("RESP commit round failed: %s", err)
+                failed = w.error(f"ERR the write failed, the commands may or may not be applied: {err}")
+                done = [(fut, _Batch([failed] * len(cmds), [])) for _, cmds, fut in round_]
             with contextlib.suppress(RuntimeError):  # the loop closed
                 self.loop.call_soon_threadsafe(_deliver, done)
 
@@ -829,7 +887,7 @@ def _info(s: Session, args: list[bytes]) -> bytes:
         "persistence": [("aof_enabled", int(server.stores.durability == "always")),
                         ("logspool_durability", server.stores.durability)],
         "stats": [("total_connections_received", c.connections_total),
-                  ("total_commands_processed", sum(c.requests.values())),
+                  ("total_commands_processed", sum(s.front.requests.values())),
                   ("rejected_connections", c.refused), ("total_net_input_bytes", c.bytes_in),
                   ("total_net_output_bytes", c.bytes_out), ("total_error_replies", c.errors),
                   ("logspool_commit_rounds", committer.rounds if committer else 0),
@@ -920,8 +978,7 @@ def _exec(s: Session, args: list[bytes]) -> bytes:
     watched, s.watched = s.watched, {}
     if s.multi_failed:
         raise RedisError("EXECABORT Transaction discarded because of previous errors.")
-    s._wrote_kv = True
-    with s.front.kv.decide(s.name) as d:
+    with s.decide() as d:  # (the committer's round, if this runs in one)
         for key, version in watched.items():
             entry = d.live(key)
             if (None if entry is None else entry.version) != version:

@@ -325,7 +325,9 @@ class Server:
         for name, kind, value in metrics:
             lines += [f"# TYPE logspool_{name} {kind}", f"logspool_{name} {value}"]
         lines.append("# TYPE logspool_requests_total counter")
-        lines += [f'logspool_requests_total{{command="{k}"}} {v}' for k, v in sorted(c.requests.items())]
+        lines += [
+            f'logspool_requests_total{{command="{k}"}} {v}' for k, v in sorted(self.request_counts().items())
+        ]
         return "\n".join(lines) + "\n"
 
     async def _metrics_request(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -380,6 +382,13 @@ class Server:
         finally:
             self._connections.discard(conn)
             self.counters.connections = self.connection_count()
+
+    def request_counts(self) -> dict[str, int]:
+        """Requests served, by command: the native protocol's and RESP's (``resp.get``...)."""
+        counts = dict(self.counters.requests)
+        if self.resp is not None:
+            counts.update(self.resp.request_counts())
+        return counts
 
     def connection_count(self) -> int:
         """Connections open now, native and RESP (``Limits.connections_max`` bounds them together)."""
@@ -526,7 +535,7 @@ class Server:
             return {
                 "address": self.address, "data": self.data, "uptime": time.time() - self.started,
                 "connections": c.connections, "connections_total": c.connections_total, "refused": c.refused,
-                "requests": dict(c.requests), "errors": c.errors, "protocol_errors": c.protocol_errors,
+                "requests": self.request_counts(), "errors": c.errors, "protocol_errors": c.protocol_errors,
                 "bytes_in": c.bytes_in, "bytes_out": c.bytes_out, "stores": self.stores.listing(),
             }  # fmt: skip
 
