@@ -163,6 +163,21 @@ def test_damage_fails_the_read_naming_file_and_offset_unless_checksums_are_off(
         ({"startingTimestamp": "yesterday"}, "option startingTimestamp: expected RFC 3339"),
         ({"verifyChecksums": "maybe"}, "option verifyChecksums: expected true or false"),
         ({"maxPartitionBytes": "-1"}, "option maxPartitionBytes: expected a positive integer"),
+        (
+            {"startingPositon": "10"},
+            "unknown option 'startingpositon' for a batch read of a log; the options",
+        ),
+        ({"maxRecordsPerTrigger": "10"}, "unknown option 'maxrecordspertrigger' for a batch read"),
+        (
+            {"minPartitions": "8"},
+            "option minpartitions is the Kafka source's; here partitions follow segments",
+        ),
+        ({"kafka.bootstrap.servers": "h:9092"}, "option kafka.bootstrap.servers is the Kafka source's"),
+        (
+            {"startingOffsets": '{"t":{"0":5}}'},
+            "a log has one lsn sequence, not Kafka's offsets by partition",
+        ),
+        ({"startingOffsets": "1", "startingPosition": "2"}, "give startingPosition or its Kafka spelling"),
     ],
 )
 def test_bad_options_are_refused_with_the_option_named(
@@ -282,3 +297,29 @@ def test_the_jvm_reader_moves_its_mapping_window_through_a_segment(spark: Any, t
         load(spark, str(path), jvm=True, jvmMapBytes="4096").count()
     assert f"{segment}: offset {offset}: checksum mismatch" in str(info.value)
     assert "logspool.spark.LogspoolJvmSource" in str(info.value)  # raised by the JVM reader's task
+
+
+def test_kafka_spellings_are_aliases_and_a_start_below_the_first_lsn_is_data_loss(
+    read: Any, tmp_path: Path
+) -> None:
+    """startingOffsets / endingOffsets read as startingPosition / endingPosition (earliest,
+    latest, an lsn); a batch read asked to start below what retention left fails with
+    DataLossError, as a stream does, unless failOnDataLoss=false (before, it was clamped in
+    silence)."""
+    path = tmp_path / "log"
+    with logspool.open(path, segment_size_max=4096) as log:
+        for i in range(60):
+            log.append(b"r%03d" % i + b"." * 100)
+        log.set_retention(logspool.Retention(size_max=8192))
+        log.cutover()
+        first = log.info().first_lsn
+    assert first > 0
+
+    def lsns(**options: str) -> list[int]:
+        return sorted(r["lsn"] for r in read(path, **options).select("lsn").collect())
+
+    assert lsns(startingOffsets="earliest", endingOffsets=str(first + 3)) == list(range(first, first + 3))
+    assert lsns(startingOffsets=str(first + 1), endingOffsets=str(first + 2)) == [first + 1]
+    with pytest.raises(Exception, match=r"DataLossError|were removed|lost"):
+        read(path, startingPosition="0").count()
+    assert lsns(startingPosition="0", failOnDataLoss="false")[0] == first

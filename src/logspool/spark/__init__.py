@@ -2,7 +2,7 @@
 
 ::
 
-    df = spark.read.format("logspool").load("events")  # found by name (pyspark_logspool)  # lsn, timestamp, payload, segment, offset
+    df = spark.read.format("logspool").load("events")  # found by name: lsn, timestamp, payload, ...
     q = spark.readStream.format("logspool").load("events").writeStream...
     df.write.format("logspool").mode("append").save("events")
 

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import LogspoolError
 from . import _partition as part
-from ._source import NAME, LogspoolDataSource, OptionError, _BatchReader, _lower, _positive
+from ._source import NAME, LogspoolDataSource, OptionError, _BatchReader, _options, _positive
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -143,7 +143,7 @@ def load(
     reader does not take.
     """
     text = {str(k): str(v).lower() if isinstance(v, bool) else str(v) for k, v in options.items()}
-    lowered = _lower({**text, "path": path})
+    lowered = _options({**text, "path": path}, "batch read")  # checked as format("logspool") checks
     decode = lowered.get("decode", "binary")
     if schema is None:
         fixed = LogspoolDataSource(lowered).schema()  # the Python source's errors for bad decodes

@@ -86,6 +86,69 @@ def _lower(options: Any) -> dict[str, str]:
     return {str(k).lower(): str(v) for k, v in dict(options).items()}
 
 
+# The options each use of the source takes (in their documented spelling; Spark hands them in
+# lower case). Anything else is refused with the list, so a typo or another source's option
+# never passes silently (issue 28).
+_COMMON = ("path", "decode", "verifyChecksums", "maxPartitionBytes")
+_KNOWN = {
+    "batch read": (*_COMMON, "startingPosition", "endingPosition", "startingTimestamp", "endingTimestamp",
+                   "failOnDataLoss", "jvmMapBytes"),
+    "stream read": (*_COMMON, "startingPosition", "startingTimestamp", "maxRecordsPerTrigger",
+                    "maxBytesPerTrigger", "failOnDataLoss", "subscriber"),
+    "batch write": ("path",),
+    "stream write": ("path", "checkpointLocation", "queryName"),
+}  # fmt: skip
+# Kafka's names for the same thing: taken as aliases, with Kafka's values where ours are the same.
+_KAFKA_ALIASES = {
+    "startingoffsets": "startingPosition",
+    "endingoffsets": "endingPosition",
+    "maxoffsetspertrigger": "maxRecordsPerTrigger",
+}
+# Kafka's options with no meaning here, and what to use instead.
+_KAFKA_ONLY = {
+    "minpartitions": "partitions follow segments and maxPartitionBytes (bytes one task reads)",
+    "maxrecordsperpartition": "use maxPartitionBytes",
+    "startingoffsetsbytimestamp": "a log has one lsn sequence: use startingTimestamp",
+    "endingoffsetsbytimestamp": "a log has one lsn sequence: use endingTimestamp",
+    "startingtimestamp.strategy": "startingTimestamp finds the first record at or after it",
+    "subscribe": "the log is the directory given to load(DIR)",
+    "subscribepattern": "the log is the directory given to load(DIR)",
+    "assign": "the log is the directory given to load(DIR)",
+    "topic": "the log is the directory given to save(DIR)",
+    "kafka.bootstrap.servers": "the log is a directory: load(DIR)",
+    "groupidprefix": "use subscriber to keep the query's position in the log",
+    "kafka.group.id": "use subscriber to keep the query's position in the log",
+    "includeheaders": "records have no headers",
+}
+
+
+def _options(raw: Any, use: str) -> dict[str, str]:
+    """The options of one use of the source ("batch read", "stream write", ...), in lower case,
+    with Kafka's aliases resolved; OptionError naming any option this use does not take."""
+    options = _lower(raw)
+    for alias, ours in _KAFKA_ALIASES.items():
+        if alias in options:
+            if ours.lower() in options:
+                raise OptionError(f"give {ours} or its Kafka spelling {alias}, not both")
+            value = options.pop(alias)
+            if value.lstrip().startswith("{"):
+                raise OptionError(
+                    f"option {alias} ({ours}): a log has one lsn sequence, not Kafka's offsets by "
+                    f"partition: give earliest, latest or an lsn, not {value!r}"
+                )
+            options[ours.lower()] = value
+    known = _KNOWN[use]
+    allowed = {k.lower() for k in known}
+    for name in options:
+        if name in _KAFKA_ONLY:
+            raise OptionError(f"option {name} is the Kafka source's; here {_KAFKA_ONLY[name]}")
+        if name not in allowed:
+            raise OptionError(
+                f"unknown option {name!r} for a {use} of a log; the options are: {', '.join(known)}"
+            )
+    return options
+
+
 def _path(options: dict[str, str]) -> str:
     path = options.get("path")
     if not path:
@@ -171,7 +234,7 @@ class LogspoolDataSource(DataSource):
         return NAME
 
     def schema(self) -> StructType:
-        decode = self.options.get("decode", "binary")
+        decode = _lower(self.options).get("decode", "binary")
         if decode not in DECODES:
             raise OptionError(f"option decode: expected one of {', '.join(DECODES)}, not {decode!r}")
         if decode == "json":
@@ -190,18 +253,18 @@ class LogspoolDataSource(DataSource):
         )
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return _BatchReader(_lower(self.options), schema)
+        return _BatchReader(_options(self.options, "batch read"), schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return _StreamReader(_lower(self.options), schema)
+        return _StreamReader(_options(self.options, "stream read"), schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         if overwrite:
             raise OptionError("a log is append-only: use mode('append'), not overwrite")
-        return _BatchWriter(_lower(self.options), schema)
+        return _BatchWriter(_options(self.options, "batch write"), schema)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        return _StreamWriter(_lower(self.options), schema)
+        return _StreamWriter(_options(self.options, "stream write"), schema)
 
 
 @dataclass(frozen=True)
@@ -311,6 +374,10 @@ class _BatchReader(_Scan, DataSourceReader):
             if start == "latest":
                 lo = head
             elif isinstance(start, int):
+                if start < first and _flag(options, "failOnDataLoss", True):
+                    # As a stream does: records below the earliest are gone (retention), and a
+                    # read that asked for them says so rather than start later in silence.
+                    raise DataLossError(self.path, "spark", start, first)
                 lo = max(start, first)
             elif start_ts is not None:
                 lo = _lsn_at(log, start_ts)
