@@ -10,12 +10,15 @@ its typed values); stream keys are logs (``_resp_streams.py``).
 How a connection is served (one ``asyncio.Protocol`` each):
 - Bytes are parsed on the event loop as they arrive (``_resp_wire.RespParser``: every bound is
   checked before buffering); every complete command of a read is taken at once.
-- A connection's commands run in order, a batch of them (up to ``BATCH_COMMANDS_MAX``) in one hop
-  to the server's thread pool, and their replies go out in one write. Connections run at once
-  (each in its own pool thread), so their durable writes share fsyncs (the log's group commit).
-- Durability: the writes of a batch are decided without waiting for an fsync, then the batch
-  syncs each store it wrote once, *before* any of its replies is written: an acknowledged write
-  is on disk with ``durability="always"`` (the default), and a pipeline of N SETs costs one fsync.
+- A connection's commands run in order, a batch of them (every complete command of a read, up to
+  ``BATCH_COMMANDS_MAX``) at a time, and their replies go out in one write. Where a batch runs
+  (``_Connection._execute``): reads on the event loop itself when the store's mutex is free;
+  batches that write on the one ``Committer`` thread, which runs every batch queued from every
+  connection as one decision of the store (one write) and one fsync (group commit); scans,
+  ranges and blocking reads in the server's thread pool.
+- Durability: writes are decided without waiting for an fsync, then each store written is synced
+  once, *before* any reply of those batches is written: an acknowledged write is on disk with
+  ``durability="always"`` (the default), and a round of N SETs costs one fsync.
 - Bounds: the parser's (RespLimits); reading pauses while more than ``INPUT_PAUSE_SIZE`` bytes wait
   to be parsed; a batch stops taking commands once its replies pass ``BATCH_REPLY_SIZE_MAX``; no
   command runs while the socket's send buffer is over ``OUTPUT_HIGH_SIZE`` (a client that never
@@ -25,6 +28,9 @@ How a connection is served (one ``asyncio.Protocol`` each):
   unknown command or a bad argument is an error reply and the connection goes on.
 - A blocked XREAD waits on the event loop (``_resp_streams.Tails``), holding no thread.
 - SIGTERM (``Server.stop``): stop reading, finish and answer the batch in hand, close.
+
+One file for the connection, the session and the committer (a little past 600 lines): the three
+share the batch's life (parse, place, run, sync, reply) and its bounds; the commands are apart.
 """
 
 from __future__ import annotations
@@ -35,25 +41,18 @@ import contextlib
 import hmac
 import itertools
 import logging
-import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
-from .. import errors, limits
+from .. import errors
+from . import _resp_stream_commands, _resp_strings
 from . import _resp_wire as w
-from ._resp_kv import NOT_INTEGER, RedisError, RedisKV, View, canonical_int, glob_match, key_of, parse_float
-from ._resp_streams import (
-    ID_MAX,
-    STREAM_REPLY_COUNT_MAX,
-    Cursor,
-    Entry,
-    Streams,
-    Tails,
-    parse_id,
-)
+from ._resp_commands import COMMANDS, INLINE, POOL, WRITER, Block, _arity_error, places
+from ._resp_kv import RedisError, RedisKV, View
+from ._resp_streams import Entry, Streams, Tails, entries_reply
 
 if TYPE_CHECKING:
     from ._server import Server
@@ -64,9 +63,7 @@ BATCH_COMMANDS_MAX = 1024  # commands run in one hop to the pool
 BATCH_REPLY_SIZE_MAX = 4 * 1024 * 1024  # a batch stops taking commands once its replies pass this
 INPUT_PAUSE_SIZE = 1024 * 1024  # stop reading while this much waits to be parsed (and a batch runs)
 OUTPUT_HIGH_SIZE = 1024 * 1024  # no command runs while more than this waits to be sent
-SCAN_COUNT_MAX = 100_000  # keys one SCAN looks at
 SCAN_CURSORS_MAX = 10_000  # SCAN cursors remembered (the oldest is forgotten first)
-REDIS_VERSION = "7.0.0"  # the Redis whose commands and replies this follows (HELLO, INFO)
 
 
 @dataclass
@@ -82,19 +79,10 @@ class RespOptions:
 
 
 @dataclass
-class _Block:
-    """An XREAD BLOCK that found nothing: the connection waits on the event loop, then runs it again."""
-
-    cursors: list[Cursor]
-    count: int
-    deadline: float | None  # time.monotonic(); None: no end
-
-
-@dataclass
 class _Batch:
     replies: list[bytes]
     rest: list[list[bytes]]  # commands not run yet (the batch stopped early)
-    block: _Block | None = None
+    block: Block | None = None
     close: bool = False  # QUIT
 
 
@@ -337,7 +325,7 @@ class _Connection(asyncio.Protocol):
             return await self.front.committer.submit(self.session, cmds)
         return await self.server.call(lambda: self.session.run(cmds))  # type: ignore[no-any-return]
 
-    async def _blocked(self, block: _Block) -> bytes:
+    async def _blocked(self, block: Block) -> bytes:
         """Wait for entries (any process's appends), holding no thread; the XREAD reply."""
         tails = self.front.tails
         assert tails is not None
@@ -364,68 +352,6 @@ class _Connection(asyncio.Protocol):
                 tails.unregister(names, fut)
                 self._block = None
         return w.null_array(self.session.proto)
-
-
-Handler = Callable[["Session", list[bytes]], "bytes | _Block"]
-
-
-@dataclass(frozen=True, slots=True)
-class Command:
-    handler: Handler
-    arity: int  # Redis's: n exactly, or -n at least n (the name counts)
-    kind: str  # "conn": no store; "read"; "write": a kv decision; "stream"
-
-
-COMMANDS: dict[bytes, Command] = {}
-
-
-def command(name: str, arity: int, kind: str) -> Callable[[Handler], Handler]:
-    def register(fn: Handler) -> Handler:
-        COMMANDS[name.encode()] = Command(fn, arity, kind)
-        return fn
-
-    return register
-
-
-INLINE, WRITER, POOL = 0, 1, 2  # where a batch runs (``_Connection._execute``)
-# Reads that take the store's state as it is, with no disk but a catch-up with the op log: run
-# on the event loop. Commands that may take long (a scan of every key, a range of a log, a
-# blocking read) run in the pool; every other write runs on the committer thread.
-_SLOW = {b"SCAN", b"KEYS", b"FLUSHDB", b"FLUSHALL", b"XLEN", b"XRANGE", b"XREVRANGE", b"XREAD"}
-
-
-def _places() -> dict[bytes, int]:
-    places = {}
-    for name, spec in COMMANDS.items():
-        if name in _SLOW:
-            places[name] = POOL
-        elif spec.kind in ("write", "stream") or name == b"EXEC":
-            places[name] = WRITER
-        else:
-            places[name] = INLINE
-    return places
-
-
-def _arity_error(name: bytes) -> RedisError:
-    return RedisError(f"ERR wrong number of arguments for '{name.decode(errors='replace').lower()}' command")
-
-
-def _int(raw: bytes) -> int:
-    number = canonical_int(raw)
-    if number is None:
-        raise RedisError(NOT_INTEGER)
-    return number
-
-
-def _stream_name(raw: bytes) -> str:
-    from ._server import NAME_RE
-
-    text = raw.decode("ascii", "replace")
-    if not NAME_RE.fullmatch(text):
-        raise RedisError(
-            "ERR logspool stream keys are log names: [A-Za-z0-9][A-Za-z0-9._-]{0,127} (no '/', no '..')"
-        )
-    return text
 
 
 class _Reading:
@@ -502,7 +428,7 @@ class Session:
                     batch.rest = cmds[i:]
                     break
                 reply = self.execute(args)
-                if isinstance(reply, _Block):
+                if isinstance(reply, Block):
                     batch.block = reply
                     batch.rest = cmds[i + 1 :]
                     break
@@ -527,7 +453,7 @@ class Session:
         self._wrote_kv, self._wrote_logs = False, {}
         return wrote_kv, logs
 
-    def execute(self, args: list[bytes]) -> bytes | _Block:
+    def execute(self, args: list[bytes]) -> bytes | Block:
         name = args[0].upper()
         spec = COMMANDS.get(name)
         self.front.requests[name if spec is not None else b"UNKNOWN"] += 1
@@ -587,7 +513,7 @@ class Session:
         return self.nil() if value is None else w.bulk(value)
 
     # --- streams --------------------------------------------------------------------------------
-    def xread_now(self, block: _Block) -> bytes | None:
+    def xread_now(self, block: Block) -> bytes | None:
         """The reply of an XREAD with entries, or None if none of its streams has any."""
         found: list[tuple[bytes, list[Entry]]] = []
         for cursor in block.cursors:
@@ -717,823 +643,6 @@ def _deliver(done: list[tuple[asyncio.Future[_Batch], _Batch | BaseException]]) 
             fut.set_result(outcome)
 
 
-def entries_reply(entries: list[Entry]) -> bytes:
-    return w.array([w.array([w.bulk(eid), w.bulks(fields)]) for eid, fields in entries])
-
-
-# --- connection commands ------------------------------------------------------------------------
-@command("PING", -1, "conn")
-def _ping(s: Session, args: list[bytes]) -> bytes:
-    if len(args) > 2:
-        raise _arity_error(b"ping")
-    return w.bulk(args[1]) if len(args) == 2 else w.PONG
-
-
-@command("ECHO", 2, "conn")
-def _echo(s: Session, args: list[bytes]) -> bytes:
-    return w.bulk(args[1])
-
-
-@command("QUIT", -1, "conn")
-def _quit(s: Session, args: list[bytes]) -> bytes:
-    s.closing = True  # the batch ends with this reply and the connection closes
-    return w.OK
-
-
-@command("AUTH", -2, "conn")
-def _auth(s: Session, args: list[bytes]) -> bytes:
-    if len(args) > 3:
-        raise RedisError("ERR syntax error")
-    _authenticate(s, args[1] if len(args) == 2 else args[2], None if len(args) == 2 else args[1])
-    return w.OK
-
-
-def _authenticate(s: Session, password: bytes, user: bytes | None) -> None:
-    if s.front.server._token is None:
-        raise RedisError(
-            "ERR AUTH <password> called without any password configured for the default user. "
-            "Are you sure your configuration is correct?"
-        )
-    if (user is not None and user != b"default") or not s.front.check_token(password):
-        raise RedisError("WRONGPASS invalid username-password pair or user is disabled.")
-    s.authed = True
-    s.conn.parser.authenticated = True  # (the parser is the loop's; a bool store is atomic)
-
-
-@command("HELLO", -1, "conn")
-def _hello(s: Session, args: list[bytes]) -> bytes:
-    proto = s.proto
-    i = 1
-    if len(args) > 1:
-        try:
-            proto = int(args[1])
-        except ValueError:
-            raise RedisError("ERR Protocol version is not an integer or out of range") from None
-        if proto not in (2, 3):
-            raise RedisError("NOPROTO unsupported protocol version")
-        i = 2
-    name = None
-    while i < len(args):
-        option = args[i].upper()
-        if option == b"AUTH" and i + 2 < len(args):
-            _authenticate(s, args[i + 2], args[i + 1])
-            i += 3
-        elif option == b"SETNAME" and i + 1 < len(args):
-            name = _client_name(args[i + 1])
-            i += 2
-        else:
-            raise RedisError(f"ERR Syntax error in HELLO option '{args[i].decode(errors='replace')}'")
-    if not s.authed:
-        raise RedisError(
-            "NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO "
-            "<proto> AUTH <user> <pass> option can be used to authenticate the client and select the "
-            "RESP protocol version at the same time"
-        )
-    if name is not None:
-        s.name = name or None
-    s.proto = proto
-    from .. import __version__
-
-    pairs = [
-        (w.bulk(b"server"), w.bulk(b"redis")),
-        (w.bulk(b"version"), w.bulk(REDIS_VERSION.encode())),
-        (w.bulk(b"proto"), w.integer(proto)),
-        (w.bulk(b"id"), w.integer(s.id)),
-        (w.bulk(b"mode"), w.bulk(b"standalone")),
-        (w.bulk(b"role"), w.bulk(b"master")),
-        (w.bulk(b"modules"), w.EMPTY_ARRAY),
-        (w.bulk(b"logspool"), w.bulk(__version__.encode())),
-    ]
-    return w.mapping(pairs, proto)
-
-
-def _client_name(raw: bytes) -> str:
-    if any(c <= 32 or c >= 127 for c in raw) or len(raw) > limits.KV_OWNER_SIZE_MAX:
-        raise RedisError("ERR Client names cannot contain spaces, newlines or special characters.")
-    return raw.decode("ascii")
-
-
-@command("SELECT", 2, "conn")
-def _select(s: Session, args: list[bytes]) -> bytes:
-    if _int(args[1]) != 0:
-        raise RedisError("ERR DB index is out of range")
-    return w.OK
-
-
-@command("CLIENT", -2, "conn")
-def _client(s: Session, args: list[bytes]) -> bytes:
-    sub = args[1].upper()
-    if sub == b"SETNAME" and len(args) == 3:
-        s.name = _client_name(args[2]) or None
-        return w.OK
-    if sub == b"GETNAME" and len(args) == 2:
-        return s.maybe(None if s.name is None else s.name.encode())
-    if sub == b"ID" and len(args) == 2:
-        return w.integer(s.id)
-    if sub == b"SETINFO" and len(args) == 4:
-        return w.OK
-    if sub in (b"NO-EVICT", b"NO-TOUCH") and len(args) == 3:
-        return w.OK
-    if sub in (b"INFO", b"LIST"):
-        line = f"id={s.id} addr={s.conn.peer} name={s.name or ''} db=0 resp={s.proto}\n"
-        return w.bulk(line.encode())
-    typed = sub.decode(errors="replace").lower()
-    raise RedisError(f"ERR unknown subcommand or wrong number of arguments for 'client|{typed}'")
-
-
-@command("COMMAND", -1, "conn")
-def _command(s: Session, args: list[bytes]) -> bytes:
-    sub = args[1].upper() if len(args) > 1 else b""
-    if sub == b"COUNT":
-        return w.integer(len(COMMANDS))
-    if sub == b"DOCS":
-        return w.mapping([], s.proto)
-    if sub == b"INFO":
-        names = [a.upper() for a in args[2:]] or sorted(COMMANDS)
-        return w.array([_command_info(n) if n in COMMANDS else w.null_array(s.proto) for n in names])
-    if sub == b"LIST":
-        return w.bulks([n.lower() for n in sorted(COMMANDS)])
-    if sub == b"":
-        return w.array([_command_info(n) for n in sorted(COMMANDS)])
-    raise RedisError(f"ERR unknown subcommand '{sub.decode(errors='replace').lower()}'")
-
-
-def _command_info(name: bytes) -> bytes:
-    spec = COMMANDS[name]
-    keyed = spec.kind in ("read", "write", "stream") and abs(spec.arity) >= 2
-    flags = [b"write"] if spec.kind == "write" else [b"readonly"] if spec.kind == "read" else []
-    return w.array([
-        w.bulk(name.lower()), w.integer(spec.arity),
-        w.array([w.simple(f.decode()) for f in flags]),
-        w.integer(1 if keyed else 0), w.integer(1 if keyed else 0), w.integer(1 if keyed else 0),
-    ])  # fmt: skip
-
-
-@command("INFO", -1, "conn")
-def _info(s: Session, args: list[bytes]) -> bytes:
-    from .. import __version__
-
-    server = s.front.server
-    c = server.counters
-    committer = s.front.committer
-    with s.view() as v:
-        keys = s.front.kv.dbsize(v)
-    sections: dict[str, list[tuple[str, object]]] = {
-        "server": [("redis_version", REDIS_VERSION), ("logspool_version", __version__),
-                   ("redis_mode", "standalone"), ("process_id", os.getpid()),
-                   ("tcp_port", s.front.options.port),
-                   ("uptime_in_seconds", int(time.time() - server.started))],
-        "clients": [("connected_clients", c.connections)],
-        "persistence": [("aof_enabled", int(server.stores.durability == "always")),
-                        ("logspool_durability", server.stores.durability)],
-        "stats": [("total_connections_received", c.connections_total),
-                  ("total_commands_processed", sum(s.front.requests.values())),
-                  ("rejected_connections", c.refused), ("total_net_input_bytes", c.bytes_in),
-                  ("total_net_output_bytes", c.bytes_out), ("total_error_replies", c.errors),
-                  ("logspool_commit_rounds", committer.rounds if committer else 0),
-                  ("logspool_commit_batches", committer.batches if committer else 0)],
-        "keyspace": [("db0", f"keys={keys},expires=0,avg_ttl=0")] if keys else [],
-    }  # fmt: skip
-    wanted = {a.decode(errors="replace").lower() for a in args[1:]}
-    lines = []
-    for title, fields in sections.items():
-        if wanted and not wanted & {title, "all", "everything", "default"}:
-            continue
-        lines.append(f"# {title.capitalize()}")
-        lines += [f"{k}:{v}" for k, v in fields]
-        lines.append("")
-    return w.bulk("\r\n".join(lines).encode())
-
-
-@command("CONFIG", -2, "conn")
-def _config(s: Session, args: list[bytes]) -> bytes:
-    sub = args[1].upper()
-    if sub == b"GET" and len(args) >= 3:
-        always = s.front.server.stores.durability == "always"
-        known = {b"appendonly": b"yes" if always else b"no", b"save": b"", b"databases": b"1",
-                 b"appendfsync": b"always" if always else b"everysec"}  # fmt: skip
-        pairs = [
-            (w.bulk(k), w.bulk(v))
-            for k, v in known.items()
-            if any(glob_match(p.lower(), k) for p in args[2:])
-        ]
-        return w.mapping(pairs, s.proto)
-    if sub == b"RESETSTAT":
-        return w.OK
-    raise RedisError(
-        "ERR logspool's settings are its command line (logspool serve --help); CONFIG SET is not supported"
-    )
-
-
-@command("TIME", 1, "conn")
-def _time(s: Session, args: list[bytes]) -> bytes:
-    now = time.time_ns() // 1000
-    return w.bulks([b"%d" % (now // 1_000_000), b"%d" % (now % 1_000_000)])
-
-
-# --- transactions ---------------------------------------------------------------------------------
-@command("MULTI", 1, "conn")
-def _multi(s: Session, args: list[bytes]) -> bytes:
-    if s.multi is not None:
-        raise RedisError("ERR MULTI calls can not be nested")
-    s.multi = []
-    s.multi_failed = False
-    return w.OK
-
-
-@command("DISCARD", 1, "conn")
-def _discard(s: Session, args: list[bytes]) -> bytes:
-    if s.multi is None:
-        raise RedisError("ERR DISCARD without MULTI")
-    s.multi = None
-    s.watched = {}
-    return w.OK
-
-
-@command("WATCH", -2, "read")
-def _watch(s: Session, args: list[bytes]) -> bytes:
-    if s.multi is not None:
-        raise RedisError("ERR WATCH inside MULTI is not allowed")
-    with s.view() as v:
-        for raw in args[1:]:
-            key = key_of(raw)
-            entry = v.live(key)
-            s.watched[key] = None if entry is None else entry.version
-    return w.OK
-
-
-@command("UNWATCH", 1, "conn")
-def _unwatch(s: Session, args: list[bytes]) -> bytes:
-    s.watched = {}
-    return w.OK
-
-
-@command("EXEC", 1, "conn")
-def _exec(s: Session, args: list[bytes]) -> bytes:
-    """The queued commands, in one decision of the key-value store: atomic for every process and
-    written in one write (stream commands in it run in order but are not part of the decision)."""
-    if s.multi is None:
-        raise RedisError("ERR EXEC without MULTI")
-    queued, s.multi = s.multi, None
-    watched, s.watched = s.watched, {}
-    if s.multi_failed:
-        raise RedisError("EXECABORT Transaction discarded because of previous errors.")
-    with s.decide() as d:  # (the committer's round, if this runs in one)
-        for key, version in watched.items():
-            entry = d.live(key)
-            if (None if entry is None else entry.version) != version:
-                return w.null_array(s.proto)
-        s._tx = d
-        try:
-            replies = []
-            for cmd in queued:
-                reply = s.execute(cmd)
-                replies.append(w.null_array(s.proto) if isinstance(reply, _Block) else reply)
-        finally:
-            s._tx = None
-    return w.array(replies)
-
-
-# --- keys and values ------------------------------------------------------------------------------
-@command("GET", 2, "read")
-def _get(s: Session, args: list[bytes]) -> bytes:
-    key = key_of(args[1])
-    with s.view() as v:
-        return s.maybe(s.front.kv.get(v, key))
-
-
-@command("MGET", -2, "read")
-def _mget(s: Session, args: list[bytes]) -> bytes:
-    keys = [key_of(a) for a in args[1:]]
-    kv = s.front.kv
-    out = []
-    size = 0
-    with s.view() as v:
-        for key in keys:
-            value = kv.get(v, key)
-            out.append(s.maybe(value))
-            size += 0 if value is None else len(value)
-            if size > s.front.options.output_size_max:
-                raise RedisError("ERR the reply would be larger than the output buffer limit")
-    return w.array(out)
-
-
-def _expiry(option: bytes, raw: bytes, now_ns: int) -> int:
-    """The expiry (ns since the epoch) of an EX/PX/EXAT/PXAT option (Redis's checks)."""
-    number = canonical_int(raw)
-    if number is None:
-        raise RedisError(NOT_INTEGER)
-    if number <= 0:
-        raise RedisError("ERR invalid expire time in 'set' command")
-    if option == b"EX":
-        return now_ns + number * 1_000_000_000
-    if option == b"PX":
-        return now_ns + number * 1_000_000
-    if option == b"EXAT":
-        return number * 1_000_000_000
-    return number * 1_000_000  # PXAT
-
-
-_EXPIRY_OPTIONS = (b"EX", b"PX", b"EXAT", b"PXAT")
-
-
-@command("SET", -3, "write")
-def _set(s: Session, args: list[bytes]) -> bytes:
-    key = key_of(args[1])
-    nx = xx = get = keepttl = False
-    expiry: tuple[bytes, bytes] | None = None
-    i = 3
-    while i < len(args):
-        option = args[i].upper()
-        if option == b"NX" and not xx:
-            nx = True
-        elif option == b"XX" and not nx:
-            xx = True
-        elif option == b"GET":
-            get = True
-        elif option == b"KEEPTTL" and expiry is None:
-            keepttl = True
-        elif option in _EXPIRY_OPTIONS and expiry is None and not keepttl and i + 1 < len(args):
-            expiry = (option, args[i + 1])
-            i += 1
-        else:
-            raise RedisError("ERR syntax error")
-        i += 1
-    with s.decide() as d:
-        at = None if expiry is None else _expiry(expiry[0], expiry[1], d.now)
-        done, old = s.front.kv.set(d, key, args[2], expire_ns=at, keepttl=keepttl, nx=nx, xx=xx)
-        if get:
-            return s.maybe(None if old is None else d.value(old))
-    return w.OK if done else s.nil()
-
-
-@command("SETNX", 3, "write")
-def _setnx(s: Session, args: list[bytes]) -> bytes:
-    with s.decide() as d:
-        return w.integer(int(s.front.kv.set(d, key_of(args[1]), args[2], nx=True)[0]))
-
-
-@command("SETEX", 4, "write")
-def _setex(s: Session, args: list[bytes]) -> bytes:
-    with s.decide() as d:
-        s.front.kv.set(d, key_of(args[1]), args[3], expire_ns=_expiry(b"EX", args[2], d.now))
-    return w.OK
-
-
-@command("PSETEX", 4, "write")
-def _psetex(s: Session, args: list[bytes]) -> bytes:
-    with s.decide() as d:
-        s.front.kv.set(d, key_of(args[1]), args[3], expire_ns=_expiry(b"PX", args[2], d.now))
-    return w.OK
-
-
-@command("GETSET", 3, "write")
-def _getset(s: Session, args: list[bytes]) -> bytes:
-    with s.decide() as d:
-        _, old = s.front.kv.set(d, key_of(args[1]), args[2])
-        return s.maybe(None if old is None else d.value(old))
-
-
-@command("GETDEL", 2, "write")
-def _getdel(s: Session, args: list[bytes]) -> bytes:
-    key = key_of(args[1])
-    with s.decide() as d:
-        entry = d.live(key)
-        if entry is None:
-            return s.nil()
-        value = d.value(entry)
-        s.front.kv.delete(d, [key])
-        return w.bulk(value)
-
-
-@command("GETEX", -2, "write")
-def _getex(s: Session, args: list[bytes]) -> bytes:
-    key = key_of(args[1])
-    option = args[2].upper() if len(args) > 2 else None
-    if (
-        (option == b"PERSIST" and len(args) != 3)
-        or (option in _EXPIRY_OPTIONS and len(args) != 4)
-        or (option is not None and option != b"PERSIST" and option not in _EXPIRY_OPTIONS)
-    ):
-        raise RedisError("ERR syntax error")
-    with s.decide() as d:
-        entry = d.live(key)
-        if entry is None:
-            return s.nil()
-        value = d.value(entry)
-        if option == b"PERSIST":
-            s.front.kv.expire(d, key, None)
-        elif option is not None:
-            s.front.kv.expire(d, key, _expiry(option, args[3], d.now))
-        return w.bulk(value)
-
-
-@command("MSET", -3, "write")
-def _mset(s: Session, args: list[bytes]) -> bytes:
-    if len(args) % 2 == 0:
-        raise _arity_error(b"mset")
-    pairs = [(key_of(args[i]), args[i + 1]) for i in range(1, len(args), 2)]
-    with s.decide() as d:
-        for key, _ in pairs:
-            d.unlocked(key)
-        for key, value in pairs:
-            d.set(key, value)
-    return w.OK
-
-
-@command("MSETNX", -3, "write")
-def _msetnx(s: Session, args: list[bytes]) -> bytes:
-    if len(args) % 2 == 0:
-        raise _arity_error(b"msetnx")
-    pairs = [(key_of(args[i]), args[i + 1]) for i in range(1, len(args), 2)]
-    with s.decide() as d:
-        if any(d.live(key) is not None for key, _ in pairs):
-            return w.ZERO
-        for key, _ in pairs:
-            d.unlocked(key)
-        for key, value in pairs:
-            d.set(key, value)
-    return w.ONE
-
-
-@command("DEL", -2, "write")
-def _del(s: Session, args: list[bytes]) -> bytes:
-    keys = [key_of(a) for a in args[1:]]
-    with s.decide() as d:
-        return w.integer(s.front.kv.delete(d, keys))
-
-
-COMMANDS[b"UNLINK"] = Command(_del, -2, "write")
-
-
-@command("EXISTS", -2, "read")
-def _exists(s: Session, args: list[bytes]) -> bytes:
-    keys = [key_of(a) for a in args[1:]]
-    with s.view() as v:
-        return w.integer(s.front.kv.exists(v, keys))
-
-
-@command("TYPE", 2, "read")
-def _type(s: Session, args: list[bytes]) -> bytes:
-    raw = args[1]
-    with s.view() as v:
-        try:
-            if v.live(key_of(raw)) is not None:
-                return w.simple("string")
-        except RedisError:
-            pass
-    with contextlib.suppress(RedisError):
-        if s.front.streams.exists(_stream_name(raw)):
-            return w.simple("stream")
-    return w.simple("none")
-
-
-def _incr(s: Session, key: bytes, amount: int) -> bytes:
-    with s.decide() as d:
-        return w.integer(s.front.kv.incr(d, key_of(key), amount))
-
-
-@command("INCR", 2, "write")
-def _incr1(s: Session, args: list[bytes]) -> bytes:
-    return _incr(s, args[1], 1)
-
-
-@command("DECR", 2, "write")
-def _decr1(s: Session, args: list[bytes]) -> bytes:
-    return _incr(s, args[1], -1)
-
-
-@command("INCRBY", 3, "write")
-def _incrby(s: Session, args: list[bytes]) -> bytes:
-    return _incr(s, args[1], _int(args[2]))
-
-
-@command("DECRBY", 3, "write")
-def _decrby(s: Session, args: list[bytes]) -> bytes:
-    amount = _int(args[2])
-    if amount == -(1 << 63):
-        raise RedisError("ERR decrement would overflow")
-    return _incr(s, args[1], -amount)
-
-
-@command("INCRBYFLOAT", 3, "write")
-def _incrbyfloat(s: Session, args: list[bytes]) -> bytes:
-    amount = parse_float(args[2])
-    with s.decide() as d:
-        return w.bulk(s.front.kv.incrbyfloat(d, key_of(args[1]), amount))
-
-
-@command("APPEND", 3, "write")
-def _append(s: Session, args: list[bytes]) -> bytes:
-    with s.decide() as d:
-        return w.integer(s.front.kv.append(d, key_of(args[1]), args[2]))
-
-
-@command("STRLEN", 2, "read")
-def _strlen(s: Session, args: list[bytes]) -> bytes:
-    with s.view() as v:
-        return w.integer(s.front.kv.strlen(v, key_of(args[1])))
-
-
-@command("GETRANGE", 4, "read")
-def _getrange(s: Session, args: list[bytes]) -> bytes:
-    start, end = _int(args[2]), _int(args[3])
-    with s.view() as v:
-        return w.bulk(s.front.kv.getrange(v, key_of(args[1]), start, end))
-
-
-COMMANDS[b"SUBSTR"] = Command(_getrange, 4, "read")
-
-
-@command("SETRANGE", 4, "write")
-def _setrange(s: Session, args: list[bytes]) -> bytes:
-    offset = _int(args[2])
-    with s.decide() as d:
-        return w.integer(s.front.kv.setrange(d, key_of(args[1]), offset, args[3]))
-
-
-def _expire(s: Session, args: list[bytes], unit_ns: int, absolute: bool) -> bytes:
-    key = key_of(args[1])
-    number = _int(args[2])
-    cond = None
-    if len(args) == 4:
-        cond = args[3].upper().decode(errors="replace")
-        if cond not in ("NX", "XX", "GT", "LT"):
-            raise RedisError(f"ERR Unsupported option {cond}")
-    elif len(args) > 4:
-        raise RedisError("ERR NX and XX, GT or LT options at the same time are not compatible")
-    with s.decide() as d:
-        at = number * unit_ns if absolute else d.now + number * unit_ns
-        if not -(1 << 62) < at < (1 << 63):
-            raise RedisError(
-                f"ERR invalid expire time in '{args[0].decode(errors='replace').lower()}' command"
-            )
-        return w.integer(int(s.front.kv.expire(d, key, at, cond)))
-
-
-@command("EXPIRE", -3, "write")
-def _expire_s(s: Session, args: list[bytes]) -> bytes:
-    return _expire(s, args, 1_000_000_000, False)
-
-
-@command("PEXPIRE", -3, "write")
-def _pexpire(s: Session, args: list[bytes]) -> bytes:
-    return _expire(s, args, 1_000_000, False)
-
-
-@command("EXPIREAT", -3, "write")
-def _expireat(s: Session, args: list[bytes]) -> bytes:
-    return _expire(s, args, 1_000_000_000, True)
-
-
-@command("PEXPIREAT", -3, "write")
-def _pexpireat(s: Session, args: list[bytes]) -> bytes:
-    return _expire(s, args, 1_000_000, True)
-
-
-@command("TTL", 2, "read")
-def _ttl(s: Session, args: list[bytes]) -> bytes:
-    with s.view() as v:
-        ms = s.front.kv.pttl(v, key_of(args[1]))
-    return w.integer(ms if ms < 0 else (ms + 500) // 1000)
-
-
-@command("PTTL", 2, "read")
-def _pttl(s: Session, args: list[bytes]) -> bytes:
-    with s.view() as v:
-        return w.integer(s.front.kv.pttl(v, key_of(args[1])))
-
-
-@command("PERSIST", 2, "write")
-def _persist(s: Session, args: list[bytes]) -> bytes:
-    with s.decide() as d:
-        return w.integer(int(s.front.kv.expire(d, key_of(args[1]), None)))
-
-
-@command("RENAME", 3, "write")
-def _rename(s: Session, args: list[bytes]) -> bytes:
-    with s.decide() as d:
-        s.front.kv.rename(d, key_of(args[1]), key_of(args[2]), nx=False)
-    return w.OK
-
-
-@command("RENAMENX", 3, "write")
-def _renamenx(s: Session, args: list[bytes]) -> bytes:
-    with s.decide() as d:
-        return w.integer(int(s.front.kv.rename(d, key_of(args[1]), key_of(args[2]), nx=True)))
-
-
-@command("DBSIZE", 1, "read")
-def _dbsize(s: Session, args: list[bytes]) -> bytes:
-    with s.view() as v:
-        return w.integer(s.front.kv.dbsize(v))
-
-
-@command("SCAN", -2, "read")
-def _scan(s: Session, args: list[bytes]) -> bytes:
-    cursor = _int(args[1])
-    pattern: bytes | None = None
-    count = 10
-    kind: bytes | None = None
-    i = 2
-    while i < len(args):
-        option = args[i].upper()
-        if i + 1 >= len(args):
-            raise RedisError("ERR syntax error")
-        if option == b"MATCH":
-            pattern = args[i + 1]
-        elif option == b"COUNT":
-            count = _int(args[i + 1])
-            if count < 1:
-                raise RedisError("ERR syntax error")
-        elif option == b"TYPE":
-            kind = args[i + 1].lower()
-        else:
-            raise RedisError("ERR syntax error")
-        i += 2
-    after = None if cursor == 0 else s.front.cursor_key(cursor)
-    with s.view() as v:
-        keys, last = s.front.kv.scan(v, after, min(count, SCAN_COUNT_MAX), pattern)
-    if kind is not None and kind != b"string":
-        keys = []
-    nxt = 0 if last is None else s.front.cursor_for(last)
-    return w.array([w.bulk(b"%d" % nxt), w.bulks(keys)])
-
-
-@command("KEYS", 2, "read")
-def _keys(s: Session, args: list[bytes]) -> bytes:
-    with s.view() as v:
-        return w.bulks(s.front.kv.keys(v, args[1]))
-
-
-def _flush(s: Session, args: list[bytes]) -> bytes:
-    if len(args) > 2 or (len(args) == 2 and args[1].upper() not in (b"ASYNC", b"SYNC")):
-        raise RedisError("ERR syntax error")
-    if not s.front.options.flushdb:
-        raise RedisError("ERR FLUSHDB is disabled: start the daemon with --resp-flushdb to allow it")
-    if s._tx is not None:
-        s.front.kv.flush(s._tx, 1 << 62)
-        return w.OK
-    for _ in range(1 << 40):  # bounded: each turn deletes a batch or ends
-        with s.decide() as d:
-            if not s.front.kv.flush(d, 1000):
-                break
-    return w.OK
-
-
-COMMANDS[b"FLUSHDB"] = Command(_flush, -1, "write")
-COMMANDS[b"FLUSHALL"] = Command(_flush, -1, "write")
-
-
-# --- logspool's own: LS.LOCK key owner [ttl_s], LS.UNLOCK key [owner] [FORCE], LS.NOT, LS.TRUNCATE --
-@command("LS.LOCK", -3, "write")
-def _lock(s: Session, args: list[bytes]) -> bytes:
-    ttl = parse_float(args[3]) if len(args) > 3 else 30.0
-    if len(args) > 4:
-        raise RedisError("ERR syntax error")
-    owner = _client_name(args[2])
-    with s.decide() as d:
-        return w.integer(s.front.kv.lock(d, key_of(args[1]), owner, ttl))
-
-
-@command("LS.UNLOCK", -2, "write")
-def _unlock(s: Session, args: list[bytes]) -> bytes:
-    rest = args[2:]
-    force = bool(rest) and rest[-1].upper() == b"FORCE"
-    if force:
-        rest = rest[:-1]
-    if len(rest) > 1:
-        raise RedisError("ERR syntax error")
-    owner = _client_name(rest[0]) if rest else s.name
-    with s.decide() as d:
-        return w.integer(int(s.front.kv.unlock(d, key_of(args[1]), owner, force)))
-
-
-@command("LS.NOT", 2, "write")
-def _not(s: Session, args: list[bytes]) -> bytes:
-    with s.decide() as d:
-        return w.integer(s.front.kv.flip(d, key_of(args[1])))
-
-
-@command("LS.TRUNCATE", 3, "write")
-def _truncate(s: Session, args: list[bytes]) -> bytes:
-    size = _int(args[2])
-    with s.decide() as d:
-        return w.integer(s.front.kv.truncate(d, key_of(args[1]), size))
-
-
-# --- streams --------------------------------------------------------------------------------------
-@command("XADD", -5, "stream")
-def _xadd(s: Session, args: list[bytes]) -> bytes:
-    name = _stream_name(args[1])
-    i = 2
-    nomkstream = False
-    while i < len(args) and args[i].upper() in (b"NOMKSTREAM", b"MAXLEN", b"MINID", b"LIMIT"):
-        if args[i].upper() != b"NOMKSTREAM":
-            raise RedisError("ERR logspool streams are trimmed by the log's retention (logspool retention), "
-                             "not by XADD MAXLEN or MINID")  # fmt: skip
-        nomkstream = True
-        i += 1
-    if i >= len(args):
-        raise _arity_error(b"xadd")
-    if args[i] != b"*":
-        raise RedisError("ERR logspool assigns stream ids itself (<ms>-<lsn>): XADD takes the id '*' only")
-    fields = args[i + 1 :]
-    if not fields or len(fields) % 2:
-        raise _arity_error(b"xadd")
-    log = s.front.streams.log(name, create=not nomkstream)
-    if log is None:
-        return s.nil()
-    entry_id = s.front.streams.add(log, fields)
-    s._wrote_logs[name] = log
-    return w.bulk(entry_id)
-
-
-@command("XLEN", 2, "stream")
-def _xlen(s: Session, args: list[bytes]) -> bytes:
-    log = s.front.streams.log(_stream_name(args[1]), create=False)
-    return w.integer(0 if log is None else s.front.streams.length(log))
-
-
-def _range_count(args: list[bytes]) -> int | None:
-    if len(args) == 4:
-        return None
-    if len(args) != 6 or args[4].upper() != b"COUNT":
-        raise RedisError("ERR syntax error")
-    count = _int(args[5])
-    return max(count, 0)
-
-
-def _xrange(s: Session, args: list[bytes], reverse: bool) -> bytes:
-    name = _stream_name(args[1])
-    hi_raw, lo_raw = (args[2], args[3]) if reverse else (args[3], args[2])
-    start, start_excl = parse_id(lo_raw)
-    end, end_excl = parse_id(hi_raw, end=True)
-    count = _range_count(args)
-    log = s.front.streams.log(name, create=False)
-    if log is None or count == 0:
-        return w.EMPTY_ARRAY
-    wanted = STREAM_REPLY_COUNT_MAX + 1 if count is None else min(count, STREAM_REPLY_COUNT_MAX)
-    if reverse:
-        entries = s.front.streams.backward(log, end, end_excl, start, start_excl, wanted)
-    else:
-        entries = s.front.streams.forward(log, start, start_excl, end, end_excl, wanted)
-    if count is None and len(entries) > STREAM_REPLY_COUNT_MAX:
-        raise RedisError(f"ERR the range holds more than {STREAM_REPLY_COUNT_MAX} entries: give COUNT "
-                         "and continue from the last id")  # fmt: skip
-    return entries_reply(entries)
-
-
-@command("XRANGE", -4, "stream")
-def _xrange_fwd(s: Session, args: list[bytes]) -> bytes:
-    return _xrange(s, args, False)
-
-
-@command("XREVRANGE", -4, "stream")
-def _xrevrange(s: Session, args: list[bytes]) -> bytes:
-    return _xrange(s, args, True)
-
-
-@command("XREAD", -4, "stream")
-def _xread(s: Session, args: list[bytes]) -> bytes | _Block:
-    count = STREAM_REPLY_COUNT_MAX
-    block_ms: int | None = None
-    i = 1
-    while i < len(args) and args[i].upper() != b"STREAMS":
-        option = args[i].upper()
-        if option == b"COUNT" and i + 1 < len(args):
-            count = min(max(_int(args[i + 1]), 1), STREAM_REPLY_COUNT_MAX)
-        elif option == b"BLOCK" and i + 1 < len(args):
-            block_ms = _int(args[i + 1])
-            if block_ms < 0:
-                raise RedisError("ERR timeout is negative")
-        else:
-            raise RedisError("ERR syntax error")
-        i += 2
-    rest = args[i + 1 :]
-    if i >= len(args) or not rest or len(rest) % 2:
-        raise RedisError(
-            "ERR Unbalanced 'xread' list of streams: for each stream key an ID or '$' must be specified."
-        )
-    half = len(rest) // 2
-    cursors = []
-    for raw_name, raw_id in zip(rest[:half], rest[half:], strict=True):
-        name = _stream_name(raw_name)
-        if raw_id == b"$":
-            cursors.append(s.front.streams.last_lsn_cursor(name))
-        else:
-            after, _ = parse_id(raw_id)
-            if after[0] == ID_MAX:
-                raise RedisError("ERR Invalid stream ID specified as stream command argument")
-            cursors.append(Cursor(name, after=after))
-    deadline = None if not block_ms else time.monotonic() + block_ms / 1000
-    block = _Block(cursors, count, deadline)
-    reply = s.xread_now(block)
-    if reply is not None:
-        return reply
-    if block_ms is None or s._tx is not None:
-        return w.null_array(s.proto)
-    return block
-
-
-PLACES = _places()  # (after every command is registered)
+# Every command module registers its commands when imported (above); then where each runs.
+PLACES = places()
+_COMMAND_MODULES = (_resp_stream_commands, _resp_strings)

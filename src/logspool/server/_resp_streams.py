@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from .._log import Log
 from .._watch import _IN_CLOEXEC, _IN_NONBLOCK, _MASK, _libc
 from ..errors import PositionError
+from . import _resp_wire as w
 from ._resp_kv import RedisError
 
 FIELDS_MAGIC = b"LSXF\x00\x01"
@@ -104,6 +105,10 @@ def parse_id(raw: bytes, *, end: bool = False) -> tuple[Id, bool]:
     if ms > ID_MAX or seq > ID_MAX:
         raise RedisError("ERR Invalid stream ID specified as stream command argument")
     return (ms, seq), exclusive
+
+
+def entries_reply(entries: list[Entry]) -> bytes:
+    return w.array([w.array([w.bulk(eid), w.bulks(fields)]) for eid, fields in entries])
 
 
 @dataclass
