@@ -323,3 +323,35 @@ def test_kafka_spellings_are_aliases_and_a_start_below_the_first_lsn_is_data_los
     with pytest.raises(Exception, match=r"DataLossError|were removed|lost"):
         read(path, startingPosition="0").count()
     assert lsns(startingPosition="0", failOnDataLoss="false")[0] == first
+
+
+def test_a_producer_killed_mid_record_leaves_a_readable_log(read: Any, tmp_path: Path) -> None:
+    """A half-written record and the preallocated zeros after it at the tail of the newest
+    segment (a producer with durability os killed mid-write, no writer since): the end of what
+    is readable, for Spark as for log.read (before, every read failed with a checksum mismatch
+    until some process opened the log as a writer)."""
+    path = tmp_path / "log"
+    with logspool.open(path, durability="os") as log:
+        log.append_many([b"r%d" % i for i in range(40)])
+        end = log.info().segments[-1].size
+    newest = path / fmt.segment_name(0)
+    record = fmt.encode_record(40, 1, 0, b"x" * 200)
+    with open(newest, "r+b") as f:
+        f.seek(end)
+        f.write(record[:-40] + bytes(40) + bytes(4096))  # cut mid-payload, then zeros
+    assert read(path).count() == 40
+
+
+def test_a_task_that_cannot_see_the_log_says_why(tmp_path: Path) -> None:
+    """An executor without the driver's mount: the error names the segment and the cause,
+    not a bare FileNotFoundError."""
+    from logspool.spark import _partition as part
+
+    missing = part.Range(str(tmp_path / "elsewhere"), 0, 0, 10)
+    with pytest.raises(logspool.LogspoolError, match="mount at the same path"):
+        list(part.read_range(missing, 1 << 20, True))
+    path = tmp_path / "log"
+    make_log(path, n=10)
+    gone = part.Range(str(path), 1 << 20, 1 << 20, (1 << 20) + 1)
+    with pytest.raises(logspool.LogspoolError, match="removed"):
+        list(part.read_range(gone, 1 << 20, True))

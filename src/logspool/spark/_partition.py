@@ -20,7 +20,7 @@ from .. import _format as fmt
 from .. import _segment as seg
 from .. import limits
 from .._log import Log
-from ..errors import CorruptionError
+from ..errors import CorruptionError, LogspoolError
 from ..log._directory import list_segments
 
 BATCH_ROWS = 65_536  # rows per Arrow record batch handed to Spark (fewer handoffs to the JVM)
@@ -96,7 +96,18 @@ def read_range(r: Range, size_max: int, verify_checksums: bool) -> Iterator[tupl
     payloads: list[bytes] = []
     offsets: list[int] = []
     need = 0
-    with open(spath, "rb", buffering=0) as f:
+    try:
+        f = open(spath, "rb", buffering=0)  # noqa: SIM115 (closed by the with below)
+    except FileNotFoundError:
+        if os.path.exists(os.path.join(r.path, fmt.META_NAME)):  # the log is here: the segment went
+            raise LogspoolError(
+                f"{spath}: the segment was removed (retention) after the read was planned"
+            ) from None
+        raise LogspoolError(
+            f"{spath}: this task cannot see the log the driver planned the read of: the log must be on "
+            "a file system the driver and every executor mount at the same path"
+        ) from None
+    with f:
         for _ in range(1 << 30):  # bounded: each turn moves on by a chunk, or ends
             if lsn >= r.end:
                 break
