@@ -312,18 +312,24 @@ class _Connection(asyncio.Protocol):
         """Run a batch where it belongs (``place``): reads on the event loop if the store is free
         right now, writes on the committer thread, the rest (scans, ranges) in the pool."""
         where = max(PLACES.get(args[0].upper(), POOL) for args in cmds)
+        committer = self.front.committer
+        assert committer is not None
+        if where == WRITER:
+            return await committer.submit(self.session, cmds)
+        batch: _Batch | None = None
         if where == INLINE:
             mutex = self.front.kv.store._mutex
             if mutex.acquire(blocking=False):  # never wait on the loop (a decision holds it)
                 try:
-                    return self.session.run(cmds)
+                    batch = self.session.run(cmds)
                 finally:
                     mutex.release()
-            where = POOL
-        if where == WRITER:
-            assert self.front.committer is not None
-            return await self.front.committer.submit(self.session, cmds)
-        return await self.server.call(lambda: self.session.run(cmds))  # type: ignore[no-any-return]
+        if batch is None:
+            batch = await self.server.call(lambda: self.session.run(cmds))
+        settling = committer.settled()  # (what it read is durable before the reply goes out)
+        if settling is not None:
+            await settling
+        return batch
 
     async def _blocked(self, block: Block) -> bytes:
         """Wait for entries (any process's appends), holding no thread; the XREAD reply."""
@@ -336,6 +342,9 @@ class _Connection(asyncio.Protocol):
             try:
                 reply: bytes | None = await self.server.call(lambda: self.session.xread_now(block))
                 if reply is not None:
+                    settling = self.front.committer.settled() if self.front.committer else None
+                    if settling is not None:
+                        await settling  # (as in _execute: no reply shows a write not yet durable)
                     return reply
                 timeout = None if block.deadline is None else block.deadline - time.monotonic()
                 if timeout is not None and timeout <= 0:
@@ -566,6 +575,8 @@ class Committer:
         self._stopping = False
         self.rounds = 0  # rounds run (each: at most one fsync a store written)
         self.batches = 0  # batches they held (INFO: batches a round, the group commit's size)
+        self.delivered = 0  # the last round whose replies reached the loop
+        self._settling: collections.deque[tuple[int, asyncio.Future[None]]] = collections.deque()
         self._thread = threading.Thread(target=self._run, name="logspool-resp-committer", daemon=True)
         self._thread.start()
 
@@ -596,7 +607,8 @@ class Committer:
                     round_.append(self._queue.popleft())
                     commands += len(round_[-1][1])
                 count = len(round_)
-            self.rounds += 1
+            self.rounds += 1  # (before the decision: see ``settled``)
+            number = self.rounds
             self.batches += count
             done: list[tuple[asyncio.Future[_Batch], _Batch | BaseException]] = []
             wrote_kv = False
@@ -623,7 +635,36 @@ class Committer:
                 failed = w.error(f"ERR the write failed, the commands may or may not be applied: {err}")
                 done = [(fut, _Batch([failed] * len(cmds), [])) for _, cmds, fut in round_]
             with contextlib.suppress(RuntimeError):  # the loop closed
-                self.loop.call_soon_threadsafe(_deliver, done)
+                self.loop.call_soon_threadsafe(self._deliver, done, number)
+
+    def _deliver(
+        self, done: list[tuple[asyncio.Future[_Batch], _Batch | BaseException]], number: int
+    ) -> None:
+        """On the loop: the replies of round ``number``, whose writes are durable now."""
+        for fut, outcome in done:
+            if fut.done():
+                continue
+            if isinstance(outcome, BaseException):
+                fut.set_exception(outcome)
+            else:
+                fut.set_result(outcome)
+        self.delivered = number
+        while self._settling and self._settling[0][0] <= number:
+            _, waiter = self._settling.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def settled(self) -> asyncio.Future[None] | None:
+        """On the loop, after a read: a future done once every round started so far is durable
+        and answered (None if they all are). A reply must wait for it: the read may have seen a
+        round's writes, decided but not yet fsynced, and a reply must never show a write that a
+        crash could still take back (Redis answers after its fsync too)."""
+        target = self.rounds
+        if self.delivered >= target:
+            return None
+        waiter: asyncio.Future[None] = self.loop.create_future()
+        self._settling.append((target, waiter))
+        return waiter
 
     def stop(self) -> None:
         """Finish the batches queued, then end the thread."""
@@ -631,16 +672,6 @@ class Committer:
             self._stopping = True
             self._cond.notify()
         self._thread.join(60)
-
-
-def _deliver(done: list[tuple[asyncio.Future[_Batch], _Batch | BaseException]]) -> None:
-    for fut, outcome in done:
-        if fut.done():
-            continue
-        if isinstance(outcome, BaseException):
-            fut.set_exception(outcome)
-        else:
-            fut.set_result(outcome)
 
 
 # Every command module registers its commands when imported (above); then where each runs.
