@@ -430,6 +430,13 @@ def test_a_protocol_error_closes_only_its_connection(daemon: Daemon, payload: by
     bystander.close()
 
 
+def test_commands_before_a_protocol_error_are_answered(daemon: Daemon) -> None:
+    s = raw_conn(daemon.resp_port)
+    s.sendall(b"*1\r\n$4\r\nPING\r\nECHO hi\r\n*1\r\n$-5\r\n*1\r\n$4\r\nPING\r\n")
+    assert read_until_closed(s) == b"+PONG\r\n$2\r\nhi\r\n-ERR Protocol error: invalid bulk length\r\n"
+    s.close()
+
+
 def test_random_bytes_and_unterminated_arrays_harm_no_one_else(daemon: Daemon) -> None:
     rng = random.Random(34)
     held = []

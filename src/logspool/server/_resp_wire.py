@@ -58,6 +58,7 @@ class RespParser:
         self._buf = bytearray()
         self._pos = 0  # the start of the first command not parsed yet
         self.authenticated = True  # False: the unauthenticated bounds apply
+        self._error: RespProtocolError | None = None  # found after commands still to be answered
 
     @property
     def buffered(self) -> int:
@@ -73,6 +74,8 @@ class RespParser:
     def commands(self, count_max: int) -> list[list[bytes]]:
         """The complete commands received (at most ``count_max``: the rest stay buffered);
         RespProtocolError if the bytes break the protocol or a bound."""
+        if self._error is not None:
+            raise self._error
         out: list[list[bytes]] = []
         buf = self._buf
         end = len(buf)
@@ -84,6 +87,10 @@ class RespParser:
                     break
                 if cmd:
                     out.append(cmd)
+        except RespProtocolError as err:
+            if not out:
+                raise
+            self._error = err  # the commands before it are answered first, as Redis does
         finally:
             if self._pos > 65536 and self._pos * 2 > len(buf):  # reclaim the consumed prefix
                 del buf[: self._pos]
