@@ -352,6 +352,67 @@ def test_a_read_never_shows_a_write_before_its_fsync(tmp_path: Path, monkeypatch
         running.stop()
 
 
+# --- Disque's commands on job journals -----------------------------------------------------------
+def disque(r: redis.Redis, *args: object) -> object:
+    return r.execute_command(*args)
+
+
+def test_disque_commands_on_a_job_journal(r: redis.Redis, daemon: Daemon) -> None:
+    first = disque(r, "ADDJOB", "mail", "to-alice", 0)
+    disque(r, "ADDJOB", "mail", "to-bob", 0, "PRIORITY", 200)
+    assert isinstance(first, bytes) and first.startswith(b"D-") and first.endswith(b"-0-mail")
+    assert disque(r, "QLEN", "mail") == 2
+    assert [job[2] for job in disque(r, "QPEEK", "mail", 10)] == [b"to-alice", b"to-bob"]  # type: ignore[attr-defined]
+    [[queue, job_id, body]] = disque(r, "GETJOB", "NOHANG", "FROM", "mail")  # type: ignore[misc]
+    assert (queue, body) == (b"mail", b"to-alice") and job_id != first  # (the lease's token in it)
+    show = disque(r, "SHOW", job_id)
+    assert show[show.index(b"state") + 1] == b"active"  # type: ignore[union-attr]
+    assert disque(r, "WORKING", job_id) == 300
+    assert disque(r, "ACKJOB", job_id) == 1 and disque(r, "ACKJOB", job_id) == 0
+    [[_, bob, body]] = disque(r, "GETJOB", "COUNT", 5, "FROM", "nothing", "mail")  # type: ignore[misc]
+    assert body == b"to-bob" and disque(r, "NACK", bob) == 1  # back in the queue at once
+    [job] = disque(r, "GETJOB", "WITHCOUNTERS", "FROM", "mail")  # type: ignore[misc]
+    again, body = job[1], job[2]
+    assert body == b"to-bob" and job[3:] == [b"nacks", 1, b"additional-deliveries", 0]
+    assert disque(r, "ACKJOB", again) == 1 and disque(r, "QLEN", "mail") == 0
+    assert disque(r, "GETJOB", "TIMEOUT", 50, "FROM", "mail") is None
+    # the journal is an ordinary one: an embedded handle sees RESP's jobs and the other way round
+    with logspool.jobs.open(daemon.data / "jobs" / "mail") as journal:
+        journal.put("native-key", b"from-python")
+    [[_, native, body]] = disque(r, "GETJOB", "NOHANG", "FROM", "mail")  # type: ignore[misc]
+    assert body == b"from-python" and disque(r, "ACKJOB", native) == 1
+    with pytest.raises(redis.ResponseError, match="queue names"):
+        disque(r, "ADDJOB", "../escape", "x", 0)
+    with pytest.raises(redis.ResponseError, match="BADID"):
+        disque(r, "ACKJOB", "not-an-id")
+
+
+def test_getjob_blocks_without_a_thread_until_a_job_comes(daemon: Daemon) -> None:
+    r = redis.Redis(port=daemon.resp_port, socket_timeout=30)
+    disque(r, "ADDJOB", "later", "seed", 0)  # the journal exists
+    assert disque(r, "ACKJOB", disque(r, "GETJOB", "FROM", "later")[0][1]) == 1  # type: ignore[index]
+    got: list[object] = []
+    t = threading.Thread(target=lambda: got.append(disque(r, "GETJOB", "TIMEOUT", 20_000, "FROM", "later")))
+    t.start()
+    deadline = time.monotonic() + 20
+    with logspool.jobs.open(daemon.data / "jobs" / "later") as journal:  # another process puts
+        for i in range(1000):
+            if got or time.monotonic() > deadline:
+                break
+            journal.put(f"k{i}", b"wake")
+            t.join(0.2)
+    t.join(10)
+    assert got and got[0][0][2] == b"wake"  # type: ignore[index]
+    # a delayed job: no write wakes the waiter; the time the journal names does
+    other = redis.Redis(port=daemon.resp_port, socket_timeout=30)
+    disque(other, "ADDJOB", "delayed", "soon", 0, "DELAY", 1)
+    started = time.monotonic()
+    [[_, _, body]] = disque(other, "GETJOB", "TIMEOUT", 10_000, "FROM", "delayed")  # type: ignore[misc]
+    assert body == b"soon" and 0.5 < time.monotonic() - started < 8
+    r.close()
+    other.close()
+
+
 # --- redis-benchmark ------------------------------------------------------------------------------
 def test_redis_benchmark_runs_without_errors(daemon: Daemon) -> None:
     out = subprocess.run(
@@ -552,6 +613,7 @@ def test_kill_9_loses_no_acknowledged_write(tmp_path: Path) -> None:
     d = Daemon(tmp_path / "data", resp=True)
     acked_sets: dict[str, bytes] = {}
     acked_ids: dict[bytes, bytes] = {}  # payload -> id
+    acked_jobs: dict[bytes, bytes] = {}  # payload -> Disque job id
     counts = {"acked": 0, "sent": 0}
     lock = threading.Lock()
     stop = threading.Event()
@@ -574,6 +636,9 @@ def test_kill_9_loses_no_acknowledged_write(tmp_path: Path) -> None:
                 entry_id = c.xadd("stream", {"payload": payload})
                 with lock:
                     acked_ids[payload] = entry_id
+                job_id = c.execute_command("ADDJOB", "work", payload, 0)
+                with lock:
+                    acked_jobs[payload] = job_id
         except (redis.ConnectionError, redis.TimeoutError, OSError):
             return  # the daemon died: what was in flight is not acknowledged
         finally:
@@ -611,6 +676,10 @@ def test_kill_9_loses_no_acknowledged_write(tmp_path: Path) -> None:
             ids = {fields[b"payload"]: eid for eid, fields in entries}
             lost = [p for p, eid in acked_ids.items() if ids.get(p) != eid]
             assert not lost, f"{len(lost)} acknowledged XADDs are missing or renumbered, e.g. {lost[:3]}"
+            queued = {job[2]: job[1] for job in c.execute_command("QPEEK", "work", 1000)}
+            lost = [p for p, jid in acked_jobs.items() if queued.get(p) != jid]
+            assert not lost, f"{len(lost)} acknowledged ADDJOBs are missing, e.g. {lost[:3]}"
+            assert c.execute_command("QLEN", "work") == len(queued)  # (none twice: one job each)
             c.close()
             d.kill()
         assert len(acked_ids) >= 200  # (two rounds of at least 150 INCRs, most with their XADD)

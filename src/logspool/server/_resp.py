@@ -48,11 +48,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
 from .. import errors
-from . import _resp_stream_commands, _resp_strings
+from . import _resp_jobs, _resp_stream_commands, _resp_strings
 from . import _resp_wire as w
 from ._resp_commands import COMMANDS, INLINE, POOL, WRITER, Block, _arity_error, places
 from ._resp_kv import RedisError, RedisKV, View
-from ._resp_streams import Entry, Streams, Tails, entries_reply
+from ._resp_streams import Cursor, Entry, Streams, Tails, entries_reply
 
 if TYPE_CHECKING:
     from ._server import Server
@@ -332,35 +332,40 @@ class _Connection(asyncio.Protocol):
         return batch
 
     async def _blocked(self, block: Block) -> bytes:
-        """Wait for entries (any process's appends), holding no thread; the XREAD reply."""
+        """Wait until ``block.retry`` has a reply (a change in a watched directory, by any process,
+        or the time it named), holding no thread; its reply, or the timeout's."""
         tails = self.front.tails
         assert tails is not None
-        names = [c.name for c in block.cursors]
         for _ in itertools.count():  # bounded by the deadline, or by the connection's life
-            fut = tails.register(names)
+            fut = tails.register(block.watch)  # before the look: a change after it wakes us
             self._block = fut
             try:
-                reply: bytes | None = await self.server.call(lambda: self.session.xread_now(block))
+                got: tuple[bytes | None, float | None] = await self.server.call(block.retry)
+                reply, again_at = got
                 if reply is not None:
                     settling = self.front.committer.settled() if self.front.committer else None
                     if settling is not None:
                         await settling  # (as in _execute: no reply shows a write not yet durable)
                     return reply
-                timeout = None if block.deadline is None else block.deadline - time.monotonic()
+                now = time.monotonic()
+                timeout = None if block.deadline is None else block.deadline - now
                 if timeout is not None and timeout <= 0:
                     break
+                if again_at is not None:  # (a delayed job becoming ready: no write to wake us)
+                    wait_s = max(0.0, again_at - time.time())
+                    timeout = wait_s if timeout is None else min(timeout, wait_s)
                 try:
                     await asyncio.wait_for(asyncio.shield(fut), timeout)
                 except TimeoutError:
-                    break
+                    continue  # look again: the deadline is checked above
                 except asyncio.CancelledError:
                     if self._lost or not self._reading:
                         break
                     raise
             finally:
-                tails.unregister(names, fut)
+                tails.unregister(block.watch, fut)
                 self._block = None
-        return w.null_array(self.session.proto)
+        return block.timeout_reply
 
 
 class _Reading:
@@ -522,11 +527,11 @@ class Session:
         return self.nil() if value is None else w.bulk(value)
 
     # --- streams --------------------------------------------------------------------------------
-    def xread_now(self, block: Block) -> bytes | None:
+    def xread_now(self, cursors: list[Cursor], count: int) -> bytes | None:
         """The reply of an XREAD with entries, or None if none of its streams has any."""
         found: list[tuple[bytes, list[Entry]]] = []
-        for cursor in block.cursors:
-            entries = self.front.streams.read_cursor(cursor, block.count)
+        for cursor in cursors:
+            entries = self.front.streams.read_cursor(cursor, count)
             if entries:
                 found.append((cursor.name.encode(), entries))
         if not found:
@@ -550,7 +555,7 @@ def sync_writes(front: RespFront, wrote_kv: bool, logs: dict[str, Any]) -> None:
             if log.durability == "always":
                 log.sync()
         if front.tails is not None:
-            front.tails.wake_threadsafe(set(logs))
+            front.tails.wake_threadsafe({"logs/" + name for name in logs})
 
 
 class Committer:
@@ -676,4 +681,4 @@ class Committer:
 
 # Every command module registers its commands when imported (above); then where each runs.
 PLACES = places()
-_COMMAND_MODULES = (_resp_stream_commands, _resp_strings)
+_COMMAND_MODULES = (_resp_jobs, _resp_stream_commands, _resp_strings)

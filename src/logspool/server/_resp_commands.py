@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING
 from .. import limits
 from . import _resp_wire as w
 from ._resp_kv import NOT_INTEGER, RedisError, canonical_int, glob_match, key_of
-from ._resp_streams import Cursor
 
 if TYPE_CHECKING:
     from ._resp import Session
@@ -27,11 +26,13 @@ REDIS_VERSION = "7.0.0"  # the Redis whose commands and replies this follows (HE
 
 @dataclass
 class Block:
-    """An XREAD BLOCK that found nothing: the connection waits on the event loop, then runs it again."""
+    """A blocking command that found nothing yet (XREAD BLOCK, GETJOB): the connection waits on
+    the event loop, holding no thread, and runs ``retry`` in the pool after each wake-up."""
 
-    cursors: list[Cursor]
-    count: int
+    watch: list[str]  # directories under the data directory whose change may end the wait
+    retry: Callable[[], tuple[bytes | None, float | None]]  # (the reply, or None and when to look again)
     deadline: float | None  # time.monotonic(); None: no end
+    timeout_reply: bytes  # the reply if the deadline passes
 
 
 Handler = Callable[["Session", list[bytes]], "bytes | Block"]
@@ -65,7 +66,7 @@ _SLOW = {b"SCAN", b"KEYS", b"FLUSHDB", b"FLUSHALL", b"XLEN", b"XRANGE", b"XREVRA
 def places() -> dict[bytes, int]:
     places = {}
     for name, spec in COMMANDS.items():
-        if name in _SLOW:
+        if name in _SLOW or spec.kind == "jobs":  # (a journal call syncs on its own)
             places[name] = POOL
         elif spec.kind in ("write", "stream") or name == b"EXEC":
             places[name] = WRITER

@@ -120,11 +120,11 @@ def _xread(s: Session, args: list[bytes]) -> bytes | Block:
             if after[0] == ID_MAX:
                 raise RedisError("ERR Invalid stream ID specified as stream command argument")
             cursors.append(Cursor(name, after=after))
-    deadline = None if not block_ms else time.monotonic() + block_ms / 1000
-    block = Block(cursors, count, deadline)
-    reply = s.xread_now(block)
+    reply = s.xread_now(cursors, count)
     if reply is not None:
         return reply
     if block_ms is None or s._tx is not None:
         return w.null_array(s.proto)
-    return block
+    deadline = None if not block_ms else time.monotonic() + block_ms / 1000
+    watch = ["logs/" + c.name for c in cursors]
+    return Block(watch, lambda: (s.xread_now(cursors, count), None), deadline, w.null_array(s.proto))

@@ -266,8 +266,9 @@ class Streams:
 
 
 class _Watch:
-    """What wakes the waiters of one log: an inotify watch on its directory, read by the event
-    loop (no thread), or a timer where that cannot be had."""
+    """What wakes the waiters of one directory (a log's, an op log's): an inotify watch on it, read
+    by the event loop (no thread), or a timer where that cannot be had (or while it does not
+    exist yet)."""
 
     def __init__(self, tails: Tails, name: str) -> None:
         self.fd = -1
@@ -275,7 +276,7 @@ class _Watch:
         self.linger: asyncio.TimerHandle | None = None
         loop = tails.loop
         libc = _libc()
-        path = os.path.join(tails.data, "logs", name)
+        path = os.path.join(tails.data, name)
         if libc is not None and os.path.isdir(path):
             fd = libc.inotify_init1(_IN_NONBLOCK | _IN_CLOEXEC)
             if fd >= 0 and libc.inotify_add_watch(fd, os.fsencode(path), _MASK) >= 0:
@@ -311,7 +312,8 @@ class _Watch:
 
 
 class Tails:
-    """Blocked XREADs, by log name. A waiter registers a future before it looks (so an append
+    """Blocked commands (XREAD BLOCK, GETJOB), by the directory they wait on (relative to the data
+    directory: ``logs/NAME``, ``jobs/NAME/ops``). A waiter registers a future before it looks (so an append
     after the look wakes it: no race), then awaits it. Appends through this daemon wake at once
     (``wake_threadsafe``); appends by other processes through one inotify watch per log that has
     waiters. No thread is held by a waiter. Used on the event loop only (but ``wake_threadsafe``)."""
