@@ -1,0 +1,525 @@
+"""The active segment: the file appends go to, its index, this handle's view of where the
+records end, and the writer lock that guards them (FORMAT.md §5, §7, §8).
+
+State, all under the writer lock (``lock``, the thread lock, with the flock of ``DIR/lock``,
+which a single writer holds for the handle's life):
+
+- ``fd``, ``idx_fd``: the active segment and its index, open; ``base``: its base lsn.
+- ``end``: where its records end, as this handle last saw them (a record boundary);
+  ``alloc_end``: the file is at least this long (zeros past ``end``, preallocated).
+- ``next_lsn``: the lsn the next record gets; ``last_ts``: the last record's timestamp.
+- ``index_due``: the offset from which the next record is due an index entry; ``index_ok``:
+  False once writing the index failed (derived data: lookups scan; the next open rebuilds it).
+- ``deadline_ns``: when the segment is due for rotation by age (per handle).
+- ``written``: what the next fsync must cover, (fd, next lsn, base, end): replaced whole, and
+  read by the syncer without the writer lock.
+- ``needs_recovery``: a failure left this view unsure: recover before the next write.
+- ``rotated``: a rotation happened; the facade applies retention once the locks are released.
+
+Who writes them: this module (writing, rotating, cutting) and ``_recovery`` (what an open
+finds, and what other processes appended since this handle last wrote), both under the lock.
+
+Invariants:
+
+- Past ``end`` the segment holds zeros (preallocated) or records other processes appended
+  since this handle last looked; a writer adopts those (``catch_up``) before it writes.
+- A write lands at ``end`` with one pwrite. A failed or short one is cut back to ``end`` (the
+  sync mark lowered before and after the truncate), or, if even that fails, the handle stops
+  (FailedError): nothing partial stays visible.
+- A batch (``whole``) is written into one segment with one pwrite: in the log whole or not at
+  all. Timestamps never decrease; the records after a seal are not stamped before it.
+- Index entries are written after the records they name, at the first record at or past each
+  multiple of the index interval (§5.2).
+- Rotation: cut the preallocated zeros, write the seal, fsync the segment and its index
+  (whatever the durability: every segment before the sync mark's is durable), create the next
+  segment with its header and preallocation, fsync it, create its index, fsync the directory.
+  A sealed segment ends with its seal.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+from .. import _format as fmt
+from .. import _segment as seg
+from .. import limits
+from .._fs import FileSystem
+from .._sync import Syncer
+from ..errors import AppendError, CorruptionError, FailedError, LockedError, ReadOnlyError
+from ._directory import index_path, segment_path
+from ._handle import HandleState
+
+_NEVER_NS = 1 << 63
+
+
+def _nothing() -> None:
+    """The catch-up before the wiring sets the real one."""
+
+
+class ActiveSegment:
+    """The active segment of one handle and the writer lock. The methods that write or change
+    the state are called under the writer lock (``locked``); ``written`` may be read by any
+    thread."""
+
+    __slots__ = (
+        "_age_max_ns",
+        "_fs",
+        "_gather",
+        "_handle",
+        "_root",
+        "_segment_size_max",
+        "_syncer",
+        "alloc_end",
+        "base",
+        "catch_up",
+        "deadline_ns",
+        "end",
+        "fd",
+        "idx_fd",
+        "index_due",
+        "index_interval",
+        "index_ok",
+        "last_ts",
+        "lock",
+        "lock_fd",
+        "needs_recovery",
+        "next_lsn",
+        "plain_end_max",
+        "rotated",
+        "single",
+        "size_max",
+        "version",
+        "written",
+    )
+
+    def __init__(
+        self,
+        fs: FileSystem,
+        meta: fmt.Meta,
+        syncer: Syncer,
+        handle: HandleState,
+        *,
+        gather: bool,
+        segment_age_max_ns: int | None,
+    ) -> None:
+        self._fs = fs
+        self._root = handle.path
+        self._syncer = syncer
+        self._handle = handle
+        self._gather = gather  # appends wait for their fsync ("always"): a syncer may gather
+        self.size_max = meta.record_size_max
+        self.index_interval = meta.index_interval
+        self._segment_size_max = meta.segment_size_max
+        # New segments carry the lowest format version that holds what is written in them.
+        self.version = fmt.VERSION_1 if meta.compression is None else fmt.VERSION_2
+        # A record of payload size n starting at offset o fits without rotation if o + n is at
+        # most this (room is kept for the seal record; see write_records).
+        self.plain_end_max = meta.segment_size_max - 2 * fmt.RECORD_OVERHEAD
+        # Rotation by age (optional, per handle): a segment holding records is sealed by the first
+        # append from this handle after it is this old (BinLog's daily cut, without a cron job).
+        self._age_max_ns = segment_age_max_ns
+        self.deadline_ns = _NEVER_NS
+        self.lock = threading.Lock()
+        self.lock_fd = -1
+        self.single = False  # True while the flock is held for the handle's life
+        self.fd = -1
+        self.idx_fd = -1
+        self.base = 0
+        self.end = 0
+        self.alloc_end = 0
+        self.next_lsn = 0
+        self.last_ts = 0
+        self.index_due = 0
+        self.index_ok = True
+        self.written = (-1, 0, 0, 0)
+        self.needs_recovery = False
+        self.rotated = False
+        # The catch-up (``_recovery.Recovery.catch_up``), for a rotation that finds the next
+        # segment made already by a peer killed mid-creation.
+        self.catch_up: Callable[[], None] = _nothing
+
+    # --- the writer lock ----------------------------------------------------------------------
+    def open_lock_file(self) -> None:
+        lock_path = os.path.join(self._root, fmt.LOCK_NAME)
+        try:
+            self.lock_fd = self._fs.open(lock_path, os.O_RDWR | os.O_CREAT)
+        except OSError as err:
+            if err.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
+                raise
+            raise ReadOnlyError(
+                self._root, f"cannot open {lock_path} for writing ({err}); open with readonly=True"
+            ) from err
+
+    def hold_for_life(self, timeout_s: float) -> None:
+        """Take the flock for the handle's life (``single_writer``), or raise LockedError."""
+        if not self._fs.lock(self.lock_fd, timeout_s):
+            raise LockedError(self._root, timeout_s)
+        self.single = True
+
+    def close_lock(self) -> None:
+        """On close: release a lifetime flock (explicitly: a forked child may share the fd) and
+        close the lock file."""
+        if self.single and self.lock_fd >= 0:
+            self.single = False
+            self._fs.unlock(self.lock_fd)
+        if self.lock_fd >= 0:
+            self._fs.close(self.lock_fd)
+        self.lock_fd = -1
+
+    def forget_lock_in_child(self) -> None:
+        """In a forked child: the copy of a single writer's lock fd shares the parent's flock:
+        closed (not unlocked), so that the lock ends with the parent, not with the last child."""
+        if self.single and self.lock_fd >= 0:
+            fd, self.lock_fd, self.single = self.lock_fd, -1, False
+            os.close(fd)
+
+    @contextlib.contextmanager
+    def locked(self, timeout_s: float | None, idle: Callable[[], bool] | None = None) -> Iterator[None]:
+        """Hold the thread lock and the process flock; the caller catches up inside. ``idle``:
+        as ``FileSystem.lock``."""
+        with self.lock:
+            self._handle.check_usable()
+            if self.single:  # held for the handle's life
+                yield
+                return
+            if timeout_s is None:
+                self._fs.lock_blocking(self.lock_fd)
+            elif not self._fs.lock(self.lock_fd, timeout_s, idle):
+                raise LockedError(self._root, timeout_s)
+            try:
+                yield
+            finally:
+                self._fs.unlock(self.lock_fd)
+
+    # --- segments -----------------------------------------------------------------------------
+    def create_segment(self, base: int, created_ns: int) -> bool:
+        """Create segment ``base`` with its header and empty index. Under the writer lock. False
+        if it exists already."""
+        path = segment_path(self._root, base)
+        try:
+            fd = self._fs.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND)
+        except FileExistsError:
+            return False  # left by a crash mid-creation; recovery rewrites a missing header
+        try:
+            self._fs.write(fd, fmt.encode_segment_header(base, created_ns, self.version))
+            self._preallocate(fd, fmt.SEGMENT_HEADER_SIZE, fmt.SEGMENT_HEADER_SIZE)
+            # Always fsynced, whatever the durability: other handles of the log may be "always"
+            # and rely on every segment before theirs being durable (the sync mark). (The new
+            # size, zeros included, is made durable by the same fsync.)
+            self._fs.fsync(fd)  # crash before: a segment without header, rewritten on open
+        finally:
+            self._fs.close(fd)
+        idx = self._fs.open(index_path(self._root, base), os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND)
+        try:
+            self._fs.write(idx, fmt.encode_index_header(base, self.index_interval))
+        finally:
+            self._fs.close(idx)
+        self._fs.fsync_dir(self._root)  # without this the new segment's name can be lost
+        return True
+
+    def set_deadline(self, created_ns: int) -> None:
+        age = self._age_max_ns
+        self.deadline_ns = _NEVER_NS if age is None else created_ns + age
+
+    def switch_to(self, base: int) -> None:
+        """Make segment ``base`` the active one (its header already written)."""
+        self.close_fds()
+        self.fd = self._fs.open(segment_path(self._root, base), os.O_RDWR)
+        self.base = base
+        self.end = fmt.SEGMENT_HEADER_SIZE
+        self.alloc_end = self._fs.size(self.fd)
+        self.index_due = 0
+        self.open_index()
+
+    def close_fds(self) -> None:
+        """Close the active segment's fds once no fsync of them is under way."""
+        with self._syncer.quiet():
+            for fd in (self.fd, self.idx_fd):
+                if fd >= 0:
+                    self._fs.close(fd)
+            self.fd = self.idx_fd = -1
+            # Every caller has made the segment durable first (rotation, recovery, close): a
+            # syncer that finds no fd has nothing left to fsync.
+            self.written = (-1, *self.written[1:])
+
+    # --- the index ------------------------------------------------------------------------------
+    def open_index(self) -> None:
+        """Under the writer lock: open the active segment's index, checking its header first.
+
+        A writer never appends to an index whose header it has not checked: a peer killed
+        between creating the index file and writing its header (or before creating it at all)
+        leaves an empty or missing file, and entries appended to it would start at offset 0.
+        The index is derived data, so such a file is started again from its header; whoever
+        switched to the segment then writes the entries its records imply (recovery and the
+        catch-up across a seal both do: ``rewrite_index_if_needed``)."""
+        fs = self._fs
+        path = index_path(self._root, self.base)
+        fd = fs.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND)
+        self.idx_fd = fd
+        self.index_ok = True
+        try:
+            ibase, interval = fmt.decode_index_header(fs.pread(fd, fmt.INDEX_HEADER_SIZE, 0), path)
+            if ibase == self.base and interval == self.index_interval:
+                return
+        except CorruptionError:
+            pass  # (an UnsupportedVersionError, a newer writer's index, is left to propagate)
+        try:
+            fs.truncate(fd, 0)  # derived data: a crash here leaves it empty, checked again here
+            fs.write(fd, fmt.encode_index_header(self.base, self.index_interval))
+        except OSError:
+            self.index_ok = False  # lookups scan; the next writer to open it tries again
+
+    def rewrite_index_if_needed(self, due: list[seg.RecordInfo], index_pos: int = 0) -> bool:
+        """Make the active segment's index exactly what its records imply (after recovery):
+        ``due``, the records due an entry from a scan, have theirs from ``index_pos`` in the
+        index file on (0: the header first, and ``due`` holds every entry). True if it had to
+        be rewritten there."""
+        entries = b"".join(fmt.encode_index_entry(i.lsn, i.timestamp, i.offset) for i in due)
+        if index_pos == 0:
+            entries = fmt.encode_index_header(self.base, self.index_interval) + entries
+        current = self._fs.pread(self.idx_fd, len(entries) + 1, index_pos)
+        if current != entries:
+            # The index is derived: no fsync needed, a crash here is repaired the same way.
+            self._fs.truncate(self.idx_fd, index_pos)
+            self._fs.write(self.idx_fd, entries)
+            return True
+        return False
+
+    # --- writing ------------------------------------------------------------------------------
+    def write_records(
+        self,
+        payloads: tuple[bytes, ...] | list[bytes],
+        flags: tuple[int, ...] | list[int] | None = None,
+        timestamp: int | None = None,
+        *,
+        whole: bool = True,
+    ) -> int:
+        """Under the writer lock: frame, rotate when full, write. Returns the first lsn.
+        ``flags`` are the records' flags (FLAG_ZSTD for a compressed payload), or None for 0;
+        ``timestamp``: the records' timestamp, chosen by the caller (not below the last one).
+        ``whole``: the records are one batch, written into one segment with one write (in the
+        log whole or not at all); else separate appends (the write queue's), which fill each
+        segment and go on in the next."""
+        if flags is None:
+            flags = [0] * len(payloads)
+        encode = fmt.encode_record
+        count = len(payloads)
+        size = sum(map(len, payloads)) + count * fmt.RECORD_OVERHEAD
+        if whole and size > limits.SEGMENT_SIZE_LIMIT - fmt.SEGMENT_HEADER_SIZE - fmt.RECORD_OVERHEAD:
+            raise ValueError(
+                f"a batch of {count} records takes {size} bytes, more than a segment may hold "
+                f"({limits.SEGMENT_SIZE_LIMIT}): append it in smaller batches"
+            )
+        # Room is kept for the seal record, so a sealed segment is at most segment_size_max bytes
+        # (unless a single record, or a batch, is larger than that: it then has a segment of its
+        # own).
+        size_max = self._segment_size_max - fmt.RECORD_OVERHEAD
+        interval = self.index_interval
+        now = time.time_ns()
+        ts = now if now > self.last_ts else self.last_ts  # timestamps never decrease
+        if timestamp is not None:
+            ts = timestamp  # (checked by the caller: not below the last)
+        if now >= self.deadline_ns:
+            if self.end > fmt.SEGMENT_HEADER_SIZE:
+                self.rotate(ts)  # rotation by age
+            else:
+                self.set_deadline(now)  # an empty segment's age starts with its first record
+        durable = self._syncer.durable_lsn
+        # A batch is written whole into one segment, with one pwrite, so that it is in the log
+        # whole or not at all (a failed write is cut back): if it does not fit in the active
+        # segment, that one is sealed first, and a batch larger than a segment gets a segment
+        # of its own, larger than segment_size_max, as a single larger record does.
+        if whole and self.end + size > size_max and self.end > fmt.SEGMENT_HEADER_SIZE:
+            self.rotate(ts)
+        first = self.next_lsn
+        i = 0
+        while i < count:  # bounded: each turn writes at least one record
+            lsn = self.next_lsn
+            offset = self.end
+            chunk: list[bytes] = []
+            index: list[bytes] = []
+            due = self.index_due
+            while i < count:
+                rec = encode(lsn, ts, durable, payloads[i], flags[i])
+                if not whole and offset + len(rec) > size_max and offset > fmt.SEGMENT_HEADER_SIZE:
+                    break  # (separate appends of the write queue: each is whole on its own)
+                if offset >= due:
+                    index.append(fmt.encode_index_entry(lsn, ts, offset))
+                    due = (offset // interval + 1) * interval
+                chunk.append(rec)
+                offset += len(rec)
+                lsn += 1
+                i += 1
+            if chunk:
+                self._write_chunk(
+                    b"".join(chunk) if len(chunk) > 1 else chunk[0], offset, lsn, len(chunk[-1])
+                )
+                self.index_due = due
+                if index:
+                    self._write_index_entry_bytes(b"".join(index))
+                self.last_ts = ts
+            if i < count:
+                self.rotate(ts)
+        return first
+
+    def write_at_end(self, data: bytes, what: str, *, grow: bool = True) -> None:
+        """Write ``data`` at the end of the active segment's records (into the zeros preallocated
+        there; ``grow=False``: preallocate no more), or leave the segment as it was."""
+        end = self.end
+        try:
+            if grow and end + len(data) > self.alloc_end:
+                self.alloc_end = self._preallocate(self.fd, end, end + len(data))
+            self._fs.pwrite(self.fd, data, end)
+        except OSError as err:
+            # Part of it may be in the file. Cut it back so that nothing partial is ever
+            # visible; if even that fails, stop (the next writer's catch-up cuts the torn tail).
+            try:
+                self.cut(self.end)
+            except OSError as err2:
+                self._handle.fail(err2)
+                raise FailedError(self._root, f"{what} failed ({err}), not undone ({err2})") from err
+            raise AppendError(self._root, f"{what}: {err}") from err
+
+    def _preallocate(self, fd: int, end: int, need: int) -> int:
+        """Make segment ``fd`` at least ``need`` bytes long (zeros past its records, which end at
+        ``end``), and some more: up to PREALLOCATE_SIZE past ``end``, within the segment's size
+        limit. Returns how long it now is for sure. If the space cannot be had (ENOSPC, or a file
+        system without fallocate), nothing is preallocated: the write appends, as it would
+        without preallocation, and meets the error itself if there is one."""
+        target = max(need, min(end + limits.PREALLOCATE_SIZE, self._segment_size_max))
+        try:
+            self._fs.allocate(fd, end, target - end)
+        except OSError:
+            return end
+        return target
+
+    def _write_chunk(self, data: bytes, end: int, next_lsn: int, last_size: int) -> None:
+        """Write records ``data``, which end at ``end`` (the last of them ``last_size`` bytes
+        long), the next lsn after them ``next_lsn``."""
+        self.write_at_end(data, "writing records")
+        self.end = end
+        self.next_lsn = next_lsn
+        self.mark_written()
+        if not self.single:
+            self._syncer.publish_tail(self.base, end - last_size, next_lsn - 1, end)
+
+    def _write_index_entry_bytes(self, data: bytes) -> None:
+        if not self.index_ok:
+            return
+        try:
+            self._fs.write(self.idx_fd, data)
+        except OSError:
+            # The index is derived data: a failed entry only makes lookups scan further. Stop
+            # indexing this segment from this handle; recovery rebuilds the index on next open.
+            self.index_ok = False
+
+    def rotate(self, ts: int = 0) -> None:
+        """Under the writer lock: seal the active segment and start the next one. ``ts``: the
+        timestamp of a batch of records that goes on in the next segment (its seal and creation
+        time then, so that neither is later than the records after them); by default, now.
+
+        Order (docs/FORMAT.md §6): seal record; fsync the old segment; create the new one with its
+        header; fsync it; fsync the directory. A crash at any step leaves either the old segment
+        unsealed (recovery goes on appending to it) or sealed without a successor (recovery
+        creates it) or both (nothing to do).
+        """
+        if not ts:
+            now = time.time_ns()
+            ts = now if now > self.last_ts else self.last_ts
+        seal = fmt.encode_record(self.next_lsn, ts, self._syncer.durable_lsn, b"", fmt.FLAG_SEAL)
+        if self._fs.size(self.fd) > self.end:
+            # A sealed segment ends with its seal: cut the preallocated zeros first (nothing of
+            # ours is there, so the sync mark, which never passes the records, stays as it is).
+            try:
+                self._fs.truncate(self.fd, self.end)
+            except OSError as err:
+                raise AppendError(self._root, f"sealing the segment: {err}") from err
+            self.alloc_end = self.end
+        self.write_at_end(seal, "sealing the segment", grow=False)
+        self.end += len(seal)
+        # The records after the seal are not stamped before it, nor before the next segment's
+        # creation time, even if the wall clock steps back meanwhile (FORMAT.md §4.3).
+        self.last_ts = max(self.last_ts, ts)
+        # fsynced whatever the durability (one fsync a segment): a handle with durability
+        # "always" elsewhere counts on every segment before the sync mark's being durable.
+        self.sync_whole()
+        try:
+            created = self.create_segment(self.next_lsn, ts)
+            self.switch_to(self.next_lsn)
+        except OSError as err:
+            # The seal is durable and the next segment may be missing or half-made: the next
+            # append recovers first (as an opening writer would: it creates the segment).
+            self.needs_recovery = True
+            raise AppendError(self._root, f"starting segment {self.next_lsn}: {err}") from err
+        if not created:
+            self.catch_up()  # (left by a crash mid-creation: it holds no record, but make sure)
+        self.set_deadline(ts)  # (if the segment existed, its own time is close enough)
+        self.mark_written()
+        self.rotated = True  # applied once the locks are released
+
+    def mark_written(self) -> None:
+        """After a write or catch-up under the writer lock: what the next fsync must cover."""
+        self.written = (self.fd, self.next_lsn, self.base, self.end)
+
+    def cut(self, offset: int) -> None:
+        """Under the writer lock: truncate the active segment at ``offset``, with the sync mark
+        lowered to it before and after (FORMAT.md §8.1). After as well: a leader in another
+        handle may have measured the size, cut bytes included, before the truncate, and raised
+        the mark over them after the first lowering; the next record written there would then be
+        acknowledged without an fsync (tests/crash/test_group_commit.py)."""
+        self._syncer.lower(self.base, offset)
+        self._syncer.clear_tail()  # (it may name a record cut here)
+        self.alloc_end = offset
+        self._fs.truncate(self.fd, offset)
+        self._syncer.lower(self.base, offset)
+
+    def sync_whole(self) -> None:
+        """fsync the active segment (and its index) whole, as the syncer, then mark it durable."""
+        syncer = self._syncer
+        syncer.take_role()
+        synced = 0
+        try:
+            fds = (self.idx_fd,) if self.index_ok else ()
+            syncer.sync_segment_through(
+                self.fd,
+                self.base,
+                self.end,
+                self.next_lsn,
+                *fds,
+                single=self.single,
+                gather=self._gather,
+            )
+            syncer.persist()  # (one a segment: the seal proves its segment whole)
+            synced = self.next_lsn
+        except OSError as err:
+            self._handle.fail(err)
+            raise FailedError(self._root, f"fsync failed while sealing a segment: {err}") from err
+        finally:
+            syncer.leave_role(synced)
+
+    def trim_zeros(self) -> None:
+        """On close, under ``lock``: cut the preallocated zeros after the records, so a closed log
+        is as long as what it holds. Only if the writer flock is free now (else another writer is
+        at work and its handle trims when it closes) and nobody wrote past this handle's end.
+        Zeros left by a failure here are harmless: they read as "no record"."""
+        fs = self._fs
+        if self.fd < 0:
+            return
+        if not self.single and not fs.lock(self.lock_fd, 0):
+            return
+        try:
+            end = self.end
+            head = fs.pread(self.fd, fmt.RECORD_HEADER_SIZE, end)
+            if head and head.count(0) == len(head):
+                fs.truncate(self.fd, end)  # zeros only: the sync mark is below them
+                self.alloc_end = end
+        except OSError:
+            pass
+        finally:
+            if not self.single:
+                fs.unlock(self.lock_fd)

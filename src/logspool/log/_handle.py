@@ -1,0 +1,55 @@
+"""Whether a log handle may write: open or closed, failed (fail-stop), read-only, forked.
+
+Invariants:
+
+- Fail-stop (fsyncgate): once ``fail`` recorded an error, the handle never writes, fsyncs or
+  acknowledges again; every later call raises FailedError naming that error. An fsync that
+  failed is never retried: the pages it could not write may be marked clean by the kernel.
+- ``usable`` is False once any of these holds (closed, failed, read-only, a forked child): the
+  one test on the append hot path; ``check_usable`` then says which.
+- ``closed`` only ever goes from False to True (``Log.close``).
+"""
+
+from __future__ import annotations
+
+import os
+
+from ..errors import ClosedError, FailedError, ReadOnlyError
+
+
+class HandleState:
+    """The life of one handle; shared by the parts of the log that write. Any thread."""
+
+    __slots__ = ("closed", "failure", "path", "pid", "readonly", "usable")
+
+    def __init__(self, path: str, *, readonly: bool) -> None:
+        self.path = path
+        self.readonly = readonly
+        self.pid = os.getpid()
+        self.closed = False
+        self.failure: BaseException | None = None
+        self.usable = not readonly
+
+    def fail(self, err: BaseException) -> None:
+        """Stop this handle for good (fsyncgate: never retry an fsync, never ack past it)."""
+        if self.failure is None:
+            self.failure = err
+        self.usable = False
+
+    def failure_now(self) -> BaseException | None:
+        return self.failure
+
+    def check_usable(self) -> None:
+        """Raise the reason this handle cannot write, if there is one."""
+        if self.failure is not None:
+            raise FailedError(self.path, f"log handle failed: {self.failure}; reopen the log")
+        if self.closed:
+            raise ClosedError(self.path)
+        if self.readonly:
+            raise ReadOnlyError(self.path, "the log was opened with readonly=True")
+        if os.getpid() != self.pid:
+            raise ClosedError(self.path, "a Log handle cannot be used across fork; open a new one")
+
+    def check_open(self) -> None:
+        if self.closed:
+            raise ClosedError(self.path)
