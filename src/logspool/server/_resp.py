@@ -188,6 +188,8 @@ class _Connection(asyncio.Protocol):
         self._reading = True
         self._paused = False
         self._busy = False
+        self._idle = False  # the task waits for data with nothing in hand
+        self._pending: list[list[bytes]] = []  # commands parsed, not yet run
         self._eof = False
         self._lost = False
         self._task: asyncio.Task[None] | None = None
@@ -217,11 +219,45 @@ class _Connection(asyncio.Protocol):
             return
         self.server.counters.bytes_in += len(data)
         self.parser.feed(data)
+        if self._idle and not self._paused and self._serve_now():
+            return
         if self._busy and self.parser.buffered > INPUT_PAUSE_SIZE and not self._paused:
             assert self.transport is not None
             self.transport.pause_reading()
             self._paused = True
         self._wake.set()
+
+    def _serve_now(self) -> bool:
+        """The fast path, in data_received itself, while the connection is idle: a batch of reads
+        that can run on the loop now (the store's mutex free, no commit round unanswered) runs
+        and is answered at once, without waking the connection's task (a third of a GET's cost
+        with one client). True if it did; else the task takes the commands parsed here."""
+        if not self._writable.is_set() or self._eof or not self._reading:
+            return False
+        try:
+            cmds = self.parser.commands(BATCH_COMMANDS_MAX)
+        except w.RespProtocolError:
+            return False  # (the parser raises it again for the task, which answers it)
+        if not cmds:
+            return True  # a command not complete yet: nothing to do until more comes
+        committer = self.front.committer
+        inline = all(
+            PLACES.get(args[0].upper(), POOL) == INLINE and args[0].upper() != b"QUIT" for args in cmds
+        )
+        if inline and committer is not None and committer.delivered >= committer.rounds:
+            mutex = self.front.kv.store._mutex
+            if mutex.acquire(blocking=False):
+                try:
+                    batch = self.session.run(cmds)
+                finally:
+                    mutex.release()
+                self._write(b"".join(batch.replies))
+                if not batch.rest and batch.block is None and not batch.close and not self.parser.failed:
+                    return True
+                self._pending = batch.rest  # (rare: replies past BATCH_REPLY_SIZE_MAX)
+                return False
+        self._pending = cmds
+        return False
 
     def eof_received(self) -> bool:
         self._eof = True  # answer what came before the end, then close
@@ -264,41 +300,45 @@ class _Connection(asyncio.Protocol):
 
     async def _run(self) -> None:
         try:
-            pending: list[list[bytes]] = []
             for _ in itertools.count():  # bounded by the connection's life
-                if not pending:
+                if not self._pending:
                     try:
-                        pending = self.parser.commands(BATCH_COMMANDS_MAX) if self._reading else []
+                        self._pending = self.parser.commands(BATCH_COMMANDS_MAX) if self._reading else []
                     except w.RespProtocolError as err:
                         self.server.counters.protocol_errors += 1
                         _logger.warning("%s: RESP protocol error: %s", self.peer, err)
                         self._write(w.error(f"ERR Protocol error: {err}"))
                         return
-                if self._paused and (not pending or self.parser.buffered < INPUT_PAUSE_SIZE):
+                if self._paused and (not self._pending or self.parser.buffered < INPUT_PAUSE_SIZE):
                     assert self.transport is not None
                     self._paused = False
                     self.transport.resume_reading()
                 if self._lost:
                     return
-                if not pending:
+                if not self._pending:
                     if self._eof:
                         return
                     self._wake.clear()
-                    await self._wake.wait()
+                    self._idle = True  # (data_received may serve the next reads itself)
+                    try:
+                        await self._wake.wait()
+                    finally:
+                        self._idle = False
+                    continue
+                if not self._writable.is_set():
+                    await self._writable.wait()  # no command runs while replies wait to be sent
                     continue
                 self._busy = True
                 try:
-                    batch = await self._execute(pending)
+                    batch = await self._execute(self._pending)
                 finally:
                     self._busy = False
                 self._write(b"".join(batch.replies))
-                pending = batch.rest
+                self._pending = batch.rest
                 if batch.block is not None:
                     self._write(await self._blocked(batch.block))
                 if batch.close:
                     return
-                if not self._writable.is_set():
-                    await self._writable.wait()
         except Exception:
             _logger.exception("%s: RESP connection failed", self.peer)
         finally:

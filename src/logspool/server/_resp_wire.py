@@ -65,6 +65,11 @@ class RespParser:
         """Bytes received and not yet part of a parsed command."""
         return len(self._buf) - self._pos
 
+    @property
+    def failed(self) -> bool:
+        """Whether a protocol error was found (behind commands already returned)."""
+        return self._error is not None
+
     def feed(self, data: bytes) -> None:
         if self._pos and self._pos == len(self._buf):
             self._buf.clear()
@@ -88,9 +93,10 @@ class RespParser:
                 if cmd:
                     out.append(cmd)
         except RespProtocolError as err:
+            self._error = err  # raised again by every later call: the connection is done
             if not out:
                 raise
-            self._error = err  # the commands before it are answered first, as Redis does
+            # (the commands before it are answered first, as Redis does)
         finally:
             if self._pos > 65536 and self._pos * 2 > len(buf):  # reclaim the consumed prefix
                 del buf[: self._pos]
