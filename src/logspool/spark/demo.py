@@ -10,7 +10,8 @@
    summary and draws the totals per merchant as ``DIR/aggregates.svg``.
 
 ``python -m logspool.spark.demo [--master local[2]] [--dir demo-output]``; with ``--master
-spark://host:7077`` the same job runs on a cluster whose workers see DIR (docs/SPARK.md).
+spark://host:7077`` the same job runs on a cluster whose workers see DIR (docs/SPARK.md);
+``--cluster`` starts a standalone cluster on this machine (``cluster.py``), runs on it, stops it.
 """
 
 from __future__ import annotations
@@ -101,7 +102,7 @@ def session(master: str) -> Any:
         builder = builder.config("spark.jars", jar())  # the JVM batch reader (logspool.spark.load)
     except JvmError as err:
         print(f"demo: batch reads use the Python source: {err}")
-    if master.startswith("local"):
+    if master.startswith(("local", "spark://127.0.0.1:", "spark://localhost:")):
         builder = builder.config("spark.driver.host", "127.0.0.1").config(
             "spark.driver.bindAddress", "127.0.0.1"
         )
@@ -250,14 +251,30 @@ def main(argv: list[str] | None = None) -> int:
         help="where the log and the outputs go: a new or empty directory, or one a demo made (replaced)",
     )
     parser.add_argument("--force", action="store_true", help="replace --dir even if a demo did not make it")
-    parser.add_argument("--master", default="local[2]", help="Spark master URL (default local[2])")
+    parser.add_argument("--master", help="Spark master URL (default local[2])")
+    parser.add_argument(
+        "--cluster",
+        action="store_true",
+        help="start a Spark standalone cluster here (a master, two workers on 127.0.0.1), run on it, stop it",
+    )
     parser.add_argument("--producers", type=int, default=3, help="producer processes")
     parser.add_argument("--events", type=int, default=4000, help="events per producer per day")
     args = parser.parse_args(argv)
+    if args.cluster and args.master:
+        parser.error("give --master URL or --cluster, not both")
     try:
+        if args.cluster:
+            from .cluster import StandaloneCluster
+
+            with StandaloneCluster(workers=2) as master:
+                print(f"demo: a standalone cluster at {master} (a master and two workers, 127.0.0.1)")
+                return run(
+                    args.dir, master=master, producers=args.producers, events=args.events, force=args.force
+                )
         return run(
-            args.dir, master=args.master, producers=args.producers, events=args.events, force=args.force
-        )
+            args.dir, master=args.master or "local[2]", producers=args.producers, events=args.events,
+            force=args.force,
+        )  # fmt: skip
     except DemoDirError as err:
         parser.error(str(err))
 
