@@ -162,25 +162,29 @@ def test_a_query_whose_rows_differ_on_replay_is_written_once_after_the_driver_is
     import sys
     import time
 
-    path, cp = tmp_path / "log", tmp_path / "cp"
-    cp.mkdir()
-    (cp / "metadata").write_text('{"id":"6f1c7c0e-0000-4000-8000-000000000001"}\n')
-    options = {"path": str(path), "checkpointlocation": str(cp)}
-    first = _source._StreamWriter(options, SCHEMA)
-    first.commit(staged(first, ["batch-0"]), 0)
     rows = 400_000  # ~40 MB of payloads: ten appends of 4 MiB, time to be killed among them
-    child = subprocess.Popen(
-        [sys.executable, "-c", _KILLED_COMMIT, str(path), str(cp), str(rows)],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert child.stdout is not None and child.stdout.readline() == "staged\n"
-    deadline = time.monotonic() + 120
-    with logspool.open(path, readonly=True) as log:
-        while log.next_lsn == 1 and time.monotonic() < deadline and child.poll() is None:
-            time.sleep(0.001)  # until the commit has appended part of the batch (observed)
-    child.send_signal(signal.SIGKILL)
-    child.communicate()
+    for attempt_no in range(5):  # until the kill lands inside the commit (observed, not timed)
+        path, cp = tmp_path / f"log{attempt_no}", tmp_path / f"cp{attempt_no}"
+        cp.mkdir()
+        (cp / "metadata").write_text(json.dumps({"id": f"6f1c7c0e-0000-4000-8000-{attempt_no:012d}"}) + "\n")
+        options = {"path": str(path), "checkpointlocation": str(cp)}
+        first = _source._StreamWriter(options, SCHEMA)
+        first.commit(staged(first, ["batch-0"]), 0)
+        child = subprocess.Popen(
+            [sys.executable, "-c", _KILLED_COMMIT, str(path), str(cp), str(rows)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert child.stdout is not None and child.stdout.readline() == "staged\n"
+        deadline = time.monotonic() + 120
+        with logspool.open(path, readonly=True) as log:
+            while log.next_lsn == 1 and time.monotonic() < deadline and child.poll() is None:
+                time.sleep(0.001)  # until the commit has appended part of the batch (observed)
+        child.send_signal(signal.SIGKILL)
+        finished = "done" in child.communicate()[0]
+        if not finished:
+            break
+    assert not finished, "every kill came after the commit had finished"
     with logspool.open(path, readonly=True) as log:
         written = log.next_lsn - 1
     attempt = sorted(os.listdir(path / _source.STAGING_DIR / f"stream-{first.sink}"))
