@@ -14,6 +14,7 @@ import contextlib
 import os
 import random
 import shutil
+import signal
 import socket
 import subprocess
 import threading
@@ -454,6 +455,61 @@ def test_auth_with_a_token(tmp_path: Path) -> None:
             b"-ERR Protocol error: invalid unauthenticated multibulk length"
         )
         s.close()
+    finally:
+        d.kill()
+
+
+def test_tls_on_the_resp_port(tmp_path: Path) -> None:
+    if shutil.which("openssl") is None:
+        pytest.skip("the openssl command makes the test certificate")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out",
+                    str(cert), "-days", "1", "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True)  # fmt: skip
+    d = Daemon(tmp_path / "data", "--tls-cert", str(cert), "--tls-key", str(key), resp=True).start()
+    try:
+        c = redis.Redis(host="127.0.0.1", port=d.resp_port, ssl=True, ssl_ca_certs=str(cert))
+        assert c.set("secure", "yes") and c.get("secure") == b"yes"
+        c.close()
+        plain = raw_conn(d.resp_port)
+        plain.sendall(b"PING\r\n")
+        assert read_until_closed(plain) != b"+PONG\r\n"  # no plain text on a TLS port
+        plain.close()
+    finally:
+        d.kill()
+
+
+def test_sigterm_answers_what_is_in_flight_and_loses_nothing(tmp_path: Path) -> None:
+    d = Daemon(tmp_path / "data", resp=True).start()
+    acked: dict[str, bytes] = {}
+    lock = threading.Lock()
+
+    def writer(n: int) -> None:
+        c = no_retry(d.resp_port, socket_timeout=10)
+        try:
+            for i in range(1 << 30):
+                c.set(f"t{n}-{i}", b"%d" % i)
+                with lock:
+                    acked[f"t{n}-{i}"] = b"%d" % i
+        except (redis.ConnectionError, redis.TimeoutError, OSError):
+            return  # the daemon stopped: what was not answered is not acknowledged
+        finally:
+            c.close()
+
+    try:
+        threads = [threading.Thread(target=writer, args=(n,)) for n in range(4)]
+        for t in threads:
+            t.start()
+        wait_for(lambda: len(acked) >= 200, 30)
+        assert d.signal(signal.SIGTERM) == 0
+        for t in threads:
+            t.join(30)
+        assert "stopped" in d.output()
+        d.start()
+        c = redis.Redis(port=d.resp_port)
+        missing = [k for k, v in acked.items() if c.get(k) != v]
+        assert not missing, f"{len(missing)} acknowledged SETs are missing after SIGTERM, e.g. {missing[:3]}"
+        c.close()
     finally:
         d.kill()
 
