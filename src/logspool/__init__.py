@@ -37,13 +37,12 @@ from .errors import (
 if TYPE_CHECKING:
     from ._checkpoint_file import CheckpointFile, RollbackReport
     from ._format import FORMAT_VERSION, Gap, Record
-    from ._log import Durability, Log, Tail, open
     from ._reader import Reader
     from ._repair import RepairAction, RepairReport, repair
     from ._retention import Removal, Retention, RetentionReport
     from ._subscribers import Subscriber, SubscriberInfo
     from ._verify import VerifyReport, verify
-    from .log._directory import LogInfo, SegmentInfo
+    from .log import Durability, Log, LogInfo, SegmentInfo, Tail, open
 
 # The names above are imported on first use (PEP 562), so that `import logspool` and the CLI's
 # start-up do not pay for modules a command never uses (issue 29: `logspool --help` under 100 ms).
@@ -53,12 +52,12 @@ _LAZY = {
     "FORMAT_VERSION": "._format",
     "Gap": "._format",
     "Record": "._format",
-    "Durability": "._log",
-    "Log": "._log",
-    "LogInfo": ".log._directory",
-    "SegmentInfo": ".log._directory",
-    "Tail": "._log",
-    "open": "._log",
+    "Durability": ".log",
+    "Log": ".log",
+    "LogInfo": ".log",
+    "SegmentInfo": ".log",
+    "Tail": ".log",
+    "open": ".log",
     "Reader": "._reader",
     "RepairAction": "._repair",
     "RepairReport": "._repair",

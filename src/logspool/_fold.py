@@ -29,7 +29,6 @@ from typing import Any, Generic, Protocol, Self, TypeVar
 
 from . import limits
 from ._fs import REAL, FileSystem, replace_file
-from ._log import Durability, Log, Tail
 from ._reader import Reader
 from ._retention import Retention
 from .errors import (
@@ -41,6 +40,7 @@ from .errors import (
     SubscriberExistsError,
     UnsupportedVersionError,
 )
+from .log import Durability, Log, Tail
 
 _logger = logging.getLogger("logspool.fold")
 

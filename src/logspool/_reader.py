@@ -22,10 +22,10 @@ from . import _segment as seg
 from . import limits
 from ._format import Gap
 from ._fs import FileSystem
-from ._sync import MarkView, proven_offset, proven_text
 from ._watch import DirectoryWatch
 from .errors import ClosedError, CorruptionError, DataLossError, PositionError
 from .log._directory import list_segments, to_ns
+from .log._sync import MarkView, proven_offset, proven_text
 
 Position = int | Literal["earliest", "latest"]
 OnDataLoss = Literal["fail", "skip"]

@@ -33,12 +33,13 @@ from dataclasses import dataclass, field
 from . import _format as fmt
 from . import _quarantine as quarantine
 from . import _segment as seg
-from . import _sync, limits
+from . import limits
 from ._fs import REAL, FileSystem, process_alive, replace_file
 from ._quarantine import QUARANTINE_DIR
-from ._sync import proven_offset, read_mark
 from .errors import CorruptionError, LockedError, LogspoolError, NotALogError
+from .log import _sync
 from .log._directory import list_segments
+from .log._sync import proven_offset, read_mark
 
 TRUNCATE_TAIL = "truncate-tail"
 QUARANTINE = "quarantine"

@@ -16,9 +16,9 @@ from . import _format as fmt
 from . import _segment as seg
 from ._fs import REAL, FileSystem
 from ._reader import Reader
-from ._sync import proven_offset, proven_text, read_mark
 from .errors import CorruptionError, LogspoolError
 from .log._directory import list_segments
+from .log._sync import proven_offset, proven_text, read_mark
 
 DAMAGE = "damage"
 NOTE = "note"

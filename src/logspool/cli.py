@@ -19,9 +19,9 @@ from .errors import LogspoolError
 
 if TYPE_CHECKING:
     from . import _format as fmt
-    from ._log import Log
     from ._reader import Reader
     from ._retention import Retention
+    from .log import Log
 
 # Each command imports what it uses when it runs, so that `logspool --help` and a small
 # `logspool append` start in well under 100 ms (issue 29).
@@ -89,7 +89,7 @@ def _say_if_locked(command: str, path: str, timeout_s: float) -> None:
 
 
 def _cmd_append(args: argparse.Namespace) -> int:
-    from ._log import Log
+    from .log import Log
 
     _say_if_locked("append", args.dir, args.lock_timeout)
     with Log(args.dir, durability=args.durability, lock_timeout_s=args.lock_timeout) as log:
@@ -133,8 +133,8 @@ def _cmd_append(args: argparse.Namespace) -> int:
 def _cmd_cat(args: argparse.Namespace) -> int:
     if args.server is not None:
         return _cat_remote(args)
-    from ._log import Log
     from ._subscribers import Subscriber
+    from .log import Log
 
     with Log(args.dir, readonly=True, create=False) as log:
         if args.last is not None:  # `logspool tail`: the last N records, then what comes
@@ -396,7 +396,7 @@ def _subscriber_dicts(log: Log) -> list[dict[str, Any]]:
 
 
 def _info_dict(path: str) -> dict[str, Any]:
-    from ._log import Log
+    from .log import Log
 
     with Log(path, readonly=True, create=False) as log:
         info = log.info()
@@ -453,7 +453,7 @@ def _print_subscribers(subs: list[dict[str, Any]]) -> None:
 
 
 def _cmd_subscriber(args: argparse.Namespace) -> int:
-    from ._log import Log
+    from .log import Log
 
     with Log(args.dir, readonly=True, create=False) as log:
         action = args.action
@@ -497,7 +497,7 @@ def _policy_from_args(args: argparse.Namespace) -> Retention | None:
 
 
 def _cmd_retention(args: argparse.Namespace) -> int:
-    from ._log import Log
+    from .log import Log
 
     with Log(args.dir, readonly=True, create=False) as log:
         given = _policy_from_args(args)
@@ -586,7 +586,7 @@ def _meta_dict(meta: fmt.Meta) -> dict[str, Any]:
 
 
 def _cmd_meta(args: argparse.Namespace) -> int:
-    from ._log import Log
+    from .log import Log
 
     with Log(args.dir, readonly=True, create=False) as log:
         obj = _meta_dict(log.meta)
@@ -600,7 +600,7 @@ def _cmd_meta(args: argparse.Namespace) -> int:
 
 def _cmd_monitor(args: argparse.Namespace) -> int:
     """A live view that redraws in place; Ctrl-C ends it with exit 0."""
-    from ._log import Log
+    from .log import Log
 
     with Log(args.dir, readonly=True, create=False) as log:
         last: tuple[float, int] | None = None
@@ -695,7 +695,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
 def _cmd_create(args: argparse.Namespace) -> int:
     from . import _format as fmt
-    from ._log import Log
+    from .log import Log
 
     if os.path.exists(os.path.join(args.dir, fmt.META_NAME)):
         raise ValueError(f"{args.dir} is a log already (its settings are fixed at creation)")
@@ -833,7 +833,7 @@ def _cmd_torture(args: argparse.Namespace) -> int:
 
 
 def _cmd_cutover(args: argparse.Namespace) -> int:
-    from ._log import Log
+    from .log import Log
 
     with Log(args.dir, create=False) as log:
         base = log.cutover()

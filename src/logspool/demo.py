@@ -13,8 +13,8 @@ import os
 import shutil
 import time
 
-from ._log import Log
 from ._verify import verify
+from .log import Log
 
 
 def _writer(path: str, writer: int, count: int) -> None:

@@ -19,9 +19,9 @@ import threading
 import time
 from dataclasses import dataclass
 
-from ._log import Log
 from .client import Client, connect
 from .errors import LogspoolError, RemoteError
+from .log import Log
 from .server import _protocol as p
 
 _logger = logging.getLogger("logspool.forward")

@@ -33,8 +33,8 @@ from typing import Literal, NamedTuple
 from .. import limits
 from .._fold import FoldedStore, _Writer
 from .._fs import FileSystem
-from .._log import Durability
 from ..errors import JobNotFoundError, LeaseExpiredError
+from ..log import Durability
 from ..log._directory import to_ns
 from . import _ops as ops
 from ._state import NONE, JobEntry, State

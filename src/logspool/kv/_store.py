@@ -37,7 +37,6 @@ from .. import _format as fmt
 from .. import limits
 from .._fold import FoldedStore, _Writer
 from .._fs import FileSystem
-from .._log import Durability
 from ..errors import (
     AppendError,
     CorruptionError,
@@ -48,6 +47,7 @@ from ..errors import (
     PositionError,
     ValueTypeError,
 )
+from ..log import Durability
 from ..log._directory import to_ns
 from . import _ops as ops
 from ._state import Entry, SnapRef, State

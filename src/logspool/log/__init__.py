@@ -1,8 +1,52 @@
 """The log: a directory of segments, written by many threads and processes, read without locks.
 
-One module per responsibility (docs/DESIGN.md has the map): ``_directory`` (the meta file and
-the listing of segments), ``_handle`` (closed, failed, usable), ``_active`` (the active segment,
-its index and the writer lock), ``_recovery`` (recovery on open and the catch-up before each
-write), ``_writer`` (appends, the write queue, group commit, the flush thread). The facade,
-``Log``, is still ``logspool._log`` until it moves here (issue 30).
+``Log`` (``_log``) is the facade; the parts it wires each own one responsibility, with their
+state and invariants at the top of their file (docs/DESIGN.md has the map):
+
+- ``_directory``: the meta file, the segments' and indexes' names, the listing;
+- ``_handle``: whether the handle may write (closed, failed, read-only, forked);
+- ``_sync``: ``DIR/sync``, the protocol shared by processes (mark, role, gates, hints),
+  used by readers, ``verify`` and ``repair`` too;
+- ``_active``: the active segment, its index, and the writer lock;
+- ``_recovery``: recovery on open and the catch-up before each write;
+- ``_writer``: appends, the threads' write queue, group commit, the flush thread.
+
+Readers, subscribers, retention, verify and repair are ``logspool._reader``, ``_subscribers``,
+``_retention``, ``_verify`` and ``_repair``. The names below are imported on first use
+(PEP 562), as in ``logspool``: ``_reader`` imports ``_directory`` and ``_sync`` from here, and
+``_log`` imports ``_reader``.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._directory import LogInfo, SegmentInfo
+    from ._log import Durability, Log, Tail, open
+
+_LAZY = {
+    "Durability": "._log",
+    "Log": "._log",
+    "LogInfo": "._directory",
+    "SegmentInfo": "._directory",
+    "Tail": "._log",
+    "open": "._log",
+}
+
+
+def __getattr__(name: str) -> Any:
+    where = _LAZY.get(name)
+    if where is None:
+        raise AttributeError(f"module 'logspool.log' has no attribute {name!r}")
+    value = getattr(importlib.import_module(where, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
+
+__all__ = ["Durability", "Log", "LogInfo", "SegmentInfo", "Tail", "open"]

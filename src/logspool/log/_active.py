@@ -49,10 +49,10 @@ from .. import _format as fmt
 from .. import _segment as seg
 from .. import limits
 from .._fs import FileSystem
-from .._sync import Syncer
 from ..errors import AppendError, CorruptionError, FailedError, LockedError, ReadOnlyError
 from ._directory import index_path, segment_path
 from ._handle import HandleState
+from ._sync import Syncer
 
 _NEVER_NS = 1 << 63
 

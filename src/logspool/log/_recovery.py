@@ -37,10 +37,10 @@ from .. import _format as fmt
 from .. import _quarantine as quarantine
 from .. import _segment as seg
 from .._fs import FileSystem
-from .._sync import Syncer, proven_text
 from ..errors import AppendError, CorruptionError
 from ._active import ActiveSegment
 from ._directory import index_path, list_segments, segment_path
+from ._sync import Syncer, proven_text
 
 _logger = logging.getLogger("logspool")
 _ZERO_HEADER = bytes(fmt.RECORD_HEADER_SIZE)  # what a writer finds at its end when nobody wrote

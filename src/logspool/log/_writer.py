@@ -34,10 +34,10 @@ from collections.abc import Callable, Iterable, Iterator
 from .. import _codec, limits
 from .. import _format as fmt
 from .._fs import FileSystem
-from .._sync import Syncer
 from ..errors import AppendError, ClosedError, FailedError, RecordTooLargeError
 from ._active import ActiveSegment
 from ._handle import HandleState
+from ._sync import Syncer
 
 _ZERO_HEADER = bytes(fmt.RECORD_HEADER_SIZE)  # what a writer finds at its end when nobody wrote
 

@@ -27,9 +27,9 @@ import struct
 import time
 from dataclasses import dataclass
 
-from .._log import Log
 from .._watch import _IN_CLOEXEC, _IN_NONBLOCK, _MASK, _libc
 from ..errors import PositionError
+from ..log import Log
 from . import _resp_wire as w
 from ._resp_kv import RedisError
 

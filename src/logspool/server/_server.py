@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from .. import errors, jobs, kv
-from .._log import Log
+from ..log import Log
 from . import _protocol as p
 from ._protocol import ProtocolError
 from ._resp import RespFront, RespOptions

@@ -19,8 +19,8 @@ from typing import Any
 from .. import _format as fmt
 from .. import _segment as seg
 from .. import limits
-from .._log import Log
 from ..errors import CorruptionError, LogspoolError
+from ..log import Log
 from ..log._directory import list_segments
 
 BATCH_ROWS = 65_536  # rows per Arrow record batch handed to Spark (fewer handoffs to the JVM)

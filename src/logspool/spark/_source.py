@@ -61,8 +61,8 @@ from .. import _format as fmt
 from .. import _segment as seg
 from .. import limits
 from .._fs import REAL, replace_file
-from .._log import Log
 from ..errors import DataLossError, LogspoolError
+from ..log import Log
 from ..log._directory import list_segments
 from . import _partition as part
 

@@ -43,12 +43,12 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 
-from . import _format as fmt
-from . import _segment as seg
-from . import limits
-from ._fs import FileSystem
-from ._watch import DirectoryWatch
-from .errors import FailedError
+from .. import _format as fmt
+from .. import _segment as seg
+from .. import limits
+from .._fs import FileSystem
+from .._watch import DirectoryWatch
+from ..errors import FailedError
 
 PROVEN_ALL = 1 << 62  # "every byte of the segment": the mark is in a later segment
 _ZERO_HEADER = bytes(fmt.RECORD_HEADER_SIZE)

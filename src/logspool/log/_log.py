@@ -64,13 +64,13 @@ from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from typing import Literal
 
-from . import _codec, limits
-from . import _format as fmt
-from ._fs import REAL, FileSystem
-from ._reader import OnDataLoss, Position, Reader
-from ._retention import Retention, RetentionReport, read_policy, write_policy
-from ._retention import enforce as enforce_retention
-from ._subscribers import (
+from .. import _codec, limits
+from .. import _format as fmt
+from .._fs import REAL, FileSystem
+from .._reader import OnDataLoss, Position, Reader
+from .._retention import Retention, RetentionReport, read_policy, write_policy
+from .._retention import enforce as enforce_retention
+from .._subscribers import (
     Checkpoints,
     Subscriber,
     SubscriberInfo,
@@ -78,13 +78,13 @@ from ._subscribers import (
     is_transient,
     subscriber_info,
 )
+from ..errors import SubscriberExistsError, SubscriberNotFoundError
+from ._active import ActiveSegment
+from ._directory import LogInfo, list_segments, open_meta, segment_infos
+from ._handle import HandleState
+from ._recovery import Recovery
 from ._sync import Syncer
-from .errors import SubscriberExistsError, SubscriberNotFoundError
-from .log._active import ActiveSegment
-from .log._directory import LogInfo, list_segments, open_meta, segment_infos
-from .log._handle import HandleState
-from .log._recovery import Recovery
-from .log._writer import Writer, _Pending, checked_payloads
+from ._writer import Writer, _Pending, checked_payloads
 
 _logger = logging.getLogger("logspool")
 
