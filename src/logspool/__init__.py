@@ -35,20 +35,20 @@ from .errors import (
 )
 
 if TYPE_CHECKING:
-    from ._checkpoint_file import CheckpointFile, RollbackReport
     from ._format import FORMAT_VERSION, Gap, Record
     from ._reader import Reader
     from ._repair import RepairAction, RepairReport, repair
     from ._retention import Removal, Retention, RetentionReport
     from ._subscribers import Subscriber, SubscriberInfo
     from ._verify import VerifyReport, verify
+    from .ckpt import CheckpointFile, RollbackReport
     from .log import Durability, Log, LogInfo, SegmentInfo, Tail, open
 
 # The names above are imported on first use (PEP 562), so that `import logspool` and the CLI's
 # start-up do not pay for modules a command never uses (issue 29: `logspool --help` under 100 ms).
 _LAZY = {
-    "CheckpointFile": "._checkpoint_file",
-    "RollbackReport": "._checkpoint_file",
+    "CheckpointFile": ".ckpt",
+    "RollbackReport": ".ckpt",
     "FORMAT_VERSION": "._format",
     "Gap": "._format",
     "Record": "._format",

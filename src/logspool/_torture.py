@@ -202,7 +202,7 @@ def make_template(root: str, store: str, mode: str, rng: random.Random) -> Truth
     if store == "ckpt" and mode == "clean":
         child.send_signal(signal.SIGKILL)  # (after a clean checkpoint: roll the unfinished one back)
         child.communicate()
-        from ._checkpoint_file import CheckpointFile
+        from .ckpt import CheckpointFile
 
         CheckpointFile(path).close()
     else:

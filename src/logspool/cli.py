@@ -739,8 +739,8 @@ def _cmd_repair(args: argparse.Namespace) -> int:
 
 
 def _cmd_ckpt(args: argparse.Namespace) -> int:
-    from . import _ckpt_tools
-    from ._checkpoint_file import CheckpointFile
+    from .ckpt import CheckpointFile
+    from .ckpt import _tools as _ckpt_tools
 
     if args.action == "pound":
         done = _ckpt_tools.pound(

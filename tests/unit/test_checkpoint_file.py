@@ -18,8 +18,8 @@ import pytest
 
 import logspool
 from logspool import _format as fmt
-from logspool._checkpoint_file import archive_path_of
 from logspool._fs import FileSystem
+from logspool.ckpt._file import archive_path_of
 
 
 def test_create_read_write_checkpoint_and_reopen(tmp_path: Path) -> None:

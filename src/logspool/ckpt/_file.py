@@ -45,10 +45,10 @@ import time
 from dataclasses import dataclass
 from types import TracebackType
 
-from . import _format as fmt
-from . import limits
-from ._fs import REAL, FileSystem, process_alive
-from .errors import ClosedError, CorruptionError, FailedError, LockedError
+from .. import _format as fmt
+from .. import limits
+from .._fs import REAL, FileSystem, process_alive
+from ..errors import ClosedError, CorruptionError, FailedError, LockedError
 
 _INT_SIZES = (1, 2, 4, 8)
 

@@ -20,10 +20,10 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from . import limits
-from ._checkpoint_file import CheckpointFile
-from ._fs import REAL, FileSystem
-from .errors import CorruptionError
+from .. import limits
+from .._fs import REAL, FileSystem
+from ..errors import CorruptionError
+from ._file import CheckpointFile
 
 WORD_SIZE = 8  # pound's timestamps
 POUND_SIZE_DEFAULT = 256 * limits.KIB
