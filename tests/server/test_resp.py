@@ -184,6 +184,9 @@ def test_connection_commands(r: redis.Redis) -> None:
     with pytest.raises(redis.ResponseError, match="DB index"):
         r.execute_command("SELECT", 1)
     assert r.info()["redis_version"]
+    assert r.execute_command("AUTH", "default", "anything")  # no token: Redis's nopass default user
+    with pytest.raises(redis.AuthenticationError, match="without any password configured"):
+        r.execute_command("AUTH", "anything")
     assert r.command_count() > 40
     assert r.config_get("appendonly") == {"appendonly": "yes"}
     with pytest.raises(redis.ResponseError, match="unknown command"):

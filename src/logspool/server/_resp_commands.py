@@ -125,7 +125,13 @@ def _auth(s: Session, args: list[bytes]) -> bytes:
 
 
 def _authenticate(s: Session, password: bytes, user: bytes | None) -> None:
+    """AUTH's check, as Redis 7 makes it: without a token the user ``default`` takes any password
+    (Redis's ``nopass``), and only the one-argument form is an error."""
     if s.front.server._token is None:
+        if user == b"default":
+            return
+        if user is not None:
+            raise RedisError("WRONGPASS invalid username-password pair or user is disabled.")
         raise RedisError(
             "ERR AUTH <password> called without any password configured for the default user. "
             "Are you sure your configuration is correct?"
