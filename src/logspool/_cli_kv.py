@@ -288,6 +288,7 @@ def _pages(fetch: Callable[[str | None, int], Any], limit: int | None) -> Iterat
         if page.cursor is None or left == 0:
             return
         cursor = page.cursor
+    raise AssertionError("2^40 pages and the listing goes on")
 
 
 def _print_entries(values: Iterator[Value], args: argparse.Namespace) -> int:

@@ -269,7 +269,7 @@ class Reader:
             if not infos:
                 return None
             pos, lsn = stop.pos, stop.lsn
-        return None
+        raise AssertionError("locate() parsed 2^20 chunks without reaching its lsn")
 
     def _segment_removed(self) -> bool:
         """The segment to read next is missing. If retention removed it (later segments exist),
@@ -487,7 +487,7 @@ class Reader:
                 self._watch = DirectoryWatch(self._path)
                 continue  # look once more now that the watch exists: closes the race
             self._watch.wait(remaining)
-        return None
+        raise AssertionError("next() waited 2^62 times")
 
     def __iter__(self) -> Iterator[fmt.Record]:
         """The records available now, in lsn order; ends at the current end of the log."""

@@ -455,6 +455,8 @@ class _SegmentFile:
             # A gap record now stands at ``pos`` for lsn ``lsn``: parse on from there.
             if not self.quarantine(stop, next_base, durable_known, last_ts):
                 break
+        else:
+            raise AssertionError(f"{self.path}: 2^20 damaged places replaced, and the segment goes on")
         if gaps and self.version < fmt.VERSION_2:
             # Gap records are version 2 (written now, or by a repair interrupted before this step).
             self.version = fmt.VERSION_2

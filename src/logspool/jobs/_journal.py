@@ -802,6 +802,8 @@ class Work:
                 return got[0]
             if self._idle_timeout_s is not None and time.monotonic() - idle_since >= self._idle_timeout_s:
                 break
+        else:
+            raise AssertionError("work() waited 2^40 times for a job")
         self._done = True
         raise StopIteration
 
@@ -869,9 +871,31 @@ class Work:
             self.close()
 
 
-def open(path: str | os.PathLike[str], **options: object) -> Journal:
-    """Open (and by default create) the job journal at ``path``. Options are those of ``Journal``."""
-    return Journal(path, **options)  # type: ignore[arg-type]
+def open(
+    path: str | os.PathLike[str],
+    *,
+    create: bool = True,
+    durability: Durability = "always",
+    max_deliveries: int | None = None,
+    segment_size_max: int | None = None,
+    snapshot_ops_min: int = limits.JOB_SNAPSHOT_OPS_MIN,
+    lock_timeout_s: float = limits.LOCK_TIMEOUT_S_DEFAULT,
+    fs: FileSystem | None = None,
+    clock: Callable[[], int] | None = None,
+) -> Journal:
+    """Open (and by default create) the job journal at ``path``. The options are those of
+    ``Journal``, with the same defaults."""
+    return Journal(
+        path,
+        create=create,
+        durability=durability,
+        max_deliveries=max_deliveries,
+        segment_size_max=segment_size_max,
+        snapshot_ops_min=snapshot_ops_min,
+        lock_timeout_s=lock_timeout_s,
+        fs=fs,
+        clock=clock,
+    )
 
 
 __all__ = ["Idle", "Job", "JobStats", "Journal", "Work", "domain_of", "open"]

@@ -1075,9 +1075,31 @@ class _Values(ValuesView[ops.Value]):
         return (value for _, value in self._mapping._walk(data=True))
 
 
-def open(path: str | os.PathLike[str], **options: object) -> Store:
-    """Open (and by default create) the key-value store at ``path``. Options are those of ``Store``."""
-    return Store(path, **options)  # type: ignore[arg-type]
+def open(
+    path: str | os.PathLike[str],
+    *,
+    create: bool = True,
+    durability: Durability = "always",
+    memory_max: int | None = None,
+    segment_size_max: int | None = None,
+    snapshot_ops_min: int = limits.KV_SNAPSHOT_OPS_MIN,
+    lock_timeout_s: float = limits.LOCK_TIMEOUT_S_DEFAULT,
+    fs: FileSystem | None = None,
+    clock: Callable[[], int] | None = None,
+) -> Store:
+    """Open (and by default create) the key-value store at ``path``. The options are those of
+    ``Store``, with the same defaults."""
+    return Store(
+        path,
+        create=create,
+        durability=durability,
+        memory_max=memory_max,
+        segment_size_max=segment_size_max,
+        snapshot_ops_min=snapshot_ops_min,
+        lock_timeout_s=lock_timeout_s,
+        fs=fs,
+        clock=clock,
+    )
 
 
 __all__ = ["KVStats", "Page", "Store", "Value", "open"]

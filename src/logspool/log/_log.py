@@ -567,6 +567,38 @@ class Tail:
         return checked_payloads(payloads, self._active.size_max)
 
 
-def open(path: str | os.PathLike[str], **options: object) -> Log:
-    """Open (and by default create) the log at ``path``. Options are those of ``Log``."""
-    return Log(path, **options)  # type: ignore[arg-type]
+def open(
+    path: str | os.PathLike[str],
+    *,
+    durability: Durability = "always",
+    sync_interval_ms: int = limits.SYNC_INTERVAL_MS_DEFAULT,
+    readonly: bool = False,
+    create: bool = True,
+    segment_size_max: int | None = None,
+    index_interval: int | None = None,
+    record_size_max: int | None = None,
+    lock_timeout_s: float = limits.LOCK_TIMEOUT_S_DEFAULT,
+    single_writer: bool = False,
+    segment_age_max_s: float | None = None,
+    compression: str | None = None,
+    compression_level: int | None = None,
+    fs: FileSystem | None = None,
+) -> Log:
+    """Open (and by default create) the log at ``path``. The options are those of ``Log``, with
+    the same defaults."""
+    return Log(
+        path,
+        durability=durability,
+        sync_interval_ms=sync_interval_ms,
+        readonly=readonly,
+        create=create,
+        segment_size_max=segment_size_max,
+        index_interval=index_interval,
+        record_size_max=record_size_max,
+        lock_timeout_s=lock_timeout_s,
+        single_writer=single_writer,
+        segment_age_max_s=segment_age_max_s,
+        compression=compression,
+        compression_level=compression_level,
+        fs=fs,
+    )

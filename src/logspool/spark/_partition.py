@@ -136,6 +136,8 @@ def read_range(r: Range, size_max: int, verify_checksums: bool) -> Iterator[tupl
                 raise CorruptionError(
                     spath, stop.pos, stop.reason or f"lsn {lsn} expected before lsn {r.end} ({stop.kind})"
                 )
+        else:
+            raise AssertionError(f"{spath}: 2^30 chunks read and the range goes on")
     if lsns:
         yield lsns, stamps, payloads, offsets
 
