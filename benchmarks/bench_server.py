@@ -18,6 +18,7 @@ RESP port (``logspool serve --resp``, durability "always") and redis-server (``a
 the same machine; 100-byte values; the median of 3 runs each, and logspool's median as a
 fraction of redis's (issue 34's targets: SET x16 and x50 >= 1.0, GET -P 16 >= 0.8, GET and SET
 with one client >= 0.9). redis-benchmark's exit status and output are checked for errors.
+``--part memory``: the RSS of each server after 1,000,000 SETs of 100-byte values.
 """
 
 from __future__ import annotations
@@ -226,11 +227,54 @@ def resp_main(quick: bool, runs: int) -> None:
         print("| " + " | ".join(row) + " |")
 
 
+def rss_kib(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise RuntimeError("no VmRSS")
+
+
+def memory_main(keys: int) -> None:
+    """RSS after ``keys`` SETs of 100-byte values (``redis-cli --pipe``), both servers durable."""
+    with tempfile.TemporaryDirectory(prefix="bench-memory-") as d:
+        pipe = os.path.join(d, "sets.resp")
+        with open(pipe, "wb") as f:
+            for i in range(keys):
+                key = b"key:%07d" % i
+                f.write(b"*3\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n" % (len(key), key, len(VALUE), VALUE))
+        ls_proc, ls_port = start_logspool_resp(os.path.join(d, "logspool"))
+        os.makedirs(os.path.join(d, "redis"))
+        rd_proc, rd_port = start_redis(os.path.join(d, "redis"), durable=True)
+        try:
+            print(f"\n| {keys:,} keys of 100 bytes (redis-cli --pipe, durable) | load, s | RSS after, MiB |")
+            print("|---|---|---|")
+            for name, proc, port in (
+                ("logspool serve --resp", ls_proc, ls_port),
+                ("redis-server", rd_proc, rd_port),
+            ):
+                started = time.perf_counter()
+                with open(pipe, "rb") as f:
+                    cmd = ["redis-cli", "-p", str(port), "--pipe"]
+                    done = subprocess.run(cmd, stdin=f, capture_output=True, text=True, timeout=1800)
+                if done.returncode != 0 or "errors: 0" not in done.stdout:
+                    raise RuntimeError(f"redis-cli --pipe: {done.stdout} {done.stderr}")
+                elapsed = time.perf_counter() - started
+                print(f"| {name} | {elapsed:.1f} | {rss_kib(proc.pid) / 1024:,.0f} |", flush=True)
+        finally:
+            for proc in (ls_proc, rd_proc):
+                proc.terminate()
+                proc.wait(30)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--part", choices=["all", "native", "resp"], default="all")
+    ap.add_argument("--part", choices=["all", "native", "resp", "memory"], default="all")
     args = ap.parse_args()
+    if args.part == "memory":
+        memory_main(100_000 if args.quick else 1_000_000)
+        return
     if args.part in ("all", "resp"):
         resp_main(args.quick, 3)
     if args.part == "resp":
