@@ -24,14 +24,15 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ._directory import LogInfo, SegmentInfo
-    from ._log import Durability, Log, Tail, open
+    from ._log import Durability, Log, open
+    from ._writer import Tail
 
 _LAZY = {
     "Durability": "._log",
     "Log": "._log",
     "LogInfo": "._directory",
     "SegmentInfo": "._directory",
-    "Tail": "._log",
+    "Tail": "._writer",
     "open": "._log",
 }
 

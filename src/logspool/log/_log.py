@@ -18,8 +18,9 @@ The parts, each with its state and invariants at the top of its file: ``_handle.
 (closed, failed, usable), ``_directory`` (meta, names, listing), ``_sync.Syncer`` (DIR/sync: the
 mark, the role, gates and hints), ``_active.ActiveSegment`` (the active segment, its index and
 the writer lock), ``_recovery.Recovery`` (recovery and catch-up), ``_writer.Writer`` (appends,
-the write queue, group commit, the flush thread). Subscribers, retention and readers are
-``logspool._subscribers``, ``_retention`` and ``_reader``.
+the write queue, group commit, the flush thread) and ``_writer.Tail`` (appends inside
+``exclusive()``). Subscribers, retention and readers are ``logspool._subscribers``,
+``_retention`` and ``_reader``.
 
 Locks of one handle, in the order they are taken (a thread holding one takes only locks further
 down the list, never one above it):
@@ -84,7 +85,7 @@ from ._directory import LogInfo, list_segments, open_meta, segment_infos
 from ._handle import HandleState
 from ._recovery import Recovery
 from ._sync import Syncer
-from ._writer import Writer, _Pending, checked_payloads
+from ._writer import Tail, Writer, _Pending
 
 _logger = logging.getLogger("logspool")
 
@@ -276,7 +277,7 @@ class Log:
             first = active.next_lsn
             writer.exclusive_owner = threading.get_ident()
             try:
-                yield Tail(self)
+                yield Tail(active, writer)
             finally:
                 writer.exclusive_owner = None
         if sync and self.durability == "always" and active.next_lsn > first:
@@ -514,57 +515,6 @@ class Log:
 
     def __repr__(self) -> str:
         return f"<logspool.Log {self.path!r} durability={self.durability}>"
-
-
-class Tail:
-    """The writer's view inside ``Log.exclusive()``: appends that nobody can interleave with."""
-
-    def __init__(self, log: Log) -> None:
-        self._active = log._active
-        self._writer = log._writer
-
-    @property
-    def next_lsn(self) -> int:
-        """The lsn the next append gets; every lsn below it is in the log."""
-        return self._active.next_lsn
-
-    @property
-    def end(self) -> tuple[int, int]:
-        """Where the next record goes: (base lsn of the active segment, offset in it)."""
-        return self._active.base, self._active.end
-
-    @property
-    def timestamp(self) -> int:
-        """The timestamp (ns) of the records appended last: one batch shares one timestamp."""
-        return self._active.last_ts
-
-    def append(self, payload: bytes) -> int:
-        """Append one record; durable when the exclusive block ends (as ``Log.append``)."""
-        return self.append_many((payload,))[0]
-
-    def append_many(self, payloads: Iterable[bytes], *, timestamp: int | None = None) -> list[int]:
-        """Append records in order; durable when the exclusive block ends. ``timestamp`` (ns since
-        the epoch): the records' timestamp, for a caller that had to know it before writing
-        (at least ``self.timestamp``: timestamps never decrease); by default, now."""
-        items = checked_payloads(payloads, self._active.size_max)
-        last_ts = self._active.last_ts
-        if timestamp is not None and (
-            not isinstance(timestamp, int) or isinstance(timestamp, bool) or timestamp < last_ts
-        ):
-            raise ValueError(
-                f"timestamp must be an integer of ns not below the last record's ({last_ts}), "
-                f"not {timestamp!r}"
-            )
-        if not items:
-            return []
-        flags = self._writer.compress(items)
-        first = self._active.write_records(items, flags, timestamp)
-        return list(range(first, first + len(items)))
-
-    def check(self, payloads: Iterable[bytes]) -> list[bytes]:
-        """The payloads as bytes if ``append_many`` would take them (else its TypeError or
-        RecordTooLargeError), without writing anything."""
-        return checked_payloads(payloads, self._active.size_max)
 
 
 def open(

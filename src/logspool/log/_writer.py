@@ -1,5 +1,6 @@
 """The write path of one handle: a single append, a batch, the threads' write queue and its
-gathering, group commit within the process, and the flush thread (FORMAT.md §7 steps 1-6).
+gathering, group commit within the process, the flush thread (FORMAT.md §7 steps 1-6), and
+``Tail``, the appends of a state machine inside ``Log.exclusive()``.
 
 A single ``append`` (``durability`` "os" or "interval") takes the writer lock, catches up with a
 one-header read, frames and writes its record in place, publishes the tail hint, and unlocks.
@@ -427,3 +428,54 @@ class Writer:
             with contextlib.suppress(OSError):
                 # (A failure here loses no record: the mark on disk just proves less.)
                 self._syncer.persist()
+
+
+class Tail:
+    """The writer's view inside ``Log.exclusive()``: appends that nobody can interleave with."""
+
+    def __init__(self, active: ActiveSegment, writer: Writer) -> None:
+        self._active = active
+        self._writer = writer
+
+    @property
+    def next_lsn(self) -> int:
+        """The lsn the next append gets; every lsn below it is in the log."""
+        return self._active.next_lsn
+
+    @property
+    def end(self) -> tuple[int, int]:
+        """Where the next record goes: (base lsn of the active segment, offset in it)."""
+        return self._active.base, self._active.end
+
+    @property
+    def timestamp(self) -> int:
+        """The timestamp (ns) of the records appended last: one batch shares one timestamp."""
+        return self._active.last_ts
+
+    def append(self, payload: bytes) -> int:
+        """Append one record; durable when the exclusive block ends (as ``Log.append``)."""
+        return self.append_many((payload,))[0]
+
+    def append_many(self, payloads: Iterable[bytes], *, timestamp: int | None = None) -> list[int]:
+        """Append records in order; durable when the exclusive block ends. ``timestamp`` (ns since
+        the epoch): the records' timestamp, for a caller that had to know it before writing
+        (at least ``self.timestamp``: timestamps never decrease); by default, now."""
+        items = checked_payloads(payloads, self._active.size_max)
+        last_ts = self._active.last_ts
+        if timestamp is not None and (
+            not isinstance(timestamp, int) or isinstance(timestamp, bool) or timestamp < last_ts
+        ):
+            raise ValueError(
+                f"timestamp must be an integer of ns not below the last record's ({last_ts}), "
+                f"not {timestamp!r}"
+            )
+        if not items:
+            return []
+        flags = self._writer.compress(items)
+        first = self._active.write_records(items, flags, timestamp)
+        return list(range(first, first + len(items)))
+
+    def check(self, payloads: Iterable[bytes]) -> list[bytes]:
+        """The payloads as bytes if ``append_many`` would take them (else its TypeError or
+        RecordTooLargeError), without writing anything."""
+        return checked_payloads(payloads, self._active.size_max)
