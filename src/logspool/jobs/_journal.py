@@ -898,4 +898,9 @@ def open(
     )
 
 
+# One signature in two places: open's options are Journal's, with the same defaults (checked here, at
+# import, so that an option added to one and not the other fails every test).
+assert open.__kwdefaults__ == Journal.__init__.__kwdefaults__, "open() and Journal() take other options"
+
+
 __all__ = ["Idle", "Job", "JobStats", "Journal", "Work", "domain_of", "open"]

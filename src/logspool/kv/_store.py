@@ -1102,4 +1102,9 @@ def open(
     )
 
 
+# One signature in two places: open's options are Store's, with the same defaults (checked here, at
+# import, so that an option added to one and not the other fails every test).
+assert open.__kwdefaults__ == Store.__init__.__kwdefaults__, "open() and Store() take other options"
+
+
 __all__ = ["KVStats", "Page", "Store", "Value", "open"]

@@ -552,3 +552,8 @@ def open(
         compression_level=compression_level,
         fs=fs,
     )
+
+
+# One signature in two places: open's options are Log's, with the same defaults (checked here, at
+# import, so that an option added to one and not the other fails every test).
+assert open.__kwdefaults__ == Log.__init__.__kwdefaults__, "open() and Log() take other options"
