@@ -609,6 +609,9 @@ class Committer:
 
     ROUND_BATCHES_MAX = 1024
     ROUND_COMMANDS_MAX = 4096  # (a round is one decision: its ops are one write)
+    # 150 us: SET x16 12.9k -> 13.5k/s, x50 15.9k -> 17.3k/s, x1 unchanged; 300 us was worse
+    # (benchmarks/RESULTS.md; the prototype found the same).
+    COMMIT_DELAY_S = 0.00015
 
     def __init__(self, front: RespFront, loop: asyncio.AbstractEventLoop) -> None:
         self.front = front
@@ -621,6 +624,7 @@ class Committer:
         self.rounds = 0  # rounds run (each: at most one fsync a store written)
         self.batches = 0  # batches they held (INFO: batches a round, the group commit's size)
         self.delivered = 0  # the last round whose replies reached the loop
+        self._last_round = 0  # batches the last round held
         self._settling: collections.deque[tuple[int, asyncio.Future[None]]] = collections.deque()
         self._thread = threading.Thread(target=self._run, name="logspool-resp-committer", daemon=True)
         self._thread.start()
@@ -642,6 +646,17 @@ class Committer:
                     self._cond.wait()
                 if not self._queue:
                     return
+                # Commit delay (PostgreSQL's commit_delay/commit_siblings): when the last round
+                # held more batches than are queued now, the writers of the others are likely
+                # about to send theirs (their replies just went out): wait for them, at most
+                # COMMIT_DELAY_S, so that one fsync covers them too. A lone writer never waits.
+                if self._last_round > len(self._queue) and not self._stopping:
+                    deadline = time.monotonic() + self.COMMIT_DELAY_S
+                    for _ in range(self._last_round):  # bounded: each turn one arrives, or time's up
+                        left = deadline - time.monotonic()
+                        if left <= 0 or len(self._queue) >= self._last_round:
+                            break
+                        self._cond.wait(left)
                 round_ = [self._queue.popleft()]
                 commands = len(round_[0][1])
                 while (
@@ -652,6 +667,7 @@ class Committer:
                     round_.append(self._queue.popleft())
                     commands += len(round_[-1][1])
                 count = len(round_)
+                self._last_round = count
             self.rounds += 1  # (before the decision: see ``settled``)
             number = self.rounds
             self.batches += count
