@@ -31,7 +31,7 @@ from redis.retry import Retry
 
 import logspool
 from logspool import client, kv
-from logspool.server import RespOptions
+from logspool.server import Limits, RespOptions
 from logspool.server._resp_kv import RedisKV, glob_match
 from logspool.server._resp_wire import RespLimits, RespParser, RespProtocolError
 from tests.server.conftest import Daemon, Running
@@ -580,6 +580,28 @@ def test_random_bytes_and_unterminated_arrays_harm_no_one_else(daemon: Daemon) -
     assert _alive(daemon.resp_port)
     for s in held:
         s.close()
+
+
+def test_connections_past_the_limit_are_refused_as_redis_does(tmp_path: Path) -> None:
+    running = Running(tmp_path / "data", resp=RespOptions(port=0), limits=Limits(connections_max=8))
+    try:
+        port = running.server.resp.options.port  # type: ignore[union-attr]
+        held = [raw_conn(port) for _ in range(8)]
+        for s in held:  # each is served (and so counted) before the next connects
+            s.sendall(b"PING\r\n")
+            assert s.recv(100) == b"+PONG\r\n"
+        extra = raw_conn(port)
+        assert read_until_closed(extra) == b"-ERR max number of clients reached\r\n"
+        extra.close()
+        held.pop().close()
+        wait_for(lambda: running.server.connection_count() < 8)
+        again = redis.Redis(port=port)
+        assert again.ping()
+        again.close()
+        for s in held:
+            s.close()
+    finally:
+        running.stop()
 
 
 def _rss_kib(pid: int) -> int:
