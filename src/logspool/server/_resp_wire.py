@@ -126,30 +126,40 @@ class RespParser:
             self._pos = pos
             return []
         bulk_max = limits.bulk_size_max if self.authenticated else limits.unauthenticated_bulk_size_max
+        line_max = limits.line_size_max
         total = 0
         args: list[bytes] = []
+        find = buf.find
+        # (the hot loop of every command: the line search and the count written out, no calls)
         for _ in range(count):
             if pos >= end:
                 return None
             if buf[pos] != 36:  # "$"
                 raise RespProtocolError(f"expected '$', got '{chr(buf[pos])}'")
-            nl = self._line_end(buf, pos, end, "bulk count")
+            nl = find(_CRLF, pos, min(end, pos + line_max + 2))
             if nl < 0:
+                if end - pos > line_max:
+                    raise RespProtocolError("too big bulk count string")
                 return None
-            size = _count(buf[pos + 1 : nl], "bulk length")
-            if size < 0 or size > bulk_max:
+            digits = buf[pos + 1 : nl]
+            if not digits.isdigit() or len(digits) > 19:  # (no sign: a negative length is invalid)
+                what = "bulk length" if self.authenticated else "unauthenticated bulk length"
+                raise RespProtocolError(f"invalid {what}")
+            size = int(digits)
+            if size > bulk_max:
                 what = "bulk length" if self.authenticated else "unauthenticated bulk length"
                 raise RespProtocolError(f"invalid {what}")
             total += size
             if total > limits.command_size_max:
                 raise RespProtocolError("command too large (more than command_size_max bytes)")
             start = nl + 2
-            if end < start + size + 2:
+            stop = start + size
+            if end < stop + 2:
                 return None
-            if buf[start + size : start + size + 2] != _CRLF:
+            if buf[stop] != 13 or buf[stop + 1] != 10:
                 raise RespProtocolError("bulk string not terminated by CRLF")
-            args.append(bytes(buf[start : start + size]))
-            pos = start + size + 2
+            args.append(bytes(buf[start:stop]))
+            pos = stop + 2
         self._pos = pos
         return args
 
