@@ -18,9 +18,10 @@ native protocol and embedded users).
 **Decisions.** Every write is one decision of the store (``_decide``: under its writer lock, after
 reading every op of every process), so INCR, APPEND, SET NX/GET and the rest are atomic for all
 processes; a MULTI/EXEC (or an MSET) is one decision, written in one write. Decisions here do not
-wait for their fsync (``durable=False``): the connection calls ``sync`` once for all the writes
-of a batch of pipelined commands, before any of their replies is sent, so an acknowledged write
-is durable (with the store's ``durability="always"``) and a pipeline of N writes costs one fsync.
+wait for their fsync (``durable=False``): the RESP committer runs a round of commands from every
+connection in one decision and calls ``sync`` once, before any of their replies is sent, so an
+acknowledged write is durable (with the store's ``durability="always"``) and a round of N writes
+costs one fsync.
 
 This module reaches into ``kv.Store``'s decision machinery (``_change``, ``_state``, the op
 classes of ``kv._ops``): Redis's read-modify-write commands (APPEND, SETRANGE, SET GET,
@@ -194,16 +195,6 @@ class RedisKV:
         self.store = store
 
     # --- views and decisions ------------------------------------------------------------------
-    @contextlib.contextmanager
-    def read(self, owner: str | None = None, *, catch_up: bool = True) -> Iterator[View]:
-        """The state under the store's mutex; ``catch_up``: read the op log's new ops first (what
-        other processes wrote; this handle's own decisions are applied as they are made)."""
-        store = self.store
-        with store._mutex:
-            if catch_up:
-                store._current()
-            yield View(store, store._clock(), owner)
-
     @contextlib.contextmanager
     def decide(self, owner: str | None = None) -> Iterator[Decision]:
         """One decision; its fsync is left to ``sync`` (see the module docstring)."""
