@@ -17,6 +17,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -34,7 +35,7 @@ from logspool import client, kv
 from logspool.server import Limits, RespOptions
 from logspool.server._resp_kv import RedisKV, glob_match
 from logspool.server._resp_wire import RespLimits, RespParser, RespProtocolError
-from tests.server.conftest import Daemon, Running
+from tests.server.conftest import Daemon, Running, free_port
 
 pytestmark = pytest.mark.skipif(
     shutil.which("redis-cli") is None or shutil.which("redis-benchmark") is None,
@@ -460,6 +461,30 @@ def test_auth_with_a_token(tmp_path: Path) -> None:
         s.close()
     finally:
         d.kill()
+
+
+def test_resp_from_the_config_file_alone(tmp_path: Path) -> None:
+    port = free_port()
+    config = tmp_path / "serve.toml"
+    config.write_text(f'data = "{tmp_path / "data"}"\nresp = "127.0.0.1:{port}"\nresp_kv = "cache"\n')
+    proc = subprocess.Popen([sys.executable, "-m", "logspool.cli", "serve", "--config", str(config)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # fmt: skip
+    try:
+
+        def up() -> bool:
+            try:
+                return bool(no_retry(port).ping())
+            except redis.ConnectionError:
+                assert proc.poll() is None, proc.stdout.read() if proc.stdout else b""  # type: ignore[union-attr]
+                return False
+
+        wait_for(up, 30)
+        assert no_retry(port).set("from-config", 1)
+        assert (tmp_path / "data" / "kv" / "cache").is_dir()  # --resp-kv's store
+    finally:
+        proc.kill()
+        proc.wait(30)
+    assert b"listening on" not in (proc.stdout.read() if proc.stdout else b"")  # RESP only: no native port
 
 
 def test_tls_on_the_resp_port(tmp_path: Path) -> None:
