@@ -161,6 +161,11 @@ class ActiveSegment:
             raise LockedError(self._root, timeout_s)
         self.single = True
 
+    def release_for_life(self) -> None:
+        """Give back a lifetime flock (an open that failed after taking it)."""
+        self.single = False
+        self._fs.unlock(self.lock_fd)
+
     def close_lock(self) -> None:
         """On close: release a lifetime flock (explicitly: a forked child may share the fd) and
         close the lock file."""

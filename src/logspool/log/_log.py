@@ -158,7 +158,6 @@ class Log:
         self._fs = fs or REAL
         self._lock_timeout_s = lock_timeout_s
         self._state = HandleState(self.path, readonly=readonly)
-        _HANDLES.add(self)
         # The last error of an automatic retention pass (after a rotation), if it failed: the
         # append that rotated succeeded, so the error is logged and kept here, not raised.
         self.retention_error: BaseException | None = None
@@ -182,6 +181,7 @@ class Log:
             gather=durability == "always",
             segment_age_max_ns=None if segment_age_max_s is None else int(segment_age_max_s * 1e9),
         )
+        _HANDLES.add(self)  # (once the parts a forked child touches exist)
         self._recovery = Recovery(self._fs, self.path, self._active, self._syncer, durability=durability)
         self._active.catch_up = self._recovery.catch_up
         level = None
@@ -214,7 +214,7 @@ class Log:
             try:
                 self._recovery.recover()
             except BaseException:
-                active.close_lock()
+                active.release_for_life()
                 raise
             return
         with self._writer.locked(self._lock_timeout_s):
