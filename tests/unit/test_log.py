@@ -762,3 +762,50 @@ def test_records_after_a_cutover_are_not_stamped_before_it_when_the_clock_steps_
         monkeypatch.undo()
         stamps = {r.payload: r.timestamp for r in log.read()}
     assert stamps[b"after"] >= created and stamps[b"other-after"] >= created
+
+
+class _HoldSyncUnlock(FileSystem):
+    """The seam: the thread named in ``hold`` stops in its next unlock of DIR/sync, still holding
+    the flock, until ``release`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hold: threading.Thread | None = None
+        self.holding = threading.Event()
+        self.release = threading.Event()
+
+    def unlock(self, fd: int) -> None:
+        if threading.current_thread() is self.hold and os.readlink(f"/proc/self/fd/{fd}").endswith("/sync"):
+            self.hold = None
+            self.holding.set()
+            self.release.wait(60)
+        super().unlock(fd)
+
+
+def test_reading_the_mark_never_drops_the_flock_this_handles_syncer_holds(log_dir: str) -> None:
+    """A flock belongs to the open file description a handle's threads share: a thread taking
+    DIR/sync shared while the syncer holds it exclusive converted the syncer's lock, and its
+    unlock dropped it, so another process could change the mark mid-sync (found writing down
+    the lock order, issue 30). Reading the mark now waits for the sync role."""
+    import fcntl
+
+    fs = _HoldSyncUnlock()
+    with logspool.open(log_dir, durability="always", fs=fs) as log:
+        log.append(b"a")
+        appender = threading.Thread(target=log.append, args=(b"b",))
+        fs.hold = appender
+        appender.start()
+        assert fs.holding.wait(60)  # the syncer holds DIR/sync exclusive, in its unlock
+        reading = threading.Thread(target=log._syncer.proven_end, args=(0,))
+        reading.start()
+        reading.join(2)  # before the fix it read and unlocked at once; now it waits for the role
+        probe = os.open(os.path.join(log_dir, fmt.SYNC_NAME), os.O_RDONLY)
+        try:
+            with pytest.raises(BlockingIOError):
+                fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)  # another process's view
+        finally:
+            fs.release.set()
+            appender.join(60)
+            reading.join(60)
+            os.close(probe)
+        assert not reading.is_alive() and log.next_lsn == 2

@@ -305,11 +305,18 @@ class Syncer:
         sync_map = self._map
         if sync_map is None:
             return 0
-        self._fs.lock_shared(self._fd)
+        # With the role: a flock belongs to the open file description the threads share, so
+        # taking it shared here while this handle's syncer holds it exclusive (during its fsync)
+        # would convert that lock, and the unlock below would drop it mid-fsync.
+        self.take_role()
         try:
-            mark = fmt.read_sync_mark(sync_map)
+            self._fs.lock_shared(self._fd)
+            try:
+                mark = fmt.read_sync_mark(sync_map)
+            finally:
+                self._fs.unlock(self._fd)
         finally:
-            self._fs.unlock(self._fd)
+            self.leave_role(0)
         return proven_offset(mark, base)
 
     def mark_unlocked(self) -> tuple[int, int]:
@@ -359,13 +366,17 @@ class Syncer:
         fs = self._fs
         sync_map = self._map
         assert sync_map is not None  # a writer maps it on open
-        fs.lock_blocking(self._fd)
+        self.take_role()  # (as proven_end: never flock the shared description under a syncer)
         try:
-            if fmt.read_sync_mark(sync_map) == (0, 0):
-                fmt.write_sync_mark(sync_map, 0, 0)  # the magic: the boot is read only with it
-            fmt.write_sync_boot(sync_map, boot)
+            fs.lock_blocking(self._fd)
+            try:
+                if fmt.read_sync_mark(sync_map) == (0, 0):
+                    fmt.write_sync_mark(sync_map, 0, 0)  # the magic: the boot is read only with it
+                fmt.write_sync_boot(sync_map, boot)
+            finally:
+                fs.unlock(self._fd)
         finally:
-            fs.unlock(self._fd)
+            self.leave_role(0)
 
     def publish_tail(self, base: int, offset: int, lsn: int, end: int) -> None:
         """Under the writer lock, after a write: tell the next writer where our last record is
