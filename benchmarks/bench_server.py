@@ -38,8 +38,8 @@ import threading
 import time
 from typing import Any
 
+from logspool import _wire as p
 from logspool import client
-from logspool.server import _protocol as p
 
 VALUE = b"v" * 100
 

@@ -23,10 +23,10 @@ import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from typing import Any
 
+from . import _wire as p
 from . import errors
 from .jobs import Idle, Job, JobStats
 from .kv import KVStats, Page, Value
-from .server import _protocol as p
 
 TIMEOUT_S_DEFAULT = 30.0
 _BUILTIN_ERRORS: dict[str, type[Exception]] = {"ValueError": ValueError, "TypeError": TypeError,

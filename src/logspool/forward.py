@@ -19,10 +19,10 @@ import threading
 import time
 from dataclasses import dataclass
 
+from . import _wire as p
 from .client import Client, connect
 from .errors import LogspoolError, RemoteError
 from .log import Log
-from .server import _protocol as p
 
 _logger = logging.getLogger("logspool.forward")
 

@@ -304,7 +304,7 @@ def test_kv_op_and_snapshot_vectors(tmp_path: Path) -> None:
 
 
 def test_protocol_vectors() -> None:
-    from logspool.server import _protocol as p
+    from logspool import _wire as p
 
     text = (ROOT / "docs" / "PROTOCOL.md").read_text()
     found = {

@@ -9,7 +9,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from logspool.server import _protocol as p
+from logspool import _wire as p
 
 SIZE_MAX = 1 << 16
 

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 import logspool
+from logspool import _wire as p
 from logspool import client, jobs, kv
 from logspool.errors import (
     KeyExistsError,
@@ -31,7 +32,6 @@ from logspool.errors import (
     ValueTypeError,
 )
 from logspool.server import Limits
-from logspool.server import _protocol as p
 from tests.server.conftest import Running
 
 

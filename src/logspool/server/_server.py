@@ -33,10 +33,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from .. import _wire as p
 from .. import errors, jobs, kv
+from .._wire import ProtocolError
 from ..log import Log
-from . import _protocol as p
-from ._protocol import ProtocolError
 from ._resp import RespFront, RespOptions
 from ._resp import _Connection as _RespConnection
 
