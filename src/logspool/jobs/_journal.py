@@ -37,7 +37,7 @@ from ..errors import JobNotFoundError, LeaseExpiredError
 from ..log import Durability
 from ..log._directory import to_ns
 from . import _ops as ops
-from ._state import NONE, JobEntry, State
+from ._state import NONE, JobEntry, Leases, State
 
 _logger = logging.getLogger("logspool.jobs")
 
@@ -302,7 +302,7 @@ class Journal(FoldedStore[State, ops.Op]):
         )
         self._check_open()
         self._ensure_version(4)
-        return self._log.append(ops.encode(op)) << ops.INDEX_BITS
+        return ops.item_id(self._log.append(ops.encode(op)), 0)
 
     def put_many(
         self,
@@ -329,9 +329,7 @@ class Journal(FoldedStore[State, ops.Op]):
         self._ensure_version(4)
         records = ops.encode_put_many(op, self._log.record_size_max)
         lsns = self._log.append_many([record for record, _ in records])
-        return [
-            lsn << ops.INDEX_BITS | i for lsn, (_, n) in zip(lsns, records, strict=True) for i in range(n)
-        ]
+        return [ops.item_id(lsn, i) for lsn, (_, n) in zip(lsns, records, strict=True) for i in range(n)]
 
     def _put_op(
         self,
@@ -429,37 +427,35 @@ class Journal(FoldedStore[State, ops.Op]):
         max_deliveries = state.max_deliveries or limits.JOB_MAX_DELIVERIES_DEFAULT
         chosen: list[Job] = []
         # The leases are one TAKE_MANY op, applied as each job is picked (the next pick sees it
-        # taken, so domains take turns) and written once; a burial in between ends it.
-        taken: list[int] = []
-        lsn = timestamp = 0
+        # taken, so domains take turns: ``State.leases``, the fold's own steps) and written once;
+        # a burial in between ends it.
+        leases: Leases | None = None
         # bounded: each turn takes a job or buries one, and there are finitely many
         for _ in range(count + limits.JOB_STALE_ENTRIES_MAX):
             entry = state.pick(now)
             if entry is None:
                 break
             if entry.deliveries >= max_deliveries:
-                if taken:
-                    w.write_applied(ops.TakeMany(tuple(taken), until))
-                    taken = []
+                if leases is not None:
+                    w.write_applied(leases.op())
+                    leases = None
                 reason = f"delivered {entry.deliveries} times (max_deliveries {max_deliveries})"
                 if entry.error:
                     reason += f"; last error: {entry.error}"
                 w.write(ops.Dead(entry.id, reason))
                 continue
-            if not taken:
+            if leases is None:
                 self._require_version(3)
-                lsn, timestamp = w.begin_applied()
-            token = lsn << ops.INDEX_BITS | len(taken)
-            if not state.take(token, timestamp, entry.id, until):
+                leases = state.leases(*w.begin_applied(), until)
+            if not leases.take(entry.id):
                 raise AssertionError(f"take: picked job {entry.id}, which cannot be taken")
-            taken.append(entry.id)
             chosen.append(_job(entry))
             if len(chosen) == count:
                 break
         else:
             raise AssertionError("take: no decision after looking at every index entry")
-        if taken:
-            w.write_applied(ops.TakeMany(tuple(taken), until))
+        if leases is not None:
+            w.write_applied(leases.op())
         if chosen:
             return chosen
         at = state.next_at()

@@ -63,6 +63,12 @@ INDEX_BITS = 16
 LIST_MAX = 1 << INDEX_BITS  # entries of a list op (TAKE_MANY, ACK_MANY, PUT_MANY)
 
 
+def item_id(lsn: int, index: int) -> int:
+    """The id of the ``index``-th item of the list op at ``lsn``: a PUT_MANY's job id, a
+    TAKE_MANY's lease token (index 0 is also a PUT's id: its lsn shifted)."""
+    return lsn << INDEX_BITS | index
+
+
 # How a put that finds a pending job for its key merges priority and not_before (2 bits each).
 REPLACE = 0
 KEEP = 1

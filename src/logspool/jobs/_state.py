@@ -178,10 +178,9 @@ class State:
         assert lsn == self.next_lsn, (lsn, self.next_lsn)
         self.next_lsn = lsn + 1
         if isinstance(op, ops.PutMany):
-            first = lsn << ops.INDEX_BITS
             put = self._put
             for i, (key, domain, payload) in enumerate(op.items):
-                put(first | i, timestamp_ns, key, domain, payload, op)
+                put(ops.item_id(lsn, i), timestamp_ns, key, domain, payload, op)
             return
         if isinstance(op, ops.Put):
             self._put(lsn, timestamp_ns, op.key, op.domain, op.payload, op)
@@ -190,9 +189,9 @@ class State:
             self.max_deliveries = op.max_deliveries
             return
         if isinstance(op, ops.TakeMany):
-            first = lsn << ops.INDEX_BITS
-            for i, job_id in enumerate(op.job_ids):
-                self.take(first | i, timestamp_ns, job_id, op.lease_until_ns)
+            leases = self.leases(lsn, timestamp_ns, op.lease_until_ns)
+            for job_id in op.job_ids:
+                leases.take(job_id)
             return
         if isinstance(op, ops.AckMany):
             for job_id, token in zip(op.job_ids, op.tokens, strict=True):
@@ -230,9 +229,12 @@ class State:
         elif isinstance(op, ops.Release):
             self._release(job)
 
-    def take(self, token: int, timestamp_ns: int, job_id: int, lease_until_ns: int) -> bool:
-        """One lease of a TAKE_MANY (its fold, and its writer as it picks): ``token`` is the
-        lease's order (ops.INDEX_BITS). False if the job cannot be taken (ops_ignored)."""
+    def leases(self, lsn: int, timestamp_ns: int, lease_until_ns: int) -> Leases:
+        """The TAKE_MANY at ``lsn``, applied a lease at a time: by the fold (``apply``), and by
+        the writer that picks its jobs (each pick must see the ones before it taken)."""
+        return Leases(self, lsn, timestamp_ns, lease_until_ns)
+
+    def _take_one(self, token: int, timestamp_ns: int, job_id: int, lease_until_ns: int) -> bool:
         job = self.jobs.get(job_id)
         if job is None or not self._takeable(job):
             self.counters["ops_ignored"] += 1
@@ -567,3 +569,28 @@ class State:
             pairs[(job.priority, job.domain)] = pairs.get((job.priority, job.domain), 0) + 1
         assert pairs == self._pair_jobs
         assert self.served.keys() <= pairs.keys()
+
+
+class Leases:
+    """One TAKE_MANY being applied (``State.leases``): the i-th job taken gets the lease token
+    ``ops.item_id(lsn, i)``; a job that cannot be taken is counted in ``ops_ignored`` and still
+    holds its index, as in the op (the fold and the writer agree on every token)."""
+
+    __slots__ = ("_state", "job_ids", "lease_until_ns", "lsn", "timestamp_ns")
+
+    def __init__(self, state: State, lsn: int, timestamp_ns: int, lease_until_ns: int) -> None:
+        self._state = state
+        self.lsn = lsn
+        self.timestamp_ns = timestamp_ns
+        self.lease_until_ns = lease_until_ns
+        self.job_ids: list[int] = []
+
+    def take(self, job_id: int) -> bool:
+        """Lease ``job_id`` as the op's next entry; False if it cannot be taken."""
+        token = ops.item_id(self.lsn, len(self.job_ids))
+        self.job_ids.append(job_id)
+        return self._state._take_one(token, self.timestamp_ns, job_id, self.lease_until_ns)
+
+    def op(self) -> ops.TakeMany:
+        """The op these leases make."""
+        return ops.TakeMany(tuple(self.job_ids), self.lease_until_ns)
