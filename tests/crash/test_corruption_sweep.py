@@ -1,6 +1,6 @@
 """The corruption sweep, a bounded sample of it: every store, clean and killed, damaged at random.
 
-``logspool torture corrupt`` (src/logspool/_torture.py) makes a log, a job journal, a key-value
+``logspool torture corrupt`` (src/logspool/cli/_sweep.py) makes a log, a job journal, a key-value
 store and a checkpointed file, closed cleanly and killed with SIGKILL mid-work, then damages one
 of their files per trial (bit flip, byte change, zeroed 512 bytes, truncation, garbage appended,
 a block copied elsewhere) and reads everything back as a user would. Each trial is an error

@@ -29,10 +29,10 @@ from collections.abc import Callable, Generator, Iterator
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from . import limits
+from .. import limits
 
 if TYPE_CHECKING:
-    from .kv import Value  # the store and the client are imported by the commands (CLI start-up)
+    from ..kv import Value  # the store and the client are imported by the commands (CLI start-up)
 
 _PAGE_COUNT = 1000  # keys a range or match page holds
 _PAGE_BYTES_MAX = 4 * 1024 * 1024  # and bytes of keys and values (or one value)
@@ -55,12 +55,12 @@ class _Target:
 @contextlib.contextmanager
 def _open(args: argparse.Namespace, *, create: bool) -> Iterator[_Target]:
     if args.server is None:
-        from . import kv
+        from .. import kv
 
         with kv.open(args.dir, create=create) as store:
             yield _Target(store, args.dir)
         return
-    from .client import connect
+    from ..client import connect
 
     token = args.token or os.environ.get("LOGSPOOL_TOKEN")
     with connect(args.server, token=token, timeout=30) as client:
@@ -128,7 +128,7 @@ def _text(value: object, *, line: bool) -> str:
 
 
 def _type_of(value: object) -> str:
-    from .kv import _ops as ops
+    from ..kv import _ops as ops
 
     return ops.TYPES[ops.encode_value(value)[0]]
 

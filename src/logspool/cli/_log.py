@@ -14,14 +14,15 @@ from collections.abc import Callable, Generator, Iterator, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from . import _cli_jobs, _cli_kv, _cli_server, _progress, limits
-from .errors import LogspoolError
+from .. import _progress, limits
+from ..errors import LogspoolError
+from . import _jobs, _kv, _server
 
 if TYPE_CHECKING:
-    from . import _format as fmt
-    from ._reader import Reader
-    from ._retention import Retention
-    from .log import Log
+    from .. import _format as fmt
+    from .._reader import Reader
+    from .._retention import Retention
+    from ..log import Log
 
 # Each command imports what it uses when it runs, so that `logspool --help` and a small
 # `logspool append` start in well under 100 ms (issue 29).
@@ -68,7 +69,7 @@ def _say_if_locked(command: str, path: str, timeout_s: float) -> None:
     at once (the command then waits up to ``timeout_s``), rather than wait in silence."""
     import fcntl
 
-    from . import _format as fmt
+    from .. import _format as fmt
 
     try:
         fd = os.open(os.path.join(path, fmt.LOCK_NAME), os.O_RDONLY | os.O_CLOEXEC)
@@ -89,7 +90,7 @@ def _say_if_locked(command: str, path: str, timeout_s: float) -> None:
 
 
 def _cmd_append(args: argparse.Namespace) -> int:
-    from .log import Log
+    from ..log import Log
 
     _say_if_locked("append", args.dir, args.lock_timeout)
     with Log(args.dir, durability=args.durability, lock_timeout_s=args.lock_timeout) as log:
@@ -133,8 +134,8 @@ def _cmd_append(args: argparse.Namespace) -> int:
 def _cmd_cat(args: argparse.Namespace) -> int:
     if args.server is not None:
         return _cat_remote(args)
-    from ._subscribers import Subscriber
-    from .log import Log
+    from .._subscribers import Subscriber
+    from ..log import Log
 
     with Log(args.dir, readonly=True, create=False) as log:
         if args.last is not None:  # `logspool tail`: the last N records, then what comes
@@ -208,7 +209,7 @@ def _print_batches(
 
 def _cat_remote(args: argparse.Namespace) -> int:
     """cat and tail of a log the daemon at --server serves (DIR is the log's name there)."""
-    from .client import connect
+    from ..client import connect
 
     if args.subscriber is not None:
         raise SystemExit(
@@ -396,7 +397,7 @@ def _subscriber_dicts(log: Log) -> list[dict[str, Any]]:
 
 
 def _info_dict(path: str) -> dict[str, Any]:
-    from .log import Log
+    from ..log import Log
 
     with Log(path, readonly=True, create=False) as log:
         info = log.info()
@@ -453,7 +454,7 @@ def _print_subscribers(subs: list[dict[str, Any]]) -> None:
 
 
 def _cmd_subscriber(args: argparse.Namespace) -> int:
-    from .log import Log
+    from ..log import Log
 
     with Log(args.dir, readonly=True, create=False) as log:
         action = args.action
@@ -484,7 +485,7 @@ def _cmd_subscriber(args: argparse.Namespace) -> int:
 
 
 def _policy_from_args(args: argparse.Namespace) -> Retention | None:
-    from ._retention import Retention
+    from .._retention import Retention
 
     if not (args.consumed or args.max_age or args.max_size or args.expire_idle):
         return None
@@ -497,7 +498,7 @@ def _policy_from_args(args: argparse.Namespace) -> Retention | None:
 
 
 def _cmd_retention(args: argparse.Namespace) -> int:
-    from .log import Log
+    from ..log import Log
 
     with Log(args.dir, readonly=True, create=False) as log:
         given = _policy_from_args(args)
@@ -586,7 +587,7 @@ def _meta_dict(meta: fmt.Meta) -> dict[str, Any]:
 
 
 def _cmd_meta(args: argparse.Namespace) -> int:
-    from .log import Log
+    from ..log import Log
 
     with Log(args.dir, readonly=True, create=False) as log:
         obj = _meta_dict(log.meta)
@@ -600,7 +601,7 @@ def _cmd_meta(args: argparse.Namespace) -> int:
 
 def _cmd_monitor(args: argparse.Namespace) -> int:
     """A live view that redraws in place; Ctrl-C ends it with exit 0."""
-    from .log import Log
+    from ..log import Log
 
     with Log(args.dir, readonly=True, create=False) as log:
         last: tuple[float, int] | None = None
@@ -659,7 +660,7 @@ class _SegmentProgress:
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
-    from ._verify import verify
+    from .._verify import verify
 
     with _SegmentProgress("verify", args.dir) as shown:
         report = verify(args.dir, progress=shown)
@@ -694,8 +695,8 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
 
 def _cmd_create(args: argparse.Namespace) -> int:
-    from . import _format as fmt
-    from .log import Log
+    from .. import _format as fmt
+    from ..log import Log
 
     if os.path.exists(os.path.join(args.dir, fmt.META_NAME)):
         raise ValueError(f"{args.dir} is a log already (its settings are fixed at creation)")
@@ -715,7 +716,7 @@ def _cmd_create(args: argparse.Namespace) -> int:
 
 
 def _cmd_repair(args: argparse.Namespace) -> int:
-    from ._repair import repair
+    from .._repair import repair
 
     with _SegmentProgress("repair", args.dir) as shown:
         report = repair(args.dir, dry_run=args.dry_run, lock_timeout_s=args.lock_timeout, progress=shown)
@@ -739,8 +740,8 @@ def _cmd_repair(args: argparse.Namespace) -> int:
 
 
 def _cmd_ckpt(args: argparse.Namespace) -> int:
-    from .ckpt import CheckpointFile
-    from .ckpt import _tools as _ckpt_tools
+    from ..ckpt import CheckpointFile
+    from ..ckpt import _tools as _ckpt_tools
 
     if args.action == "pound":
         done = _ckpt_tools.pound(
@@ -810,20 +811,20 @@ def _cmd_ckpt(args: argparse.Namespace) -> int:
 
 
 def _cmd_torture(args: argparse.Namespace) -> int:
-    from . import _torture
+    from . import _sweep
 
     if args.trials < 1:
         raise SystemExit(f"logspool torture corrupt: --trials must be 1 or more, not {args.trials}")
-    report = _torture.sweep(
+    report = _sweep.sweep(
         args.trials,
         seed=args.seed,
-        stores=tuple(args.store or _torture.STORES),
-        modes=tuple(args.mode or _torture.MODES),
+        stores=tuple(args.store or _sweep.STORES),
+        modes=tuple(args.mode or _sweep.MODES),
         workdir=args.dir,
         progress=None if args.json else lambda line: print(line, file=sys.stderr, flush=True),
     )
     if args.json:
-        print(_torture.main_json(report))
+        print(_sweep.main_json(report))
     else:
         print(report.table())
         for example in report.examples:
@@ -833,7 +834,7 @@ def _cmd_torture(args: argparse.Namespace) -> int:
 
 
 def _cmd_cutover(args: argparse.Namespace) -> int:
-    from .log import Log
+    from ..log import Log
 
     with Log(args.dir, create=False) as log:
         base = log.cutover()
@@ -842,7 +843,7 @@ def _cmd_cutover(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from .demo import DemoDirError, run
+    from ..demo import DemoDirError, run
 
     try:
         return run(args.dir, writers=args.writers, records=args.records, force=args.force)
@@ -1043,9 +1044,9 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--json", action="store_true")
     p.set_defaults(func=_cmd_torture)
 
-    _cli_jobs.add_parser(sub)
-    _cli_kv.add_parser(sub)
-    _cli_server.add_parser(sub)
+    _jobs.add_parser(sub)
+    _kv.add_parser(sub)
+    _server.add_parser(sub)
 
     p = sub.add_parser("demo", help="writer processes, a tailing reader, a cutover, info")
     p.add_argument(
@@ -1072,7 +1073,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (LogspoolError, OSError, ValueError, TypeError) as err:
         print(f"logspool {args.command}: {err}", file=sys.stderr)
         return 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -41,8 +41,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     import logging
     import ssl
 
-    from .client import parse_address
-    from .server import Limits, RespOptions, Server
+    from ..client import parse_address
+    from ..server import Limits, RespOptions, Server
 
     conf = _settings(args)
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)  # a client that went away is an error, not death
@@ -98,7 +98,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _cmd_stats(args: argparse.Namespace) -> int:
-    from .client import connect
+    from ..client import connect
 
     token = args.token or os.environ.get("LOGSPOOL_TOKEN")
     with connect(args.server, token=token, timeout=10) as c:
@@ -114,7 +114,7 @@ def _cmd_stats(args: argparse.Namespace) -> int:
 def _cmd_forward(args: argparse.Namespace) -> int:
     import logging
 
-    from .forward import forward
+    from ..forward import forward
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     token = args.token or os.environ.get("LOGSPOOL_TOKEN")

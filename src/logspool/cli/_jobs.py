@@ -12,11 +12,11 @@ import sys
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from . import limits
-from .errors import LogspoolError
+from .. import limits
+from ..errors import LogspoolError
 
 if TYPE_CHECKING:
-    from . import jobs  # imported by the commands that run (CLI start-up, issue 29)
+    from .. import jobs  # imported by the commands that run (CLI start-up, issue 29)
 
 IDLE_EXIT = 3
 
@@ -67,7 +67,7 @@ def _job_table(listed: list[jobs.Job]) -> str:
 
 def _lease(journal: jobs.Journal, job_id: int, token: int) -> jobs.Job:
     """The job as its lease holder knows it (id and token), for ack, nack, release and extend."""
-    from . import jobs
+    from .. import jobs
 
     try:
         job = journal.job(job_id)
@@ -77,14 +77,14 @@ def _lease(journal: jobs.Journal, job_id: int, token: int) -> jobs.Job:
 
 
 def _cmd(args: argparse.Namespace) -> int:
-    from . import jobs
+    from .. import jobs
 
     with jobs.open(args.dir, create=args.action == "put") as journal:
         return _run(journal, args)
 
 
 def _run(journal: jobs.Journal, args: argparse.Namespace) -> int:
-    from . import jobs
+    from .. import jobs
 
     action = args.action
     out: Any = None

@@ -35,7 +35,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .errors import LogspoolError
+from ..errors import LogspoolError
 
 STORES = ("log", "jobs", "kv", "ckpt")
 MODES = ("clean", "kill")
@@ -202,7 +202,7 @@ def make_template(root: str, store: str, mode: str, rng: random.Random) -> Truth
     if store == "ckpt" and mode == "clean":
         child.send_signal(signal.SIGKILL)  # (after a clean checkpoint: roll the unfinished one back)
         child.communicate()
-        from .ckpt import CheckpointFile
+        from ..ckpt import CheckpointFile
 
         CheckpointFile(path).close()
     else:
