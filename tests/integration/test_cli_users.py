@@ -180,12 +180,12 @@ def _commands(
 def test_every_command_that_prints_a_result_has_json() -> None:
     """Issue 29: --json on every command that prints. Exempt: what prints no result of its own
     (serve, forward's single JSON line, the live monitor, the demo, pound and pummel loops)."""
-    from logspool.cli import _log
+    from logspool.cli import _main
 
     exempt = {"serve", "forward", "monitor", "demo", "ckpt pound", "ckpt pummel"}
     missing = [
         words
-        for words, parser in _commands(_log._parser()).items()
+        for words, parser in _commands(_main._parser()).items()
         if words not in exempt and not any("--json" in a.option_strings for a in parser._actions)
     ]
     assert missing == []

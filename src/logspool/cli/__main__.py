@@ -1,6 +1,6 @@
 """``python -m logspool.cli``: the same command as ``logspool`` (the tests and the daemon's
 fixtures start it so)."""
 
-from ._log import main
+from ._main import main
 
 raise SystemExit(main())

@@ -1,4 +1,10 @@
-"""``logspool serve`` (the daemon) and ``logspool stats --server ADDR``."""
+"""``logspool serve`` (the daemon), ``logspool forward`` (a local log's records to a daemon's
+log) and ``logspool stats --server ADDR`` (a running daemon's counters).
+
+Invariants: the command line's settings override the config file's (``serve --config``), and
+an unknown setting there is an error, not ignored; the daemon, the client, the forwarder and
+asyncio are imported only by the command that runs them (CLI start-up, issue 29).
+"""
 
 from __future__ import annotations
 
