@@ -1,16 +1,19 @@
-"""The RESP stream commands on logs (XADD, XLEN, XRANGE, XREVRANGE, XREAD), parsed here and run
-by ``_resp_streams.Streams``; a blocked XREAD is handed back to the connection as a ``Block``.
+"""The RESP stream commands on logs (XADD, XTRIM, XDEL, XLEN, XRANGE, XREVRANGE, XREAD), parsed
+here and run by ``_resp_streams.Streams``; a blocked XREAD is handed back to the connection as a
+``Block``. The consumer group commands (XGROUP, XREADGROUP, XACK...) are in
+``_resp_group_commands.py``, registered when this module is imported (at its end).
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from . import _resp_wire as w
 from ._resp_commands import Block, _arity_error, _int, _stream_name, command
 from ._resp_kv import RedisError
-from ._resp_streams import ID_MAX, STREAM_REPLY_COUNT_MAX, Cursor, entries_reply, parse_id
+from ._resp_streams import ID_MAX, STREAM_REPLY_COUNT_MAX, Cursor, Id, entries_reply, parse_id, strict_id
 
 if TYPE_CHECKING:
     from ._resp import Session
@@ -20,27 +23,117 @@ if TYPE_CHECKING:
 @command("XADD", -5, "stream")
 def _xadd(s: Session, args: list[bytes]) -> bytes:
     name = _stream_name(args[1])
-    i = 2
-    nomkstream = False
-    while i < len(args) and args[i].upper() in (b"NOMKSTREAM", b"MAXLEN", b"MINID", b"LIMIT"):
-        if args[i].upper() != b"NOMKSTREAM":
-            raise RedisError("ERR logspool streams are trimmed by the log's retention (logspool retention), "
-                             "not by XADD MAXLEN or MINID")  # fmt: skip
-        nomkstream = True
-        i += 1
+    trim, i, nomkstream = parse_trim(args, 2, xadd=True)
     if i >= len(args):
         raise _arity_error(b"xadd")
-    if args[i] != b"*":
-        raise RedisError("ERR logspool assigns stream ids itself (<ms>-<lsn>): XADD takes the id '*' only")
+    wanted = None if args[i] == b"*" else strict_id(args[i], seq_auto=True)
     fields = args[i + 1 :]
     if not fields or len(fields) % 2:
         raise _arity_error(b"xadd")
+    if wanted == (0, 0):
+        raise RedisError("ERR The ID specified in XADD must be greater than 0-0")
     log = s.front.streams.log(name, create=not nomkstream)
     if log is None:
         return s.nil()
-    entry_id = s.front.streams.add(log, fields)
+    entry_id = s.front.streams.add(log, fields, wanted)
     s._wrote_logs[name] = log
+    if trim is not None:
+        s.front.streams.trim(log, maxlen=trim.maxlen, minid=trim.minid, limit=trim.limit)
     return w.bulk(entry_id)
+
+
+@dataclass(frozen=True, slots=True)
+class Trim:
+    """XTRIM's or XADD's trimming: MAXLEN ~ n or MINID ~ id, LIMIT n (0: none)."""
+
+    maxlen: int | None
+    minid: Id | None
+    limit: int
+
+
+EXACT_TRIM = (
+    "ERR logspool removes entries only a whole segment at a time (by the log's retention): trim "
+    "with '~' (MAXLEN ~ n, MINID ~ id); an exact trim ('=' or no '~') is not supported"
+)
+
+
+def parse_trim(args: list[bytes], i: int, *, xadd: bool) -> tuple[Trim | None, int, bool]:
+    """Redis's trimming options from ``args[i]`` on: the trim (None if none was given), the index
+    of the first argument after them (XADD's id), and NOMKSTREAM (XADD only)."""
+    maxlen: int | None = None
+    minid: Id | None = None
+    limit: int | None = None
+    approx = False
+    nomkstream = False
+    for _ in range(len(args)):  # bounded: each turn takes at least one argument
+        if i >= len(args):
+            break
+        option = args[i].upper()
+        more = len(args) - i - 1
+        if xadd and args[i] == b"*":
+            break
+        if option in (b"MAXLEN", b"MINID") and more:
+            if maxlen is not None or minid is not None:
+                raise RedisError(
+                    "ERR syntax error, MAXLEN and MINID options at the same time are not compatible"
+                )
+            approx = False
+            if more >= 2 and args[i + 1] in (b"~", b"="):
+                approx = args[i + 1] == b"~"
+                i += 1
+            if option == b"MAXLEN":
+                maxlen = _int(args[i + 1])
+                if maxlen < 0:
+                    raise RedisError("ERR The MAXLEN argument must be >= 0.")
+            else:
+                ms, seq = strict_id(args[i + 1])
+                minid = (ms, 0 if seq is None else seq)
+            i += 2
+        elif option == b"LIMIT" and more:
+            limit = _int(args[i + 1])
+            if limit < 0:
+                raise RedisError("ERR The LIMIT argument must be >= 0.")
+            i += 2
+        elif xadd and option == b"NOMKSTREAM":
+            nomkstream = True
+            i += 1
+        elif xadd:
+            break  # the id
+        else:
+            raise RedisError("ERR syntax error")
+    if maxlen is None and minid is None:
+        if limit is not None:
+            raise RedisError("ERR syntax error, LIMIT cannot be used without specifying a trimming strategy")
+        if not xadd:
+            raise RedisError("ERR syntax error, XTRIM must be called with a trimming strategy")
+        return None, i, nomkstream
+    if limit is not None and not approx:
+        raise RedisError("ERR syntax error, LIMIT cannot be used without the special ~ option")
+    if not approx:
+        raise RedisError(EXACT_TRIM)
+    return Trim(maxlen, minid, limit or 0), i, nomkstream
+
+
+@command("XTRIM", -4, "jobs")  # (kind "jobs": runs in the pool, durable on its own)
+def _xtrim(s: Session, args: list[bytes]) -> bytes:
+    name = _stream_name(args[1])
+    trim, i, _ = parse_trim(args, 2, xadd=False)
+    if i != len(args):
+        raise RedisError("ERR syntax error")
+    assert trim is not None
+    log = s.front.streams.log(name, create=False)
+    if log is None:
+        return w.ZERO
+    return w.integer(s.front.streams.trim(log, maxlen=trim.maxlen, minid=trim.minid, limit=trim.limit))
+
+
+@command("XDEL", -3, "stream")
+def _xdel(s: Session, args: list[bytes]) -> bytes:
+    _stream_name(args[1])
+    raise RedisError(
+        "ERR logspool logs are append-only: an entry cannot be deleted alone; whole segments go "
+        "by the log's retention (XTRIM key MAXLEN ~ n, MINID ~ id; logspool retention)"
+    )
 
 
 @command("XLEN", 2, "stream")
@@ -128,3 +221,7 @@ def _xread(s: Session, args: list[bytes]) -> bytes | Block:
     deadline = None if not block_ms else time.monotonic() + block_ms / 1000
     watch = ["logs/" + c.name for c in cursors]
     return Block(watch, lambda: (s.xread_now(cursors, count), None), deadline, w.null_array(s.proto))
+
+
+# The consumer group commands register themselves on import: the server imports this module only.
+from . import _resp_group_commands  # noqa: E402, F401

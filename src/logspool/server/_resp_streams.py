@@ -9,7 +9,12 @@ path outside the data directory. Reading commands never create a log; XADD does.
 and its lsn. Both are stored in the record (FORMAT.md), so ids are the same after a restart and
 for every process; lsns grow by one per record and timestamps never decrease along a log, so ids
 order exactly as the log does, and a time alone (``XRANGE key 1700000000000 +``) selects by time
-as in Redis. XADD takes ``*`` only: the log assigns the lsn, so a client cannot choose an id.
+as in Redis. The log assigns the lsn, so XADD takes ``*``, or an id the log would give the
+entry anyway (``MS-*`` or ``MS-<next lsn>``, MS not below the last entry's): see ``Streams.add``.
+
+**Trimming.** A log loses records only a whole sealed segment at a time, from the front
+(``_retention.py``). XTRIM and XADD's MAXLEN/MINID with ``~`` (Redis's "about") remove the
+segments that the threshold lets go entirely (``Streams.trim``); an exact trim (``=``) is refused.
 
 **Fields.** A record is one payload. XADD with the single field ``payload`` stores the value's
 bytes as they are (so records appended by ``Log.append`` or the native protocol read back as
@@ -27,10 +32,12 @@ import struct
 import time
 from dataclasses import dataclass
 
+from .._retention import Retention
 from .._watch import _IN_CLOEXEC, _IN_NONBLOCK, _MASK, _libc
 from ..errors import PositionError
 from ..log import Log
 from . import _resp_wire as w
+from ._resp_groups import MS_MAX, Groups
 from ._resp_kv import RedisError
 
 FIELDS_MAGIC = b"LSXF\x00\x01"
@@ -107,6 +114,17 @@ def parse_id(raw: bytes, *, end: bool = False) -> tuple[Id, bool]:
     return (ms, seq), exclusive
 
 
+def strict_id(raw: bytes, *, seq_auto: bool = False) -> tuple[int, int | None]:
+    """An exact id: ``MS-SEQ`` or ``MS`` (``MS-0``); with ``seq_auto``, ``MS-*`` too (seq None)."""
+    ms_text, dash, seq_text = raw.partition(b"-")
+    if ms_text.isdigit() and (not dash or seq_text.isdigit() or (seq_auto and seq_text == b"*")):
+        ms = int(ms_text)
+        seq = None if seq_text == b"*" else int(seq_text) if dash else 0
+        if ms <= ID_MAX and (seq is None or seq <= ID_MAX):
+            return ms, seq
+    raise RedisError("ERR Invalid stream ID specified as stream command argument")
+
+
 def entries_reply(entries: list[Entry]) -> bytes:
     return w.array([w.array([w.bulk(eid), w.bulks(fields)]) for eid, fields in entries])
 
@@ -128,6 +146,11 @@ class Streams:
     def __init__(self, stores: object, data: str) -> None:
         self.stores = stores
         self.data = data
+        self.groups = Groups(data, stores.durability)  # type: ignore[attr-defined]
+
+    def close(self) -> None:
+        """Close the consumer groups' stores (each op is durable already)."""
+        self.groups.close()
 
     def path(self, name: str) -> str:
         return os.path.join(self.data, "logs", name)
@@ -141,13 +164,84 @@ class Streams:
         return self.stores.get("logs", name)  # type: ignore[attr-defined,no-any-return]
 
     # --- writing ------------------------------------------------------------------------------
-    def add(self, log: Log, fields: list[bytes]) -> bytes:
-        """Append one entry; its id. Not yet durable: the caller syncs the log before replying."""
+    def add(self, log: Log, fields: list[bytes], wanted: tuple[int, int | None] | None = None) -> bytes:
+        """Append one entry; its id. Not yet durable: the caller syncs the log before replying.
+
+        ``wanted``: an explicit id (``strict_id``). An id is ``<ms>-<lsn>`` and the log gives the
+        lsn, so the only ids it can honour are those it would give: the sequence is the next lsn
+        (or ``*``) and the time is not below the last entry's (timestamps never decrease); the
+        record's timestamp is then that millisecond. Any other id is refused with Redis's error
+        where Redis would refuse it too (not above the last id), else with one naming why."""
         payload = encode_fields(fields)
         with log.exclusive(sync=False) as tail:
             stamp = max(time.time_ns(), tail.timestamp)
+            if wanted is not None:
+                stamp = self._wanted_stamp(wanted, tail.next_lsn, tail.timestamp)
             [lsn] = tail.append_many([payload], timestamp=stamp)
         return format_id(stamp, lsn)
+
+    @staticmethod
+    def _wanted_stamp(wanted: tuple[int, int | None], next_lsn: int, last_ns: int) -> int:
+        ms, seq = wanted
+        if (ms, seq) == (0, 0):
+            raise RedisError("ERR The ID specified in XADD must be greater than 0-0")
+        last_ms = last_ns // 1_000_000
+        rule = (f"(logspool assigns ids <ms>-<lsn>: give '*' only, or the id it would assign: "
+                f"<ms>-{next_lsn} or <ms>-* with ms >= {last_ms})")  # fmt: skip
+        last = (last_ms, next_lsn - 1) if next_lsn else (0, 0)
+        if (ms, next_lsn if seq is None else seq) <= last:
+            raise RedisError(
+                f"ERR The ID specified in XADD is equal or smaller than the target stream top item {rule}"
+            )
+        if seq is not None and seq != next_lsn:
+            raise RedisError(f"ERR the sequence of this stream's next id is its next lsn, {next_lsn} {rule}")
+        if ms >= MS_MAX:
+            raise RedisError(
+                f"ERR logspool keeps times in ns since the epoch: an id's ms must be below {MS_MAX}"
+            )
+        return max(ms * 1_000_000, last_ns)
+
+    def trim(self, log: Log, *, maxlen: int | None, minid: Id | None, limit: int) -> int:
+        """Remove the sealed segments at the front of the log whose every entry the threshold
+        lets go: with ``maxlen``, at least that many entries stay; with ``minid``, no entry with
+        an id at or above it goes. ``limit`` > 0: remove at most that many entries. Returns the
+        entries removed. Durable on return (retention fsyncs the directory).
+
+        Done by retention itself: under the writer lock (no append can change the sizes), a
+        one-off ``Retention(size_max=...)`` of exactly the size of the segments kept, so that
+        the same code removes segments as for every other policy."""
+        with log.exclusive(sync=False):
+            info = log.info()
+            segments = info.segments
+            drop = 0
+            for i in range(len(segments) - 1):  # never the active (last) segment
+                next_base = segments[i + 1].base_lsn
+                if limit and next_base - info.first_lsn > limit:
+                    break
+                if maxlen is not None and info.next_lsn - next_base < maxlen:
+                    break
+                if minid is not None:
+                    last = self._last_id_before(log, next_base)
+                    if last is None or last >= minid:
+                        break
+                drop = i + 1
+            if not drop:
+                return 0
+            kept = sum(seg.size for seg in segments[drop:])
+            log.enforce_retention(Retention(size_max=kept))
+        return log.info().first_lsn - info.first_lsn
+
+    @staticmethod
+    def _last_id_before(log: Log, lsn: int) -> Id | None:
+        try:
+            reader = log.reader(lsn - 1)
+        except PositionError:
+            return None
+        try:
+            rec = reader.next(timeout=0)
+            return None if rec is None else (rec.timestamp // 1_000_000, rec.lsn)
+        finally:
+            reader.close()
 
     # --- reading ------------------------------------------------------------------------------
     def length(self, log: Log) -> int:

@@ -1,0 +1,640 @@
+"""The RESP consumer group commands (XGROUP, XREADGROUP, XACK, XPENDING, XCLAIM, XAUTOCLAIM,
+XINFO): parsing and replies; the state and its durability are ``_resp_groups.GroupStore``'s.
+docs/RESP.md ("Consumer groups") lists what each does here and what differs from Redis.
+
+They are of kind "jobs" for the command table: they run in the server's thread pool and are
+durable on their own (each change is an op of the stream's group store, fsynced before the
+reply), as the Disque commands are. XREADGROUP BLOCK is handed back to the connection as a
+``Block``: it waits on the event loop, holding no thread, woken by an append to the log.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from ..log import Log
+from . import _resp_wire as w
+from ._resp_commands import Block, _int, _stream_name, command
+from ._resp_groups import (
+    GroupStore,
+    Id,
+    NoGroupError,
+    consumer_bytes,
+    consumer_name,
+    group_name,
+    last_id,
+    lsn_after,
+    now_ms,
+)
+from ._resp_kv import RedisError
+from ._resp_streams import (
+    ID_MAX,
+    STREAM_REPLY_BYTES_MAX,
+    STREAM_REPLY_COUNT_MAX,
+    decode_fields,
+    parse_id,
+    strict_id,
+)
+
+if TYPE_CHECKING:
+    from ._resp import Session
+
+GroupEntry = tuple[Id, bytes | None]  # an id and its payload (None: the log no longer holds it)
+
+
+def _id_text(eid: Id) -> bytes:
+    return b"%d-%d" % eid
+
+
+def _entry(s: Session, eid: Id, payload: bytes | None) -> bytes:
+    fields = w.null_array(s.proto) if payload is None else w.bulks(decode_fields(payload))
+    return w.array([w.bulk(_id_text(eid)), fields])
+
+
+def _entries(s: Session, entries: Sequence[GroupEntry]) -> bytes:
+    return w.array([_entry(s, eid, payload) for eid, payload in entries])
+
+
+def _log(s: Session, name: str) -> Log | None:
+    return s.front.streams.log(name, create=False)
+
+
+def _store(s: Session, raw_key: bytes, group: str, command: str = "") -> tuple[Log, GroupStore]:
+    """The stream's log and group store, or ``-NOGROUP`` as Redis answers for a missing key."""
+    name = _stream_name(raw_key)
+    log = _log(s, name)
+    store = None if log is None else s.front.streams.groups.store(name, log, create=False)
+    if log is None or store is None:
+        raise NoGroupError(f"NOGROUP No such key '{name}' or consumer group '{group}'{command}")
+    return log, store
+
+
+def _position(log: Log, raw: bytes) -> tuple[int, Id]:
+    """The next lsn and last id of a group set to ``raw`` (``$``: the end of the log)."""
+    if raw == b"$":
+        last, next_lsn = last_id(log)
+        return next_lsn, last
+    ms, seq = strict_id(raw)
+    eid = (ms, 0 if seq is None else seq)
+    return lsn_after(log, eid), eid
+
+
+# --- XGROUP ---------------------------------------------------------------------------------------
+XGROUP_HELP = [
+    "XGROUP <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    "CREATE <key> <groupname> <id|$> [MKSTREAM] [ENTRIESREAD entries_read]",
+    "    Create a new consumer group (a durable subscriber of the log, same name).",
+    "CREATECONSUMER <key> <groupname> <consumer>",
+    "    Create a new consumer in the specified group.",
+    "DELCONSUMER <key> <groupname> <consumer>",
+    "    Remove the specified consumer (and its pending entries).",
+    "DESTROY <key> <groupname>",
+    "    Remove the specified group (and its durable subscriber).",
+    "SETID <key> <groupname> <id|$> [ENTRIESREAD entries_read]",
+    "    Set the current group ID (ENTRIESREAD is accepted and ignored: entries-read is exact).",
+    "HELP",
+    "    Print this help.",
+]
+
+
+@command("XGROUP", -2, "jobs")
+def _xgroup(s: Session, args: list[bytes]) -> bytes:
+    sub = args[1].upper()
+    if sub == b"HELP" and len(args) == 2:
+        return w.array([w.simple(line) for line in XGROUP_HELP])
+    shapes = {
+        b"CREATE": (5, 8),
+        b"SETID": (5, 7),
+        b"DESTROY": (4, 4),
+        b"CREATECONSUMER": (5, 5),
+        b"DELCONSUMER": (5, 5),
+    }
+    low, high = shapes.get(sub, (0, -1))
+    if not low <= len(args) <= high:
+        typed = args[1].decode(errors="replace")
+        raise RedisError(
+            f"ERR unknown subcommand or wrong number of arguments for '{typed}'. Try XGROUP HELP."
+        )
+    name = _stream_name(args[2])
+    group = group_name(args[3])
+    mkstream = False
+    i = 5
+    while i < len(args):  # CREATE's and SETID's options
+        option = args[i].upper()
+        if option == b"MKSTREAM" and sub == b"CREATE":
+            mkstream = True
+            i += 1
+        elif option == b"ENTRIESREAD" and i + 1 < len(args):
+            if _int(args[i + 1]) < -1:
+                raise RedisError("ERR value for ENTRIESREAD must be positive or -1")
+            i += 2
+        else:
+            raise RedisError("ERR syntax error")
+    log = s.front.streams.log(name, create=mkstream)
+    if log is None:
+        raise RedisError(
+            "ERR The XGROUP subcommand requires the key to exist. Note that for CREATE you may want "
+            "to use the MKSTREAM option to create an empty stream automatically."
+        )
+    store = s.front.streams.groups.store(name, log, create=sub == b"CREATE")
+    missing = f"NOGROUP No such consumer group '{group}' for key name '{name}'"
+    if sub == b"CREATE":
+        assert store is not None
+        next_lsn, last = _position(log, args[4])
+        if not store.create(group, next_lsn, last):
+            raise RedisError("BUSYGROUP Consumer Group name already exists")
+        return w.OK
+    if sub == b"DESTROY":
+        destroyed = store is not None and store.destroy(group)
+        if destroyed and s.front.tails is not None:
+            s.front.tails.wake_threadsafe({"logs/" + name})  # blocked XREADGROUPs answer -NOGROUP
+        return w.integer(int(destroyed))
+    if store is None:
+        raise NoGroupError(missing)
+    if sub == b"SETID":
+        next_lsn, last = _position(log, args[4])
+        store.set_id(group, name, next_lsn, last)
+        return w.OK
+    consumer = consumer_name(args[4])
+    try:
+        if sub == b"CREATECONSUMER":
+            return w.integer(int(store.add_consumer(group, name, consumer)))
+        return w.integer(store.remove_consumer(group, name, consumer))
+    except NoGroupError:
+        raise NoGroupError(missing) from None
+
+
+# --- XREADGROUP -----------------------------------------------------------------------------------
+@command("XREADGROUP", -7, "jobs")
+def _xreadgroup(s: Session, args: list[bytes]) -> bytes | Block:
+    count = STREAM_REPLY_COUNT_MAX
+    block_ms: int | None = None
+    noack = False
+    group: str | None = None
+    consumer = ""
+    i = 1
+    while i < len(args) and args[i].upper() != b"STREAMS":
+        option = args[i].upper()
+        if option == b"GROUP" and i + 2 < len(args):
+            group, consumer = group_name(args[i + 1]), consumer_name(args[i + 2])
+            i += 3
+            continue
+        if option == b"NOACK":
+            noack = True
+            i += 1
+            continue
+        if option == b"COUNT" and i + 1 < len(args):
+            wanted = _int(args[i + 1])
+            count = STREAM_REPLY_COUNT_MAX if wanted <= 0 else min(wanted, STREAM_REPLY_COUNT_MAX)
+        elif option == b"BLOCK" and i + 1 < len(args):
+            block_ms = _int(args[i + 1])
+            if block_ms < 0:
+                raise RedisError("ERR timeout is negative")
+        else:
+            raise RedisError("ERR syntax error")
+        i += 2
+    rest = args[i + 1 :]
+    if i >= len(args) or not rest or len(rest) % 2:
+        raise RedisError(
+            "ERR Unbalanced 'xreadgroup' list of streams: for each stream key an ID or '>' must be specified."
+        )
+    if group is None:
+        raise RedisError("ERR Missing GROUP option for XREADGROUP")
+    half = len(rest) // 2
+    wanted_ids: list[tuple[str, Id | None]] = []  # None: '>'
+    for raw_name, raw_id in zip(rest[:half], rest[half:], strict=True):
+        name = _stream_name(raw_name)
+        if raw_id in (b"$", b"+"):
+            raise RedisError(
+                f"ERR The {raw_id.decode()} ID is meaningless in the context of XREADGROUP: you want to read "
+                "the history of this consumer by specifying a proper ID, or use the > ID to get new "
+                "messages."
+            )
+        if raw_id == b">":
+            wanted_ids.append((name, None))
+        else:
+            ms, seq = strict_id(raw_id)
+            wanted_ids.append((name, (ms, 0 if seq is None else seq)))
+    stores = {
+        name: _store(s, name.encode(), group, " in XREADGROUP with GROUP option") for name, _ in wanted_ids
+    }
+
+    def now() -> bytes | None:
+        found: list[tuple[bytes, bytes]] = []
+        for name, after in wanted_ids:
+            log, store = stores[name]
+            if after is None:
+                records = store.deliver(log, group, name, consumer, count, noack, STREAM_REPLY_BYTES_MAX)
+                if records:
+                    entries = [((ms, lsn), payload) for lsn, ms, payload in records]
+                    found.append((w.bulk(name.encode()), _entries(s, entries)))
+            else:
+                history = store.history(log, group, name, consumer, after, count)
+                found.append((w.bulk(name.encode()), _entries(s, history)))  # (even if empty: Redis)
+        if not found:
+            return None
+        if s.proto == 3:
+            return w.mapping(found, 3)
+        return w.array([w.array([k, v]) for k, v in found])
+
+    reply = now()
+    if reply is not None or block_ms is None or s._tx is not None:
+        return w.null_array(s.proto) if reply is None else reply
+    deadline = None if not block_ms else time.monotonic() + block_ms / 1000
+
+    def retry() -> tuple[bytes | None, float | None]:
+        try:
+            return now(), None
+        except RedisError as err:  # the group was destroyed meanwhile: as Redis, -NOGROUP
+            return w.error(str(err)), None
+
+    return Block(["logs/" + name for name in stores], retry, deadline, w.null_array(s.proto))
+
+
+# --- XACK, XPENDING -------------------------------------------------------------------------------
+@command("XACK", -4, "jobs")
+def _xack(s: Session, args: list[bytes]) -> bytes:
+    name = _stream_name(args[1])
+    group = group_name(args[2])
+    ids = [_exact(raw) for raw in args[3:]]  # all parsed before any is acked (as Redis)
+    log = _log(s, name)
+    store = None if log is None else s.front.streams.groups.store(name, log, create=False)
+    return w.integer(0 if store is None else store.ack(group, ids))
+
+
+def _exact(raw: bytes) -> Id:
+    ms, seq = strict_id(raw)
+    return ms, 0 if seq is None else seq
+
+
+@command("XPENDING", -3, "jobs")
+def _xpending(s: Session, args: list[bytes]) -> bytes:
+    if len(args) != 3 and not 6 <= len(args) <= 9:
+        raise RedisError("ERR syntax error")
+    min_idle = 0
+    start_at = 3
+    if len(args) >= 6 and args[3].upper() == b"IDLE":
+        min_idle = _int(args[4])
+        if len(args) < 8:
+            raise RedisError("ERR syntax error")
+        start_at = 5
+    count = 0
+    start: Id = (0, 0)
+    end: Id = (ID_MAX, ID_MAX)
+    only: str | None = None
+    if len(args) >= 6:
+        count = max(_int(args[start_at + 2]), 0)
+        start, start_excl = parse_id(args[start_at])
+        end, end_excl = parse_id(args[start_at + 1], end=True)
+        if start_excl:
+            if start == (ID_MAX, ID_MAX):
+                raise RedisError("ERR invalid start ID for the interval")
+            start = (start[0], start[1] + 1) if start[1] < ID_MAX else (start[0] + 1, 0)
+        if end_excl:
+            if end == (0, 0):
+                raise RedisError("ERR invalid end ID for the interval")
+            end = (end[0], end[1] - 1) if end[1] else (end[0] - 1, ID_MAX)
+        if start_at + 3 < len(args):
+            only = consumer_name(args[start_at + 3])
+        if len(args) > start_at + 4:
+            raise RedisError("ERR syntax error")
+    group = group_name(args[2])
+    _, store = _store(s, args[1], group)
+    with store.lock:
+        g = store.get(group)
+        if g is None:
+            raise NoGroupError(
+                f"NOGROUP No such key '{args[1].decode(errors='replace')}' or consumer group '{group}'"
+            )
+        if len(args) == 3:
+            if not g.pel:
+                return w.array([w.ZERO, s.nil(), s.nil(), w.null_array(s.proto)])
+            first, last = g.order[0], g.order[-1]
+            owners = [
+                w.bulks([consumer_bytes(c), b"%d" % v.pending])
+                for c, v in sorted(g.consumers.items())
+                if v.pending
+            ]
+            return w.array(
+                [
+                    w.integer(len(g.pel)),
+                    w.bulk(_id_text((g.pel[first].ms, first))),
+                    w.bulk(_id_text((g.pel[last].ms, last))),
+                    w.array(owners),
+                ]
+            )
+        if only is not None and only not in g.consumers:
+            return w.EMPTY_ARRAY
+        at = now_ms()
+        rows: list[bytes] = []
+        for lsn in g.order[g.ids_from(start) :]:  # bounded by count
+            if len(rows) >= min(count, STREAM_REPLY_COUNT_MAX):
+                break
+            entry = g.pel[lsn]
+            if (entry.ms, lsn) > end:
+                break
+            if (only is not None and entry.consumer != only) or (
+                min_idle and at - entry.delivered_ms < min_idle
+            ):
+                continue
+            rows.append(
+                w.array(
+                    [
+                        w.bulk(_id_text((entry.ms, lsn))),
+                        w.bulk(consumer_bytes(entry.consumer)),
+                        w.integer(max(0, at - entry.delivered_ms)),
+                        w.integer(entry.count),
+                    ]
+                )
+            )
+        return w.array(rows)
+
+
+# --- XCLAIM, XAUTOCLAIM ---------------------------------------------------------------------------
+@command("XCLAIM", -6, "jobs")
+def _xclaim(s: Session, args: list[bytes]) -> bytes:
+    group = group_name(args[2])
+    log, store = _store(s, args[1], group)
+    consumer = consumer_name(args[3])
+    min_idle = _number(args[4], "Invalid min-idle-time argument for XCLAIM")
+    ids: list[Id] = []
+    i = 5
+    while i < len(args):  # the ids, then the options
+        try:
+            ids.append(_exact(args[i]))
+        except RedisError:
+            break
+        i += 1
+    at = now_ms()
+    delivered: int | None = None
+    retry: int | None = None
+    force = justid = False
+    last: Id | None = None
+    while i < len(args):
+        option = args[i].upper()
+        more = i + 1 < len(args)
+        if option == b"FORCE":
+            force = True
+        elif option == b"JUSTID":
+            justid = True
+        elif option == b"IDLE" and more:
+            i += 1
+            delivered = at - _number(args[i], "Invalid IDLE option argument for XCLAIM")
+        elif option == b"TIME" and more:
+            i += 1
+            delivered = _number(args[i], "Invalid TIME option argument for XCLAIM")
+        elif option == b"RETRYCOUNT" and more:
+            i += 1
+            retry = max(0, _number(args[i], "Invalid RETRYCOUNT option argument for XCLAIM"))
+        elif option == b"LASTID" and more:
+            i += 1
+            last = _exact(args[i])
+        else:
+            raise RedisError(f"ERR Unrecognized XCLAIM option '{args[i].decode(errors='replace')}'")
+        i += 1
+    claimed = store.claim(
+        log,
+        group,
+        args[1].decode(),
+        consumer,
+        max(min_idle, 0),
+        ids,
+        delivered_ms=delivered,
+        retry=retry,
+        force=force,
+        justid=justid,
+        last=last,
+    )
+    if justid:
+        return w.bulks([_id_text(eid) for eid, _ in claimed])
+    return _entries(s, list(claimed))
+
+
+def _number(raw: bytes, message: str) -> int:
+    try:
+        return _int(raw)
+    except RedisError:
+        raise RedisError(f"ERR {message}") from None
+
+
+@command("XAUTOCLAIM", -6, "jobs")
+def _xautoclaim(s: Session, args: list[bytes]) -> bytes:
+    min_idle = max(0, _number(args[4], "Invalid min-idle-time argument for XAUTOCLAIM"))
+    start, excl = parse_id(args[5])
+    if excl:
+        start = (start[0], start[1] + 1)
+    count = 100
+    justid = False
+    i = 6
+    while i < len(args):
+        option = args[i].upper()
+        if option == b"COUNT" and i + 1 < len(args):
+            count = _int(args[i + 1])
+            if not 1 <= count <= STREAM_REPLY_COUNT_MAX:
+                raise RedisError(f"ERR COUNT must be > 0 (and at most {STREAM_REPLY_COUNT_MAX} here)")
+            i += 2
+        elif option == b"JUSTID":
+            justid = True
+            i += 1
+        else:
+            raise RedisError("ERR syntax error")
+    group = group_name(args[2])
+    log, store = _store(s, args[1], group)
+    consumer = consumer_name(args[3])
+    next_start, claimed, deleted = store.autoclaim(
+        log, group, args[1].decode(), consumer, min_idle, start, count, justid
+    )
+    body = w.bulks([_id_text(eid) for eid, _ in claimed]) if justid else _entries(s, claimed)
+    return w.array([w.bulk(_id_text(next_start)), body, w.bulks([_id_text(eid) for eid in deleted])])
+
+
+# --- XINFO ----------------------------------------------------------------------------------------
+XINFO_HELP = [
+    "XINFO <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    "CONSUMERS <key> <groupname>",
+    "    Show consumers of <groupname>.",
+    "GROUPS <key>",
+    "    Show the stream consumer groups.",
+    "STREAM <key> [FULL [COUNT <count>]",
+    "    Show information about the stream.",
+    "HELP",
+    "    Print this help.",
+]
+
+
+@command("XINFO", -2, "jobs")
+def _xinfo(s: Session, args: list[bytes]) -> bytes:
+    sub = args[1].upper()
+    if sub == b"HELP" and len(args) == 2:
+        return w.array([w.simple(line) for line in XINFO_HELP])
+    if (
+        len(args) < 3
+        or (sub == b"CONSUMERS" and len(args) != 4)
+        or (sub == b"GROUPS" and len(args) != 3)
+        or (sub not in (b"CONSUMERS", b"GROUPS", b"STREAM"))
+    ):
+        typed = args[1].decode(errors="replace")
+        raise RedisError(
+            f"ERR unknown subcommand or wrong number of arguments for '{typed}'. Try XINFO HELP."
+        )
+    name = _stream_name(args[2])
+    log = _log(s, name)
+    if log is None:
+        raise RedisError("ERR no such key")
+    store = s.front.streams.groups.store(name, log, create=False)
+    if sub == b"STREAM":
+        if store is None:
+            return _xinfo_stream(s, log, None, args[3:])
+        with store.lock:
+            return _xinfo_stream(s, log, store, args[3:])
+    info = log.info()
+    if store is None:
+        if sub == b"GROUPS":
+            return w.EMPTY_ARRAY
+        raise NoGroupError(f"NOGROUP No such consumer group '{group_name(args[3])}' for key name '{name}'")
+    at = now_ms()
+    with store.lock:
+        if sub == b"GROUPS":
+            return w.array([_group_map(s, gname, g, info.next_lsn) for gname, g in store.groups()])
+        group = group_name(args[3])
+        g = store.get(group)
+        if g is None:
+            raise NoGroupError(f"NOGROUP No such consumer group '{group}' for key name '{name}'")
+        return w.array(
+            [
+                w.mapping(
+                    [
+                        (w.bulk(b"name"), w.bulk(consumer_bytes(c))),
+                        (w.bulk(b"pending"), w.integer(v.pending)),
+                        (w.bulk(b"idle"), w.integer(max(0, at - v.seen_ms))),
+                        (w.bulk(b"inactive"), w.integer(at - v.active_ms if v.active_ms >= 0 else -1)),
+                    ],
+                    s.proto,
+                )
+                for c, v in sorted(g.consumers.items())
+            ]
+        )
+
+
+def _group_map(s: Session, name: str, g: object, head: int) -> bytes:
+    from ._resp_groups import Group
+
+    assert isinstance(g, Group)
+    return w.mapping(
+        [
+            (w.bulk(b"name"), w.bulk(name.encode())),
+            (w.bulk(b"consumers"), w.integer(len(g.consumers))),
+            (w.bulk(b"pending"), w.integer(len(g.pel))),
+            (w.bulk(b"last-delivered-id"), w.bulk(_id_text(g.last))),
+            (w.bulk(b"entries-read"), w.integer(g.next_lsn)),
+            (w.bulk(b"lag"), w.integer(max(0, head - g.next_lsn))),
+        ],
+        s.proto,
+    )
+
+
+def _xinfo_stream(s: Session, log: Log, store: GroupStore | None, options: list[bytes]) -> bytes:
+    full = bool(options)
+    count = 10
+    if options:
+        if (
+            options[0].upper() != b"FULL"
+            or len(options) not in (1, 3)
+            or (len(options) == 3 and options[1].upper() != b"COUNT")
+        ):
+            raise RedisError("ERR syntax error")
+        if len(options) == 3:
+            count = _int(options[2])
+            count = 10 if count < 0 else count
+    info = log.info()
+    streams = s.front.streams
+    first = streams.forward(log, (0, 0), False, (ID_MAX, ID_MAX), False, 1)
+    last = streams.backward(log, (ID_MAX, ID_MAX), False, (0, 0), False, 1)
+    last_generated = last[0][0] if last else b"0-%d" % (info.next_lsn - 1) if info.next_lsn else b"0-0"
+    pairs = [
+        (w.bulk(b"length"), w.integer(info.next_lsn - info.first_lsn)),
+        (w.bulk(b"radix-tree-keys"), w.integer(len(info.segments))),
+        (w.bulk(b"radix-tree-nodes"), w.integer(len(info.segments))),
+        (w.bulk(b"last-generated-id"), w.bulk(last_generated)),
+        (
+            w.bulk(b"max-deleted-entry-id"),
+            w.bulk(b"0-%d" % (info.first_lsn - 1) if info.first_lsn else b"0-0"),
+        ),
+        (w.bulk(b"entries-added"), w.integer(info.next_lsn)),
+        (w.bulk(b"recorded-first-entry-id"), w.bulk(first[0][0] if first else b"0-0")),
+    ]
+    groups = [] if store is None else list(store.groups())
+    if not full:
+        pairs += [
+            (w.bulk(b"groups"), w.integer(len(groups))),
+            (
+                w.bulk(b"first-entry"),
+                w.array([w.bulk(first[0][0]), w.bulks(first[0][1])]) if first else s.nil(),
+            ),
+            (w.bulk(b"last-entry"), w.array([w.bulk(last[0][0]), w.bulks(last[0][1])]) if last else s.nil()),
+        ]
+        return w.mapping(pairs, s.proto)
+    wanted = STREAM_REPLY_COUNT_MAX if count == 0 else min(count, STREAM_REPLY_COUNT_MAX)
+    entries = streams.forward(log, (0, 0), False, (ID_MAX, ID_MAX), False, wanted)
+    pairs.append((w.bulk(b"entries"), w.array([w.array([w.bulk(e), w.bulks(f)]) for e, f in entries])))
+    group_maps = []
+    assert store is not None or not groups
+    for name, g in groups:
+        pel = [
+            w.array(
+                [
+                    w.bulk(_id_text((g.pel[lsn].ms, lsn))),
+                    w.bulk(consumer_bytes(g.pel[lsn].consumer)),
+                    w.integer(g.pel[lsn].delivered_ms),
+                    w.integer(g.pel[lsn].count),
+                ]
+            )
+            for lsn in g.order[:wanted]
+        ]
+        consumers = []
+        for c, v in sorted(g.consumers.items()):
+            mine = [lsn for lsn in g.order if g.pel[lsn].consumer == c][:wanted]
+            consumers.append(
+                w.mapping(
+                    [
+                        (w.bulk(b"name"), w.bulk(consumer_bytes(c))),
+                        (w.bulk(b"seen-time"), w.integer(v.seen_ms)),
+                        (w.bulk(b"active-time"), w.integer(v.active_ms)),
+                        (w.bulk(b"pel-count"), w.integer(v.pending)),
+                        (
+                            w.bulk(b"pending"),
+                            w.array(
+                                [
+                                    w.array(
+                                        [
+                                            w.bulk(_id_text((g.pel[lsn].ms, lsn))),
+                                            w.integer(g.pel[lsn].delivered_ms),
+                                            w.integer(g.pel[lsn].count),
+                                        ]
+                                    )
+                                    for lsn in mine
+                                ]
+                            ),
+                        ),
+                    ],
+                    s.proto,
+                )
+            )
+        group_maps.append(
+            w.mapping(
+                [
+                    (w.bulk(b"name"), w.bulk(name.encode())),
+                    (w.bulk(b"last-delivered-id"), w.bulk(_id_text(g.last))),
+                    (w.bulk(b"entries-read"), w.integer(g.next_lsn)),
+                    (w.bulk(b"lag"), w.integer(max(0, info.next_lsn - g.next_lsn))),
+                    (w.bulk(b"pel-count"), w.integer(len(g.pel))),
+                    (w.bulk(b"pending"), w.array(pel)),
+                    (w.bulk(b"consumers"), w.array(consumers)),
+                ],
+                s.proto,
+            )
+        )
+    pairs.append((w.bulk(b"groups"), w.array(group_maps)))
+    return w.mapping(pairs, s.proto)

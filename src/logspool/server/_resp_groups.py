@@ -1,0 +1,789 @@
+"""Consumer groups of logspool streams (Redis's XGROUP, XREADGROUP, XACK, XPENDING, XCLAIM,
+XAUTOCLAIM, XINFO): their state, kept durably beside the log, and the reads and changes those
+commands make. Parsing and replies are in ``_resp_group_commands.py``; docs/RESP.md ("Consumer
+groups") is the user's view.
+
+**Where the state lives.** Every group of the stream ``NAME`` is in one folded store,
+``DATA/groups/NAME/`` (``logspool._fold``: a ``JOURNAL`` marker of kind ``resp-groups``, the op
+log ``ops/``, snapshots): each group's position (the next lsn it delivers, the last id it
+delivered), its consumers, and its pending entries list (PEL: each entry delivered and not yet
+acknowledged, with its consumer, last delivery time in ms and delivery count). Every change is
+one op, a JSON object (``OPS`` below), applied by the fold in lsn order. With the daemon's
+``--durability always`` an op is fsynced before the reply (Redis keeps its PEL in its AOF), so a
+restart folds back the same groups, positions and PELs. A consumer's *seen* time (its last
+command) changes in memory on every read; after a restart it is the time of its last op.
+
+**The durable subscriber.** A group is also a durable subscriber of the log, under the group's
+name (``DATA/logs/NAME/cp.<hash>``, docs/FORMAT.md §6.2), at the group's *floor*: the lowest lsn
+it may still need, min(its pending lsns, its next lsn). ``logspool subscribers`` lists it, and a
+retention policy ``consumed`` removes only what every group has acknowledged.
+Invariant: the checkpoint is never above the floor of the group's durable state. A change that
+lowers the floor (XGROUP SETID back, XCLAIM FORCE of an older entry) writes the checkpoint,
+fsynced, before its op is written; one that raises it (XACK, NOACK reads) writes it after its op
+is durable, fsynced (in both slots) only when it passes the start of a segment: retention removes
+whole segments, so a position between two segment starts lets it remove nothing more (a power cut
+may bring back the older, lower durable position: retention then keeps more, never less).
+XGROUP CREATE writes its op, then the checkpoint; DESTROY removes the checkpoint, then writes its
+op; a group found without a checkpoint, or above its floor (a crash between the two, or a native
+``rewind_subscriber``), gets its floor written when its store is opened.
+
+**Names.** A group's name is a durable subscriber name (UTF-8, 1 to 1,024 bytes, not starting
+with ``~``): it reaches the disk only as the hash in a checkpoint's file name, never as a path. A
+consumer name is any bytes up to 1 KiB (held as text with ``surrogateescape``).
+
+Concurrency: the commands run in the server's thread pool. Every change to the groups of one
+stream holds that stream's ``GroupStore.lock`` from its decision through its op's fsync to the
+checkpoint's write, so checkpoint writes are never reordered (a group op costs one fsync, plus
+one a segment for its checkpoint; ops of one stream do not share fsyncs yet).
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import json
+import os
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from .. import limits
+from .._fold import MARKER, FoldedStore
+from .._fs import REAL
+from .._subscribers import Checkpoints, check_name, is_transient
+from ..errors import CorruptionError, PositionError, SubscriberNotFoundError
+from ..log import Durability, Log
+from ..log._directory import list_segments
+from ._resp_kv import RedisError
+
+GROUPS_DIR = "groups"  # under the data directory: DATA/groups/<stream>/
+GROUPS_MAX = 1_000  # consumer groups of one stream
+CONSUMERS_MAX = 10_000  # consumers of one group
+PENDING_MAX = 100_000  # entries in one group's PEL (each ~200 bytes of memory)
+CONSUMER_NAME_SIZE_MAX = 1024  # bytes
+STORES_OPEN_MAX = 1024  # group stores (one per stream with groups) open at once
+SNAPSHOT_OPS_MIN = 10_000  # ops folded before a snapshot compacts the op log
+SNAPSHOT_SIZE_MAX = 1 << 30  # bytes of one snapshot (PENDING_MAX x GROUPS_MAX would pass it)
+MS_MAX = (1 << 63) // 1_000_000  # a record's timestamp is u64 ns: ids' ms stay below this
+
+Id = tuple[int, int]  # (ms, lsn): a stream id
+Op = dict[str, Any]
+Record = tuple[int, int, bytes]  # (lsn, ms, payload) of a log record
+
+# Each op's keys (besides "op"), checked when an op is read back (JSON types: lists for ids).
+OPS: dict[str, tuple[str, ...]] = {
+    "create": ("g", "next", "last", "at"),  # a group at a position
+    "destroy": ("g",),
+    "setid": ("g", "next", "last"),  # a new position; the PEL stays
+    "consumer": ("g", "c", "at"),  # a consumer with nothing pending
+    "delconsumer": ("g", "c"),  # a consumer and its pending entries
+    "deliver": ("g", "c", "at", "ids", "next", "last", "noack"),  # read with '>': ids [ms, lsn]
+    "redeliver": ("g", "c", "at", "lsns"),  # read again from the consumer's own history
+    "ack": ("g", "lsns"),
+    # items [lsn, ms, delivered ms, count] owned by c from now on; drop: lsns gone from the log;
+    # last/next: the group's new position (XCLAIM LASTID), or null
+    "claim": ("g", "c", "at", "items", "drop", "last", "next"),
+}
+
+
+class NoGroupError(RedisError):
+    """The stream has no group of that name (Redis's ``-NOGROUP``)."""
+
+
+def group_name(raw: bytes) -> str:
+    """A group name, or a Redis error saying what a valid one is."""
+    try:
+        name = check_name(raw.decode("utf-8"))
+        if is_transient(name):
+            raise ValueError("transient")
+    except (UnicodeDecodeError, ValueError):
+        raise RedisError(
+            "ERR logspool consumer group names are durable subscriber names: UTF-8, 1 to "
+            f"{limits.SUBSCRIBER_NAME_SIZE_MAX} bytes, not starting with '~'"
+        ) from None
+    return name
+
+
+def consumer_name(raw: bytes) -> str:
+    if len(raw) > CONSUMER_NAME_SIZE_MAX:
+        raise RedisError(f"ERR logspool consumer names are at most {CONSUMER_NAME_SIZE_MAX} bytes")
+    return raw.decode("utf-8", "surrogateescape")
+
+
+def consumer_bytes(name: str) -> bytes:
+    return name.encode("utf-8", "surrogateescape")
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+# --- the state ------------------------------------------------------------------------------------
+@dataclass(slots=True)
+class Pending:
+    ms: int  # the entry's id is (ms, its lsn)
+    consumer: str
+    delivered_ms: int
+    count: int
+
+
+@dataclass(slots=True)
+class Consumer:
+    seen_ms: int  # its last command (in memory; on disk, its last op)
+    active_ms: int  # its last delivery or claim; -1: none
+    pending: int = 0
+
+
+@dataclass(slots=True)
+class Group:
+    created_ms: int
+    next_lsn: int  # the next lsn '>' delivers
+    last: Id  # the last id delivered (or set by CREATE/SETID)
+    consumers: dict[str, Consumer]
+    pel: dict[int, Pending]  # by lsn
+    order: list[int]  # the PEL's lsns, ascending
+
+    def floor(self) -> int:
+        """The lowest lsn the group may still need (its durable subscriber's position)."""
+        return min(self.order[0], self.next_lsn) if self.order else self.next_lsn
+
+    def consumer(self, name: str, at: int) -> Consumer:
+        found = self.consumers.get(name)
+        if found is None:
+            found = self.consumers[name] = Consumer(at, -1)
+        found.seen_ms = max(found.seen_ms, at)
+        return found
+
+    def put(self, lsn: int, entry: Pending) -> None:
+        self.drop(lsn)
+        self.pel[lsn] = entry
+        if not self.order or lsn > self.order[-1]:
+            self.order.append(lsn)
+        else:
+            bisect.insort(self.order, lsn)
+        self.consumer(entry.consumer, entry.delivered_ms).pending += 1
+
+    def drop(self, lsn: int) -> bool:
+        entry = self.pel.pop(lsn, None)
+        if entry is None:
+            return False
+        del self.order[bisect.bisect_left(self.order, lsn)]
+        owner = self.consumers.get(entry.consumer)
+        if owner is not None:
+            owner.pending -= 1
+        return True
+
+    def ids_from(self, start: Id) -> int:
+        """The index in ``order`` of the first pending entry whose id is >= ``start``."""
+        pel = self.pel
+        return bisect.bisect_left(self.order, start, key=lambda lsn: (pel[lsn].ms, lsn))
+
+    def pending_id(self, eid: Id) -> Pending | None:
+        entry = self.pel.get(eid[1])
+        return entry if entry is not None and entry.ms == eid[0] else None
+
+
+class GroupState:
+    """The groups of one stream, folded from the op log (see ``OPS``)."""
+
+    def __init__(self) -> None:
+        self.next_lsn = 0
+        self.groups: dict[str, Group] = {}
+
+    def apply(self, lsn: int, timestamp_ns: int, op: Op) -> None:
+        self.next_lsn = lsn + 1
+        kind, name = op["op"], op["g"]
+        if kind == "create":
+            if name not in self.groups:
+                self.groups[name] = Group(op["at"], op["next"], tuple(op["last"]), {}, {}, [])
+            return
+        if kind == "destroy":
+            self.groups.pop(name, None)
+            return
+        g = self.groups.get(name)
+        if g is None:
+            return  # (an op of a group destroyed since: never written, but harmless)
+        if kind == "setid":
+            g.next_lsn, g.last = op["next"], tuple(op["last"])
+        elif kind == "consumer":
+            g.consumer(op["c"], op["at"])
+        elif kind == "delconsumer":
+            for lsn_ in [lsn_ for lsn_ in g.order if g.pel[lsn_].consumer == op["c"]]:
+                g.drop(lsn_)
+            g.consumers.pop(op["c"], None)
+        elif kind == "deliver":
+            at, consumer = op["at"], op["c"]
+            g.consumer(consumer, at).active_ms = at
+            if not op["noack"]:
+                for ms, lsn_ in op["ids"]:
+                    g.put(lsn_, Pending(ms, consumer, at, 1))
+            g.next_lsn, g.last = op["next"], tuple(op["last"])
+        elif kind == "redeliver":
+            g.consumer(op["c"], op["at"])
+            for lsn_ in op["lsns"]:
+                entry = g.pel.get(lsn_)
+                if entry is not None:
+                    entry.delivered_ms = op["at"]
+                    entry.count += 1
+        elif kind == "ack":
+            for lsn_ in op["lsns"]:
+                g.drop(lsn_)
+        elif kind == "claim":
+            at, consumer = op["at"], op["c"]
+            owner = g.consumer(consumer, at)
+            for lsn_ in op["drop"]:
+                g.drop(lsn_)
+            for lsn_, ms, delivered, count in op["items"]:
+                g.put(lsn_, Pending(ms, consumer, delivered, count))
+            if op["items"]:
+                owner.active_ms = at
+            if op["last"] is not None:
+                g.next_lsn, g.last = op["next"], tuple(op["last"])
+
+    # --- snapshots ----------------------------------------------------------------------------
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": 1,
+            "next_lsn": self.next_lsn,
+            "groups": {
+                name: {
+                    "created": g.created_ms,
+                    "next": g.next_lsn,
+                    "last": list(g.last),
+                    "consumers": {c: [v.seen_ms, v.active_ms] for c, v in g.consumers.items()},
+                    "pel": [
+                        [lsn, (p := g.pel[lsn]).ms, p.consumer, p.delivered_ms, p.count] for lsn in g.order
+                    ],
+                }
+                for name, g in self.groups.items()
+            },
+        }
+
+    @classmethod
+    def from_json(cls, body: dict[str, Any]) -> GroupState:
+        state = cls()
+        state.next_lsn = int(body["next_lsn"])
+        for name, raw in body["groups"].items():
+            g = state.groups[name] = Group(raw["created"], raw["next"], tuple(raw["last"]), {}, {}, [])
+            for c, (seen, active) in raw["consumers"].items():
+                g.consumers[c] = Consumer(seen, active)
+            for lsn, ms, consumer, delivered, count in raw["pel"]:
+                g.put(lsn, Pending(ms, consumer, delivered, count))
+        return state
+
+
+# --- reading the log --------------------------------------------------------------------------------
+def read_after(log: Log, lsn: int, count: int, size_max: int) -> list[Record]:
+    """Up to ``count`` records from ``lsn`` on (from the earliest if retention removed it)."""
+    try:
+        reader = log.reader(lsn)
+    except PositionError as err:
+        if lsn >= err.first_lsn:
+            return []
+        reader = log.reader("earliest")
+    out: list[Record] = []
+    size = 0
+    try:
+        for rec in reader:
+            out.append((rec.lsn, rec.timestamp // 1_000_000, rec.payload))
+            size += len(rec.payload)
+            if len(out) >= count or size >= size_max:
+                break
+    finally:
+        reader.close()
+    return out
+
+
+def read_lsns(log: Log, lsns: list[int]) -> dict[int, tuple[int, bytes]]:
+    """The records at these lsns that the log still holds: lsn -> (ms, payload)."""
+    out: dict[int, tuple[int, bytes]] = {}
+    reader = None
+    try:
+        for lsn in sorted(set(lsns)):
+            try:
+                if reader is None:
+                    reader = log.reader(lsn)
+                elif reader.position != lsn:
+                    reader.seek(lsn)
+            except PositionError:
+                continue  # removed by retention (or past the end)
+            rec = reader.next(timeout=0)
+            if rec is not None and rec.lsn == lsn:
+                out[lsn] = (rec.timestamp // 1_000_000, rec.payload)
+    finally:
+        if reader is not None:
+            reader.close()
+    return out
+
+
+def last_id(log: Log) -> tuple[Id, int]:
+    """The id of the log's last record ((0, 0) if it holds none) and its next lsn."""
+    next_lsn = log.info().next_lsn
+    if next_lsn == 0:
+        return (0, 0), 0
+    found = read_lsns(log, [next_lsn - 1]).get(next_lsn - 1)
+    return ((found[0], next_lsn - 1) if found is not None else (0, next_lsn - 1)), next_lsn
+
+
+def lsn_after(log: Log, after: Id) -> int:
+    """The lsn of the first record whose id is greater than ``after`` (ids order as lsns do), or
+    the log's next lsn if there is none."""
+    ms, seq = after
+    if seq < (1 << 63):
+        found = read_lsns(log, [seq]).get(seq)
+        if found is not None and found[0] == ms:  # a record's own id: the one after it
+            return seq + 1
+    reader = log.reader("earliest") if ms == 0 else log.reader(since=max(ms - 1, 0) / 1000)
+    try:
+        for rec in reader:  # bounded by the log's end; stops at the first id past ``after``
+            if (rec.timestamp // 1_000_000, rec.lsn) > after:
+                return rec.lsn
+        return reader.position
+    finally:
+        reader.close()
+
+
+# --- the store ------------------------------------------------------------------------------------
+class GroupStore(FoldedStore[GroupState, Op]):
+    """The groups of one stream (see the module docstring). Every public method takes ``lock``
+    itself; any thread."""
+
+    KIND = "resp-groups"
+    WHAT = "consumer group store"
+    SNAPSHOT_SIZE_MAX = SNAPSHOT_SIZE_MAX
+
+    def __init__(self, path: str, log: Log, durability: Durability) -> None:
+        self._open_store(
+            path,
+            create=True,
+            durability=durability,
+            segment_size_max=None,
+            snapshot_ops_min=SNAPSHOT_OPS_MIN,
+            lock_timeout_s=limits.LOCK_TIMEOUT_S_DEFAULT,
+            fs=None,
+            clock=None,
+        )
+        self.lock = threading.Lock()
+        self.log_path = log.path
+        self._checkpoints = Checkpoints(log.path, REAL, log.record_size_max)
+        self._cp: dict[str, int] = {}  # each group's checkpoint as last written
+        self._cp_durable: dict[str, int] = {}  # each group's checkpoint as last fsynced
+        try:
+            with self.lock, self._mutex:
+                self._catch_up()
+                for name, g in self._state.groups.items():  # repair what a crash left (see above)
+                    cp = self._checkpoints.read(name)
+                    if cp is None or cp.lsn > g.floor():
+                        self._write_checkpoint(name, g, durable=True)
+                    else:
+                        # (the first write opens the file with an fdatasync: what it holds is durable)
+                        self._cp[name] = self._cp_durable[name] = cp.lsn
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        super().close()
+        self._checkpoints.close()
+
+    # --- FoldedStore's hooks ------------------------------------------------------------------------
+    def _new_state(self, snapshot: bytes | None, path: str) -> GroupState:
+        if snapshot is None:
+            return GroupState()
+        try:
+            return GroupState.from_json(json.loads(snapshot))
+        except (ValueError, KeyError, TypeError) as err:
+            raise CorruptionError(path, 0, f"not a consumer group snapshot: {err}") from err
+
+    def _encode_op(self, op: Op) -> bytes:
+        return json.dumps(op, separators=(",", ":")).encode()
+
+    def _decode_op(self, payload: bytes, where: str) -> Op:
+        try:
+            op = json.loads(payload)
+            keys = OPS[op["op"]]
+            if not isinstance(op["g"], str) or any(k not in op for k in keys):
+                raise ValueError(f"an op {op['op']!r} needs {keys}")
+        except (ValueError, KeyError, TypeError) as err:
+            raise CorruptionError(where, 0, f"not a consumer group op: {err}") from err
+        return op  # type: ignore[no-any-return]
+
+    def _freeze(self) -> tuple[int, object]:
+        return self._state.next_lsn, self._state.to_json()
+
+    def _encode_snapshot(self, frozen: object) -> bytes:
+        return json.dumps(frozen, separators=(",", ":")).encode()
+
+    def _state_size(self) -> int:
+        return sum(1 + len(g.consumers) + len(g.pel) for g in self._state.groups.values())
+
+    # --- the durable subscriber ---------------------------------------------------------------------
+    def _write_checkpoint(self, name: str, g: Group, *, durable: bool) -> None:
+        floor = g.floor()
+        self._checkpoints.write(name, floor, g.created_ms * 1_000_000, durable=durable)
+        self._cp[name] = floor
+        if durable:
+            self._cp_durable[name] = floor
+
+    def _lower(self, name: str) -> None:
+        """Inside a decision, after its ops are applied and before they are written: if the
+        group's floor went below its checkpoint, move the checkpoint down first (fsynced)."""
+        g = self._state.groups.get(name)
+        if g is not None and g.floor() < self._cp.get(name, -1):
+            self._write_checkpoint(name, g, durable=True)
+
+    def _raise(self, name: str) -> None:
+        """After a decision's ops are durable: move the checkpoint up to the floor. Retention
+        removes a segment on the lower of the checkpoint's two slots (docs/FORMAT.md §6.2), and
+        only whole segments: so a raise that passes the start of a segment since the last
+        fsync is written twice, fsynced, so that both slots hold it and retention may remove
+        what it frees at once; any other raise is written to the page cache only (a power cut
+        takes it back to the last fsynced position, which is lower: safe)."""
+        g = self._state.groups.get(name)
+        if g is None:
+            return
+        floor = g.floor()
+        if floor > self._cp.get(name, -1):
+            durable_lsn = self._cp_durable.get(name, -1)
+            passes = any(durable_lsn < base <= floor for base in list_segments(REAL, self.log_path))
+            self._write_checkpoint(name, g, durable=passes)
+            if passes:
+                self._write_checkpoint(name, g, durable=True)  # (the second slot)
+
+    def _group(self, name: str, key: str, command: str = "") -> Group:
+        g = self._state.groups.get(name)
+        if g is None:
+            raise NoGroupError(f"NOGROUP No such key '{key}' or consumer group '{name}'{command}")
+        return g
+
+    # --- reading ------------------------------------------------------------------------------------
+    def groups(self) -> Iterator[tuple[str, Group]]:
+        """The groups now, by name (the caller holds ``lock``)."""
+        with self._mutex:
+            self._catch_up()
+        return iter(sorted(self._state.groups.items()))
+
+    def get(self, name: str) -> Group | None:
+        """The group now (the caller holds ``lock`` while it reads it)."""
+        with self._mutex:
+            self._catch_up()
+        return self._state.groups.get(name)
+
+    # --- changes ------------------------------------------------------------------------------------
+    def create(self, name: str, next_lsn: int, last: Id) -> bool:
+        """A new group at ``next_lsn``; False if one of that name exists. RedisError if a
+        durable subscriber of that name exists that is not a group."""
+        with self.lock:
+            with self._decide() as w:
+                if name in self._state.groups:
+                    return False
+                if len(self._state.groups) >= GROUPS_MAX:
+                    raise RedisError(f"ERR a logspool stream has at most {GROUPS_MAX} consumer groups")
+                if self._checkpoints.read(name) is not None:
+                    raise RedisError(
+                        "BUSYGROUP Consumer Group name already exists (as a durable subscriber of "
+                        "this log, not a group: logspool subscribers)"
+                    )
+                w.write({"op": "create", "g": name, "next": next_lsn, "last": list(last), "at": now_ms()})
+            self._write_checkpoint(name, self._state.groups[name], durable=True)  # after the op
+            return True
+
+    def destroy(self, name: str) -> bool:
+        with self.lock:
+            with self._decide() as w:
+                if name not in self._state.groups:
+                    return False
+                with contextlib.suppress(SubscriberNotFoundError):  # (a crash left none)
+                    self._checkpoints.remove(name)  # before the op (see the module docstring)
+                self._cp.pop(name, None)
+                w.write({"op": "destroy", "g": name})
+            return True
+
+    def set_id(self, name: str, key: str, next_lsn: int, last: Id) -> None:
+        with self.lock:
+            with self._decide() as w:
+                self._group(name, key)
+                w.write({"op": "setid", "g": name, "next": next_lsn, "last": list(last)})
+                self._lower(name)
+            self._raise(name)
+
+    def add_consumer(self, name: str, key: str, consumer: str) -> bool:
+        with self.lock, self._decide() as w:
+            g = self._group(name, key)
+            if consumer in g.consumers:
+                return False
+            self._check_consumers(g)
+            w.write({"op": "consumer", "g": name, "c": consumer, "at": now_ms()})
+            return True
+
+    def _check_consumers(self, g: Group) -> None:
+        if len(g.consumers) >= CONSUMERS_MAX:
+            raise RedisError(f"ERR a logspool consumer group has at most {CONSUMERS_MAX} consumers")
+
+    def remove_consumer(self, name: str, key: str, consumer: str) -> int:
+        """Remove a consumer and its pending entries; how many it had."""
+        with self.lock:
+            with self._decide() as w:
+                found = self._group(name, key).consumers.get(consumer)
+                if found is None:
+                    return 0
+                pending = found.pending
+                w.write({"op": "delconsumer", "g": name, "c": consumer})
+            self._raise(name)
+            return pending
+
+    def deliver(
+        self, log: Log, name: str, key: str, consumer: str, count: int, noack: bool, size_max: int
+    ) -> list[Record]:
+        """XREADGROUP ``>``: up to ``count`` records after the group's position, now pending for
+        ``consumer`` (unless ``noack``). Durable on return (one op); [] if there are none."""
+        with self.lock:
+            with self._decide() as w:
+                g = self._group(name, key, " in XREADGROUP with GROUP option")
+                at = now_ms()
+                if consumer not in g.consumers:
+                    self._check_consumers(g)
+                if not noack:
+                    room = PENDING_MAX - len(g.pel)
+                    if room <= 0:
+                        raise RedisError(
+                            f"ERR the group's pending entries list holds {len(g.pel)} entries, logspool's "
+                            "limit: XACK (or XCLAIM and XACK) some before reading more"
+                        )
+                    count = min(count, room)
+                records = read_after(log, g.next_lsn, count, size_max)
+                if records:
+                    lsn, ms, _ = records[-1]
+                    w.write(
+                        {
+                            "op": "deliver",
+                            "g": name,
+                            "c": consumer,
+                            "at": at,
+                            "ids": [[m, n] for n, m, _ in records],
+                            "next": lsn + 1,
+                            "last": [ms, lsn],
+                            "noack": noack,
+                        }
+                    )
+                elif consumer not in g.consumers:
+                    w.write({"op": "consumer", "g": name, "c": consumer, "at": at})
+                else:
+                    g.consumers[consumer].seen_ms = at  # (memory only: no op for an empty read)
+            if records:
+                self._raise(name)  # (NOACK, or records past a gap retention left: it rose)
+            return records
+
+    def history(
+        self, log: Log, name: str, key: str, consumer: str, after: Id, count: int
+    ) -> list[tuple[Id, bytes | None]]:
+        """XREADGROUP with an id: ``consumer``'s pending entries after ``after`` (None for one
+        the log no longer holds); each one found counts as delivered again."""
+        with self.lock:
+            with self._decide() as w:
+                g = self._group(name, key, " in XREADGROUP with GROUP option")
+                at = now_ms()
+                ids: list[Id] = []
+                for lsn in g.order[g.ids_from((after[0], after[1] + 1)) :]:  # bounded by count
+                    entry = g.pel[lsn]
+                    if entry.consumer == consumer:
+                        ids.append((entry.ms, lsn))
+                        if len(ids) >= count:
+                            break
+                found = read_lsns(log, [lsn for _, lsn in ids])
+                again = [lsn for ms, lsn in ids if found.get(lsn, (-1,))[0] == ms]
+                if again:
+                    w.write({"op": "redeliver", "g": name, "c": consumer, "at": at, "lsns": again})
+                elif consumer not in g.consumers:
+                    self._check_consumers(g)
+                    w.write({"op": "consumer", "g": name, "c": consumer, "at": at})
+                else:
+                    g.consumers[consumer].seen_ms = at
+            out: list[tuple[Id, bytes | None]] = []
+            for ms, lsn in ids:
+                rec = found.get(lsn)
+                out.append(((ms, lsn), rec[1] if rec is not None and rec[0] == ms else None))
+            return out
+
+    def ack(self, name: str, ids: list[Id]) -> int:
+        """XACK: remove these ids from the PEL; how many were in it (0 without the group)."""
+        with self.lock:
+            with self._decide() as w:
+                g = self._state.groups.get(name)
+                if g is None:
+                    return 0
+                lsns = [eid[1] for eid in dict.fromkeys(ids) if g.pending_id(eid) is not None]
+                if lsns:
+                    w.write({"op": "ack", "g": name, "lsns": lsns})
+            if lsns:
+                self._raise(name)
+            return len(lsns)
+
+    def claim(
+        self,
+        log: Log,
+        name: str,
+        key: str,
+        consumer: str,
+        min_idle_ms: int,
+        ids: list[Id],
+        *,
+        delivered_ms: int | None,
+        retry: int | None,
+        force: bool,
+        justid: bool,
+        last: Id | None,
+    ) -> list[tuple[Id, bytes]]:
+        """XCLAIM: the pending entries among ``ids`` idle for at least ``min_idle_ms`` (and with
+        ``force`` those not pending that the log holds) become ``consumer``'s; entries the log
+        no longer holds leave the PEL. Returns what was claimed, with payloads."""
+        with self.lock:
+            with self._decide() as w:
+                g = self._group(name, key)
+                at = now_ms()
+                when = at if delivered_ms is None or not 0 <= delivered_ms <= at else delivered_ms
+                wanted = list(dict.fromkeys(ids))
+                found = read_lsns(log, [lsn for _, lsn in wanted])
+                items: list[list[Any]] = []
+                drop: list[int] = []
+                out: list[tuple[Id, bytes]] = []
+                for ms, lsn in wanted:
+                    entry = g.pending_id((ms, lsn))
+                    rec = found.get(lsn)
+                    if rec is None or rec[0] != ms:
+                        if entry is not None:
+                            drop.append(lsn)
+                        continue
+                    if entry is None:
+                        if not force or len(g.pel) + len(items) >= PENDING_MAX:
+                            continue
+                        count = 1  # (Redis's count for a PEL entry FORCE makes, before this claim)
+                    elif min_idle_ms and at - entry.delivered_ms < min_idle_ms:
+                        continue
+                    else:
+                        count = entry.count
+                    count = retry if retry is not None else count if justid else count + 1
+                    items.append([lsn, ms, when, count])
+                    out.append(((ms, lsn), rec[1]))
+                new_last: Id | None = last if last is not None and last > g.last else None
+                if consumer not in g.consumers:
+                    self._check_consumers(g)
+                if items or drop or new_last is not None or consumer not in g.consumers:
+                    w.write(
+                        {
+                            "op": "claim",
+                            "g": name,
+                            "c": consumer,
+                            "at": at,
+                            "items": items,
+                            "drop": drop,
+                            "last": None if new_last is None else list(new_last),
+                            "next": None if new_last is None else lsn_after(log, new_last),
+                        }
+                    )
+                    self._lower(name)
+                else:
+                    g.consumers[consumer].seen_ms = at
+            self._raise(name)
+            return out
+
+    def autoclaim(
+        self,
+        log: Log,
+        name: str,
+        key: str,
+        consumer: str,
+        min_idle_ms: int,
+        start: Id,
+        count: int,
+        justid: bool,
+    ) -> tuple[Id, list[tuple[Id, bytes | None]], list[Id]]:
+        """XAUTOCLAIM: scan the PEL from ``start`` (at most ``count`` x 10 entries), claim up to
+        ``count`` idle ones; entries the log no longer holds leave the PEL and are listed.
+        Returns the next start ((0, 0): the scan reached the end), the claimed, the removed."""
+        with self.lock:
+            with self._decide() as w:
+                g = self._group(name, key)
+                at = now_ms()
+                first = log.info().first_lsn
+                i = g.ids_from(start)
+                scan = g.order[i : i + count * 10]
+                items: list[list[Any]] = []
+                deleted: list[Id] = []
+                seen = 0
+                for lsn in scan:
+                    if count <= 0:
+                        break
+                    seen += 1
+                    entry = g.pel[lsn]
+                    if lsn < first:
+                        deleted.append((entry.ms, lsn))
+                        count -= 1
+                    elif not min_idle_ms or at - entry.delivered_ms >= min_idle_ms:
+                        items.append([lsn, entry.ms, at, entry.count if justid else entry.count + 1])
+                        count -= 1
+                rest = g.order[i + seen : i + seen + 1]
+                next_start = (g.pel[rest[0]].ms, rest[0]) if rest else (0, 0)
+                if consumer not in g.consumers:
+                    self._check_consumers(g)
+                if items or deleted or consumer not in g.consumers:
+                    w.write(
+                        {
+                            "op": "claim",
+                            "g": name,
+                            "c": consumer,
+                            "at": at,
+                            "items": items,
+                            "drop": [lsn for _, lsn in deleted],
+                            "last": None,
+                            "next": None,
+                        }
+                    )
+                else:
+                    g.consumers[consumer].seen_ms = at
+            if deleted:
+                self._raise(name)
+        found = {} if justid else read_lsns(log, [item[0] for item in items])
+        claimed: list[tuple[Id, bytes | None]] = []
+        for lsn, ms, _, _ in items:
+            rec = found.get(lsn)
+            claimed.append(((ms, lsn), rec[1] if rec is not None and rec[0] == ms else None))
+        return next_start, claimed, deleted
+
+
+class Groups:
+    """The group stores of the daemon's streams, opened on first use (at most
+    ``STORES_OPEN_MAX``). Any thread."""
+
+    def __init__(self, data: str, durability: Durability) -> None:
+        self.data = data
+        self.durability = durability
+        self._open: dict[str, GroupStore] = {}
+        self._lock = threading.Lock()
+
+    def store(self, name: str, log: Log, *, create: bool) -> GroupStore | None:
+        """The groups of the stream ``name`` (a valid log name, checked by the caller), or None
+        if it has none and ``create`` is False."""
+        with self._lock:
+            found = self._open.get(name)
+            if found is not None:
+                return found
+            root = os.path.join(self.data, GROUPS_DIR)
+            path = os.path.join(root, name)
+            if not create and not os.path.exists(os.path.join(path, MARKER)):
+                return None
+            if len(self._open) >= STORES_OPEN_MAX:
+                raise RedisError(f"ERR {STORES_OPEN_MAX} streams' consumer groups are open already")
+            if not os.path.isdir(root):
+                os.makedirs(root, exist_ok=True)
+                REAL.fsync_dir(self.data)  # the new directory's name must survive a power cut
+            found = self._open[name] = GroupStore(path, log, self.durability)
+            return found
+
+    def close(self) -> None:
+        with self._lock:
+            for store in self._open.values():
+                store.close()
+            self._open.clear()

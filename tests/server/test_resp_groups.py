@@ -1,0 +1,428 @@
+"""Redis Streams consumer groups on logspool logs (docs/RESP.md, "Consumer groups"), driven by the
+real Redis clients (redis-py 8 and redis-cli) against a real ``logspool serve --resp`` process
+on 127.0.0.1. It proves that a group hands each entry to one consumer, keeps what is delivered
+and not acknowledged in a pending entries list that XPENDING, XCLAIM and XAUTOCLAIM see and
+change, that a kill -9 and restart of the daemon keeps the group's position and its pending
+entries, that the group is the log's durable subscriber at its lowest unacknowledged entry (so
+retention ``consumed`` waits for it), that XTRIM and XADD's MAXLEN/MINID with ``~`` remove whole
+segments through retention while exact trims are refused, that XADD takes the explicit ids it
+can honour and refuses the others with Redis's errors, that a blocked XREADGROUP holds no thread
+and wakes on an append by another process, and that bad names and ids are errors on a
+connection that stays. Waits are bounded polls on a condition, never sleeps as proof."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+import logspool
+from tests.server.conftest import Daemon
+
+pytestmark = pytest.mark.skipif(shutil.which("redis-cli") is None, reason="redis-tools is not installed")
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    # 4 pool threads: more blocked XREADGROUPs than threads must still leave the daemon serving
+    d = Daemon(tmp_path_factory.mktemp("groups") / "data", "--threads", "4", resp=True).start()
+    yield d
+    d.kill()
+
+
+def client(port: int | None, **options: object) -> redis.Redis:
+    """One connection (so that its id shows it stayed open), never resending a command."""
+    return redis.Redis(
+        port=port, socket_timeout=30, single_connection_client=True, retry=Retry(NoBackoff(), 0), **options
+    )  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def r(daemon: Daemon) -> Iterator[redis.Redis]:
+    c = client(daemon.resp_port)
+    yield c
+    c.close()
+
+
+def wait_for(condition: Callable[[], object], timeout_s: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.01)
+
+
+def ids_of(reply: list[list[object]]) -> list[bytes]:
+    """The entry ids of a one-stream XREADGROUP reply."""
+    return [eid for eid, _ in reply[0][1]] if reply else []  # type: ignore[misc,union-attr]
+
+
+def lsn(eid: bytes) -> int:
+    return int(eid.split(b"-")[1])
+
+
+def raw_command(port: int | None, *args: bytes) -> bytes:
+    """The reply's bytes as the daemon sent them (to see a nil that redis-py reads as {})."""
+    with socket.create_connection(("127.0.0.1", port or 0), timeout=10) as sock:
+        sock.sendall(b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in args))
+        data = b""
+        for _ in range(100):  # bounded: the reply is small; it ends with the last entry's nil
+            data += sock.recv(65536)
+            if data.endswith(b"*-1\r\n") or data.startswith(b"-"):
+                break
+        return data
+
+
+def cli(port: int | None, *args: str) -> str:
+    out = subprocess.run(["redis-cli", "-p", str(port), *args], capture_output=True, timeout=30)
+    return out.stdout.decode()
+
+
+# --- delivery, acknowledgement, the pending entries list ---------------------------------------------
+def test_a_group_hands_each_entry_to_one_consumer(r: redis.Redis) -> None:
+    assert r.xgroup_create("orders", "billing", id="0", mkstream=True)
+    ids = [r.xadd("orders", {"payload": f"order {i}"}) for i in range(6)]
+    alice = r.xreadgroup("billing", "alice", {"orders": ">"}, count=2)
+    bob = r.xreadgroup("billing", "bob", {"orders": ">"}, count=2)
+    assert ids_of(alice) == ids[:2] and ids_of(bob) == ids[2:4]
+    assert alice[0][1][0][1] == {b"payload": b"order 0"}
+    assert r.xpending("orders", "billing") == {
+        "pending": 4, "min": ids[0], "max": ids[3],
+        "consumers": [{"name": b"alice", "pending": 2}, {"name": b"bob", "pending": 2}],
+    }  # fmt: skip
+    # XACK: each pending id once; an id twice, or one not pending, counts nothing
+    assert r.xack("orders", "billing", ids[0], ids[0], "1-999") == 1
+    rows = r.xpending_range("orders", "billing", "-", "+", 10)
+    assert [row["message_id"] for row in rows] == ids[1:4]
+    assert [row["consumer"] for row in rows] == [b"alice", b"bob", b"bob"]
+    assert [row["times_delivered"] for row in rows] == [1, 1, 1]
+    # a consumer's own history (an id instead of '>'): what it holds, counted as delivered again
+    assert ids_of(r.xreadgroup("billing", "bob", {"orders": "0"})) == ids[2:4]
+    bob_rows = r.xpending_range("orders", "billing", "-", "+", 10, consumername="bob")
+    assert [row["times_delivered"] for row in bob_rows] == [2, 2]
+    assert ids_of(r.xreadgroup("billing", "bob", {"orders": ids[2]})) == ids[3:4]  # after that id
+    # the rest goes to whoever asks next; then nothing is left
+    assert ids_of(r.xreadgroup("billing", "alice", {"orders": ">"})) == ids[4:]
+    assert r.xreadgroup("billing", "alice", {"orders": ">"}) == []
+    # another group reads the same entries on its own
+    assert r.xgroup_create("orders", "audit", id="0")
+    assert ids_of(r.xreadgroup("audit", "x", {"orders": ">"})) == ids
+    groups = {g["name"]: g for g in r.xinfo_groups("orders")}
+    assert groups[b"billing"]["pending"] == 5 and groups[b"billing"]["last-delivered-id"] == ids[-1]
+    assert groups[b"billing"]["lag"] == 0 and groups[b"billing"]["entries-read"] == lsn(ids[-1]) + 1
+    consumers = {c["name"]: c for c in r.xinfo_consumers("orders", "billing")}
+    assert consumers[b"alice"]["pending"] == 3 and consumers[b"bob"]["pending"] == 2
+    # NOACK: delivered, not pending
+    r.xadd("orders", {"payload": "no ack"})
+    assert len(ids_of(r.xreadgroup("billing", "carol", {"orders": ">"}, noack=True))) == 1
+    assert r.xpending("orders", "billing")["pending"] == 5
+
+
+def test_concurrent_consumers_never_get_the_same_entry(daemon: Daemon) -> None:
+    setup = client(daemon.resp_port)
+    setup.xgroup_create("crowd", "g", id="$", mkstream=True)
+    ids = {setup.xadd("crowd", {"payload": str(i)}) for i in range(200)}
+    got: dict[str, list[bytes]] = {}
+
+    def consume(name: str) -> None:
+        c = client(daemon.resp_port)
+        mine = got.setdefault(name, [])
+        for _ in range(200):  # bounded: stops at the first empty read
+            reply = c.xreadgroup("g", name, {"crowd": ">"}, count=7)
+            if not reply:
+                break
+            mine += ids_of(reply)
+        c.close()
+
+    threads = [threading.Thread(target=consume, args=(f"c{i}",)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    delivered = [eid for mine in got.values() for eid in mine]
+    assert sorted(delivered) == sorted(ids)  # every entry once, none twice
+    assert setup.xpending("crowd", "g")["pending"] == 200
+    setup.close()
+
+
+def test_claiming_entries_left_idle(r: redis.Redis) -> None:
+    r.xgroup_create("work", "g", id="0", mkstream=True)
+    ids = [r.xadd("work", {"payload": f"task {i}"}) for i in range(3)]
+    assert ids_of(r.xreadgroup("g", "bob", {"work": ">"})) == ids
+    # just delivered: a claim that asks for a minute of idleness takes nothing
+    assert r.xclaim("work", "g", "alice", 60_000, [ids[0]]) == []
+    # once idle for 50 ms (polled: XPENDING's IDLE filter), alice can take it over
+    wait_for(lambda: len(r.xpending_range("work", "g", "-", "+", 10, idle=50)) == 3)
+    assert r.xclaim("work", "g", "alice", 50, [ids[0]]) == [(ids[0], {b"payload": b"task 0"})]
+    [row] = r.xpending_range("work", "g", ids[0], ids[0], 1)
+    assert row["consumer"] == b"alice" and row["times_delivered"] == 2
+    assert row["time_since_delivered"] < 50  # the claim is a new delivery
+    # XAUTOCLAIM: the idle ones from a start id, with a cursor
+    nxt, claimed, deleted = r.xautoclaim("work", "g", "carol", 50, "0-0", count=1)
+    assert nxt == ids[2] and [eid for eid, _ in claimed] == [ids[1]] and deleted == []
+    nxt, claimed, deleted = r.xautoclaim("work", "g", "carol", 50, nxt)
+    assert nxt == b"0-0" and [eid for eid, _ in claimed] == [ids[2]] and deleted == []
+    # JUSTID: ids only, and no delivery counted; RETRYCOUNT sets the count; FORCE makes an entry pending
+    assert r.xclaim("work", "g", "dave", 0, [ids[1]], justid=True) == [ids[1]]
+    assert r.xpending_range("work", "g", ids[1], ids[1], 1)[0]["times_delivered"] == 2
+    r.xclaim("work", "g", "dave", 0, [ids[1]], retrycount=7, justid=True)
+    assert r.xpending_range("work", "g", ids[1], ids[1], 1)[0]["times_delivered"] == 7
+    assert r.xack("work", "g", ids[0]) == 1
+    assert r.xclaim("work", "g", "erin", 0, [ids[0]], justid=True) == []  # acked: not pending
+    assert r.xclaim("work", "g", "erin", 0, [ids[0]], justid=True, force=True) == [ids[0]]
+    owners = {row["message_id"]: row["consumer"] for row in r.xpending_range("work", "g", "-", "+", 10)}
+    assert owners == {ids[0]: b"erin", ids[1]: b"dave", ids[2]: b"carol"}
+    # DELCONSUMER drops a consumer's pending entries and says how many
+    assert r.xgroup_delconsumer("work", "g", "dave") == 1
+    assert r.xpending("work", "g")["pending"] == 2
+
+
+# --- a restart ----------------------------------------------------------------------------------
+def test_a_kill_and_restart_keeps_positions_and_pending_entries(tmp_path: Path) -> None:
+    d = Daemon(tmp_path / "data", resp=True).start()
+    try:
+        r = client(d.resp_port)
+        r.xgroup_create("events", "g", id="0", mkstream=True)
+        ids = [r.xadd("events", {"payload": f"e{i}"}) for i in range(6)]
+        assert ids_of(r.xreadgroup("g", "c1", {"events": ">"}, count=2)) == ids[:2]
+        assert ids_of(r.xreadgroup("g", "c2", {"events": ">"}, count=2)) == ids[2:4]
+        r.xreadgroup("g", "c2", {"events": "0"})  # delivered twice
+        assert r.xack("events", "g", ids[0]) == 1
+        before = r.xpending_range("events", "g", "-", "+", 10)
+        r.close()
+        d.kill()  # kill -9: what the replies promised must be on disk already
+        d.start()
+        r = client(d.resp_port)
+        after = r.xpending_range("events", "g", "-", "+", 10)
+        assert [(x["message_id"], x["consumer"], x["times_delivered"]) for x in after] == [
+            (x["message_id"], x["consumer"], x["times_delivered"]) for x in before
+        ]
+        assert [x["message_id"] for x in after] == ids[1:4]
+        # the group's position survived: '>' goes on after the last entry delivered
+        assert ids_of(r.xreadgroup("g", "c3", {"events": ">"})) == ids[4:]
+        [group] = r.xinfo_groups("events")
+        assert group["last-delivered-id"] == ids[-1] and group["pending"] == 5
+        # the group is the log's durable subscriber, at its lowest unacknowledged entry
+        with logspool.Log(d.data / "logs" / "events") as log:
+            assert {s.name: s.lsn for s in log.subscribers()} == {"g": lsn(ids[1])}
+            assert r.xack("events", "g", *ids[1:]) == 5
+            assert {s.name: s.lsn for s in log.subscribers()} == {"g": lsn(ids[-1]) + 1}
+        r.close()
+    finally:
+        d.kill()
+
+
+def test_retention_consumed_waits_for_the_group(r: redis.Redis, daemon: Daemon) -> None:
+    path = daemon.data / "logs" / "metered"
+    with logspool.open(path, segment_size_max=4096) as log:  # small segments, so several of them
+        log.set_retention(logspool.Retention(consumed=True))
+    r.xgroup_create("metered", "g", id="0")
+    ids = [r.xadd("metered", {"payload": b"x" * 100}) for _ in range(200)]
+    assert len(ids_of(r.xreadgroup("g", "c", {"metered": ">"}))) == 200
+    with logspool.Log(path) as log:
+        assert len(log.info().segments) > 3
+        assert log.enforce_retention().removed == ()  # all delivered, none acknowledged
+        assert r.xack("metered", "g", *ids[:100]) == 100
+        report = log.enforce_retention()
+        first = log.info().first_lsn
+        assert report.removed and 0 < first <= 100  # whole segments below the first unacked
+    assert r.xrange("metered", count=1)[0][0] == ids[first]
+
+
+# --- trimming -------------------------------------------------------------------------------------
+def test_trimming_removes_whole_segments_and_exact_trims_are_refused(r: redis.Redis, daemon: Daemon) -> None:
+    path = daemon.data / "logs" / "trimmed"
+    logspool.open(path, segment_size_max=4096).close()
+    r.xgroup_create("trimmed", "g", id="0")
+    ids = [r.xadd("trimmed", {"payload": b"y" * 100}) for _ in range(200)]
+    assert ids_of(r.xreadgroup("g", "c", {"trimmed": ">"}, count=3)) == ids[:3]  # pending, then trimmed
+    for exact in (lambda: r.xtrim("trimmed", maxlen=50, approximate=False),
+                  lambda: r.xtrim("trimmed", minid=ids[10], approximate=False),
+                  lambda: r.xadd("trimmed", {"payload": "z"}, maxlen=50, approximate=False)):  # fmt: skip
+        with pytest.raises(redis.ResponseError, match="whole segment"):
+            exact()
+    assert r.xlen("trimmed") == 200  # (the refused XADD appended nothing)
+    # MINID ~ (redis-py's default is '~'): the segments whose every entry is below the id go
+    removed = r.xtrim("trimmed", minid=ids[100])
+    first = r.xrange("trimmed", count=1)[0][0]
+    assert 0 < removed == lsn(first) <= 100 and r.xlen("trimmed") == 200 - removed
+    # MAXLEN ~ n: whole segments, and at least n entries stay
+    removed_more = r.xtrim("trimmed", maxlen=50)
+    assert removed_more > 0 and r.xlen("trimmed") == 200 - removed - removed_more >= 50
+    assert r.xrange("trimmed", count=1)[0][0] == ids[removed + removed_more]
+    # LIMIT bounds the entries one trim removes
+    assert r.xtrim("trimmed", maxlen=0, limit=1) == 0
+    # XADD MAXLEN ~ n trims after appending, at least n entries stay
+    before = r.xlen("trimmed")
+    r.xadd("trimmed", {"payload": "last"}, maxlen=10)
+    assert 10 <= r.xlen("trimmed") <= before + 1
+    with logspool.Log(path) as log:
+        assert len(log.info().segments) >= 1
+    # entries trimmed while pending: XREADGROUP's history shows the id with no fields, as Redis,
+    # and XAUTOCLAIM lists them as deleted and drops them from the PEL
+    assert ids_of(r.xreadgroup("g", "c", {"trimmed": "0"})) == ids[:3]
+    nil_fields = b"*2\r\n$%d\r\n%s\r\n*-1\r\n" % (len(ids[0]), ids[0])
+    assert nil_fields in raw_command(
+        daemon.resp_port, b"XREADGROUP", b"GROUP", b"g", b"c", b"STREAMS", b"trimmed", b"0"
+    )
+    assert r.xautoclaim("trimmed", "g", "c", 0, "0-0") == [b"0-0", [], ids[:3]]
+    assert r.xpending("trimmed", "g")["pending"] == 0
+    with pytest.raises(redis.ResponseError, match="append-only"):
+        r.xdel("trimmed", ids[-1])
+
+
+# --- explicit ids -----------------------------------------------------------------------------------
+def test_xadd_takes_the_ids_the_log_would_give(r: redis.Redis) -> None:
+    r.xadd("explicit", {"payload": "a"})  # lsn 0
+    ahead = int(time.time() * 1000) + 60_000
+    assert r.xadd("explicit", {"payload": "b"}, id=f"{ahead}-*") == f"{ahead}-1".encode()
+    assert r.xadd("explicit", {"payload": "c"}, id=f"{ahead}-2") == f"{ahead}-2".encode()
+    # a producer that sends the same id again is told, as Redis tells it (idempotent producers)
+    with pytest.raises(redis.ResponseError, match="equal or smaller than the target stream top item"):
+        r.xadd("explicit", {"payload": "c"}, id=f"{ahead}-2")
+    with pytest.raises(redis.ResponseError, match="equal or smaller"):
+        r.xadd("explicit", {"payload": "d"}, id=f"{ahead - 1}-*")
+    with pytest.raises(redis.ResponseError, match="next lsn, 3"):
+        r.xadd("explicit", {"payload": "d"}, id=f"{ahead}-7")
+    with pytest.raises(redis.ResponseError, match="greater than 0-0"):
+        r.xadd("explicit", {"payload": "d"}, id="0-0")
+    # timestamps never decrease: the next '*' id is not below the explicit time
+    later = r.xadd("explicit", {"payload": "d"})
+    assert later == f"{ahead}-3".encode()
+    assert [eid for eid, _ in r.xrange("explicit", min=str(ahead))] == [
+        f"{ahead}-{n}".encode() for n in (1, 2, 3)
+    ]
+    assert r.xlen("explicit") == 4
+
+
+# --- blocking -------------------------------------------------------------------------------------
+def test_blocked_xreadgroups_hold_no_thread_and_wake_on_another_process_append(
+    r: redis.Redis, daemon: Daemon
+) -> None:
+    r.xgroup_create("tail-g", "g", id="$", mkstream=True)
+    waiters = 8  # twice the daemon's pool threads
+    got: dict[int, list[bytes]] = {}
+
+    def wait(i: int) -> None:
+        c = client(daemon.resp_port)
+        got[i] = ids_of(c.xreadgroup("g", f"w{i}", {"tail-g": ">"}, count=1, block=30_000))
+        c.close()
+
+    threads = [threading.Thread(target=wait, args=(i,)) for i in range(waiters)]
+    for t in threads:
+        t.start()
+    # each has run once (its consumer exists) and found nothing: all are waiting now
+    wait_for(lambda: len(r.xinfo_consumers("tail-g", "g")) == waiters)
+    assert not got
+    # with every pool thread free, the daemon still answers reads that run in the pool
+    assert r.xrange("tail-g") == [] and r.xpending("tail-g", "g")["pending"] == 0
+    with logspool.Log(daemon.data / "logs" / "tail-g") as log:  # another process appends
+        for i in range(waiters):
+            log.append(b"wake %d" % i)
+    for t in threads:
+        t.join(30)
+    delivered = [eid for mine in got.values() for eid in mine]
+    assert len(got) == waiters and sorted(delivered) == sorted(eid for eid, _ in r.xrange("tail-g"))
+    assert len(set(delivered)) == waiters  # one entry each, none twice
+
+
+def test_destroying_a_group_answers_its_blocked_readers(r: redis.Redis, daemon: Daemon) -> None:
+    r.xgroup_create("doomed", "g", id="$", mkstream=True)
+    errors: list[Exception] = []
+
+    def wait() -> None:
+        c = client(daemon.resp_port)
+        try:
+            c.xreadgroup("g", "w", {"doomed": ">"}, block=30_000)
+        except redis.ResponseError as err:
+            errors.append(err)
+        c.close()
+
+    t = threading.Thread(target=wait)
+    t.start()
+    wait_for(lambda: len(r.xinfo_consumers("doomed", "g")) == 1)
+    assert r.xgroup_destroy("doomed", "g") == 1 and r.xgroup_destroy("doomed", "g") == 0
+    t.join(30)
+    assert errors and "NOGROUP" in str(errors[0])
+    assert r.xinfo_groups("doomed") == []
+
+
+# --- names, ids, errors -----------------------------------------------------------------------------
+def test_bad_names_and_ids_are_errors_and_the_connection_stays(r: redis.Redis, daemon: Daemon) -> None:
+    connection = r.client_id()
+    assert r.xgroup_create("named", "ok", id="$", mkstream=True)
+    r.xadd("named", {"payload": "x"})
+    cases: list[tuple[Callable[[], object], str]] = [
+        (lambda: r.xgroup_create("../escape", "g", mkstream=True), "log names"),
+        (lambda: r.xgroup_create("a/b", "g", mkstream=True), "log names"),
+        (lambda: r.xgroup_create("named", "~transient"), "durable subscriber names"),
+        (lambda: r.xgroup_create("named", "n" * 1025), "durable subscriber names"),
+        (lambda: r.execute_command("XGROUP", "CREATE", "named", b"\xff", "$"), "durable subscriber names"),
+        (lambda: r.xgroup_create("named", "ok"), "BUSYGROUP"),
+        (lambda: r.xgroup_create("nostream", "g"), "requires the key to exist"),
+        (lambda: r.xgroup_create("named", "g2", id="12-x"), "Invalid stream ID"),
+        (lambda: r.xgroup_setid("named", "missing", "0"), "NOGROUP"),
+        (lambda: r.xreadgroup("ok", "c", {"../up": ">"}), "log names"),
+        (lambda: r.xreadgroup("missing", "c", {"named": ">"}), "NOGROUP"),
+        (lambda: r.xreadgroup("ok", "c", {"nostream": ">"}), "NOGROUP"),
+        (lambda: r.xreadgroup("ok", "c", {"named": "$"}), "meaningless"),
+        (lambda: r.xreadgroup("ok", "c", {"named": "not-an-id"}), "Invalid stream ID"),
+        (lambda: r.xreadgroup("ok", "c" * 2000, {"named": ">"}), "consumer names"),
+        (lambda: r.xack("named", "ok", "1-1", "nope"), "Invalid stream ID"),
+        (lambda: r.xpending_range("named", "ok", "bad", "+", 10), "Invalid stream ID"),
+        (lambda: r.xpending("named", "missing"), "NOGROUP"),
+        (lambda: r.xclaim("named", "ok", "c", 0, ["1-x"]), "Unrecognized XCLAIM option"),
+        (lambda: r.xclaim("named", "missing", "c", 0, ["1-1"]), "NOGROUP"),
+        (lambda: r.xautoclaim("named", "ok", "c", 0, "x"), "Invalid stream ID"),
+        (lambda: r.xinfo_groups("nostream"), "no such key"),
+        (lambda: r.xinfo_consumers("named", "missing"), "NOGROUP"),
+        (lambda: r.xadd("named", {"payload": "v"}, id="1-2-3"), "Invalid stream ID"),
+        (lambda: r.xtrim("named", maxlen=-1), "must be >= 0"),
+        (lambda: r.execute_command("XGROUP", "FROB", "named", "ok"), "XGROUP HELP"),
+    ]
+    for call, message in cases:
+        with pytest.raises(redis.ResponseError, match=message):
+            call()
+    assert r.client_id() == connection and r.ping()  # one connection throughout
+    # nothing was created for the bad names, nothing outside the data directory
+    assert sorted(os.listdir(daemon.data / "groups")) == sorted(
+        n for n in os.listdir(daemon.data / "logs") if (daemon.data / "groups" / n).exists()
+    )
+    assert not (daemon.data / "logs" / "nostream").exists()
+    assert not (daemon.data / "groups" / "nostream").exists()
+    assert not (daemon.data.parent / "escape").exists() and not (daemon.data.parent / "up").exists()
+    assert [g["name"] for g in r.xinfo_groups("named")] == [b"ok"]
+    # a native durable subscriber's name is not taken over by a group
+    with logspool.Log(daemon.data / "logs" / "named") as log:
+        log.add_subscriber("native")
+    with pytest.raises(redis.ResponseError, match=r"BUSYGROUP.*durable subscriber"):
+        r.xgroup_create("named", "native")
+
+
+# --- other clients and protocols -----------------------------------------------------------------
+def test_redis_cli_and_resp3(daemon: Daemon) -> None:
+    port = daemon.resp_port
+    assert cli(port, "XGROUP", "CREATE", "clis", "g", "$", "MKSTREAM") == "OK\n"
+    eid = cli(port, "XADD", "clis", "*", "payload", "hi").strip()
+    out = cli(port, "XREADGROUP", "GROUP", "g", "c", "COUNT", "10", "STREAMS", "clis", ">")
+    assert out.split() == ["clis", eid, "payload", "hi"]
+    assert cli(port, "XPENDING", "clis", "g").split() == ["1", eid, eid, "c", "1"]
+    assert cli(port, "XACK", "clis", "g", eid) == "1\n"
+    assert "last-delivered-id" in cli(port, "XINFO", "GROUPS", "clis")
+    assert cli(port, "XGROUP", "CREATE", "clis", "~bad", "$").startswith("ERR logspool consumer group names")
+    r3 = client(port, protocol=3)
+    r3.xadd("clis", {"payload": "three"})
+    reply = r3.xreadgroup("g", "c3", {"clis": ">"})
+    [[(eid3, fields)]] = reply[b"clis"]  # (RESP3: a map of streams)
+    assert fields == {b"payload": b"three"}
+    assert r3.xinfo_stream("clis")["groups"] == 1 and lsn(eid3) == 1
+    r3.close()
