@@ -281,9 +281,13 @@ def test_trimming_removes_whole_segments_and_exact_trims_are_refused(r: redis.Re
 
 
 # --- explicit ids -----------------------------------------------------------------------------------
-def test_xadd_takes_the_ids_the_log_would_give(r: redis.Redis) -> None:
-    r.xadd("explicit", {"payload": "a"})  # lsn 0
+def test_xadd_takes_the_ids_the_log_would_give(r: redis.Redis, daemon: Daemon) -> None:
+    # a new stream's first lsn is 0: another sequence is refused before the log is created
+    with pytest.raises(redis.ResponseError, match="next lsn, 0"):
+        r.xadd("explicit", {"payload": "a"}, id="5-3")
+    assert not (daemon.data / "logs" / "explicit").exists()
     ahead = int(time.time() * 1000) + 60_000
+    assert r.xadd("explicit", {"payload": "a"}, id=f"{ahead}-0") == f"{ahead}-0".encode()
     assert r.xadd("explicit", {"payload": "b"}, id=f"{ahead}-*") == f"{ahead}-1".encode()
     assert r.xadd("explicit", {"payload": "c"}, id=f"{ahead}-2") == f"{ahead}-2".encode()
     # a producer that sends the same id again is told, as Redis tells it (idempotent producers)
@@ -295,11 +299,14 @@ def test_xadd_takes_the_ids_the_log_would_give(r: redis.Redis) -> None:
         r.xadd("explicit", {"payload": "d"}, id=f"{ahead}-7")
     with pytest.raises(redis.ResponseError, match="greater than 0-0"):
         r.xadd("explicit", {"payload": "d"}, id="0-0")
+    # no entry can be stamped before the log's newest time (here, that of its newest segment)
+    with pytest.raises(redis.ResponseError, match="before this log's newest time"):
+        r.xadd("explicit-past", {"payload": "old"}, id="5-0")
     # timestamps never decrease: the next '*' id is not below the explicit time
     later = r.xadd("explicit", {"payload": "d"})
     assert later == f"{ahead}-3".encode()
     assert [eid for eid, _ in r.xrange("explicit", min=str(ahead))] == [
-        f"{ahead}-{n}".encode() for n in (1, 2, 3)
+        f"{ahead}-{n}".encode() for n in (0, 1, 2, 3)
     ]
     assert r.xlen("explicit") == 4
 

@@ -17,17 +17,8 @@ from typing import TYPE_CHECKING
 from ..log import Log
 from . import _resp_wire as w
 from ._resp_commands import Block, _int, _stream_name, command
-from ._resp_groups import (
-    GroupStore,
-    Id,
-    NoGroupError,
-    consumer_bytes,
-    consumer_name,
-    group_name,
-    last_id,
-    lsn_after,
-    now_ms,
-)
+from ._resp_group_state import Group, Id, NoGroupError, consumer_bytes, consumer_name, group_name, now_ms
+from ._resp_groups import GroupStore, last_id, lsn_after
 from ._resp_kv import RedisError
 from ._resp_streams import (
     ID_MAX,
@@ -464,17 +455,19 @@ XINFO_HELP = [
 ]
 
 
+def _map(s: Session, pairs: list[tuple[bytes, bytes]]) -> bytes:
+    """A reply map (RESP3) or flat array (RESP2) of field names to encoded values."""
+    return w.mapping([(w.bulk(k), v) for k, v in pairs], s.proto)
+
+
 @command("XINFO", -2, "jobs")
 def _xinfo(s: Session, args: list[bytes]) -> bytes:
     sub = args[1].upper()
     if sub == b"HELP" and len(args) == 2:
         return w.array([w.simple(line) for line in XINFO_HELP])
-    if (
-        len(args) < 3
-        or (sub == b"CONSUMERS" and len(args) != 4)
-        or (sub == b"GROUPS" and len(args) != 3)
-        or (sub not in (b"CONSUMERS", b"GROUPS", b"STREAM"))
-    ):
+    shapes = {b"CONSUMERS": (4, 4), b"GROUPS": (3, 3), b"STREAM": (3, 6)}
+    low, high = shapes.get(sub, (0, -1))
+    if not low <= len(args) <= high:
         typed = args[1].decode(errors="replace")
         raise RedisError(
             f"ERR unknown subcommand or wrong number of arguments for '{typed}'. Try XINFO HELP."
@@ -489,59 +482,44 @@ def _xinfo(s: Session, args: list[bytes]) -> bytes:
             return _xinfo_stream(s, log, None, args[3:])
         with store.lock:
             return _xinfo_stream(s, log, store, args[3:])
-    info = log.info()
+    head = log.info().next_lsn
+    group = group_name(args[3]) if sub == b"CONSUMERS" else ""
+    missing = NoGroupError(f"NOGROUP No such consumer group '{group}' for key name '{name}'")
     if store is None:
         if sub == b"GROUPS":
             return w.EMPTY_ARRAY
-        raise NoGroupError(f"NOGROUP No such consumer group '{group_name(args[3])}' for key name '{name}'")
+        raise missing
     at = now_ms()
     with store.lock:
         if sub == b"GROUPS":
-            return w.array([_group_map(s, gname, g, info.next_lsn) for gname, g in store.groups()])
-        group = group_name(args[3])
+            return w.array([_group_map(s, gname, g, head) for gname, g in store.groups()])
         g = store.get(group)
         if g is None:
-            raise NoGroupError(f"NOGROUP No such consumer group '{group}' for key name '{name}'")
-        return w.array(
-            [
-                w.mapping(
-                    [
-                        (w.bulk(b"name"), w.bulk(consumer_bytes(c))),
-                        (w.bulk(b"pending"), w.integer(v.pending)),
-                        (w.bulk(b"idle"), w.integer(max(0, at - v.seen_ms))),
-                        (w.bulk(b"inactive"), w.integer(at - v.active_ms if v.active_ms >= 0 else -1)),
-                    ],
-                    s.proto,
-                )
-                for c, v in sorted(g.consumers.items())
-            ]
-        )
+            raise missing
+        consumers = []
+        for c, v in sorted(g.consumers.items()):
+            inactive = at - v.active_ms if v.active_ms >= 0 else -1
+            consumers.append(_map(s, [(b"name", w.bulk(consumer_bytes(c))),
+                                      (b"pending", w.integer(v.pending)),
+                                      (b"idle", w.integer(max(0, at - v.seen_ms))),
+                                      (b"inactive", w.integer(inactive))]))  # fmt: skip
+        return w.array(consumers)
 
 
-def _group_map(s: Session, name: str, g: object, head: int) -> bytes:
-    from ._resp_groups import Group
-
-    assert isinstance(g, Group)
-    return w.mapping(
-        [
-            (w.bulk(b"name"), w.bulk(name.encode())),
-            (w.bulk(b"consumers"), w.integer(len(g.consumers))),
-            (w.bulk(b"pending"), w.integer(len(g.pel))),
-            (w.bulk(b"last-delivered-id"), w.bulk(_id_text(g.last))),
-            (w.bulk(b"entries-read"), w.integer(g.next_lsn)),
-            (w.bulk(b"lag"), w.integer(max(0, head - g.next_lsn))),
-        ],
-        s.proto,
-    )
+def _group_map(s: Session, name: str, g: Group, head: int) -> bytes:
+    """XINFO GROUPS' map of one group: entries-read is exact here (the group's next lsn)."""
+    return _map(s, [(b"name", w.bulk(name.encode())), (b"consumers", w.integer(len(g.consumers))),
+                    (b"pending", w.integer(len(g.pel))), (b"last-delivered-id", w.bulk(_id_text(g.last))),
+                    (b"entries-read", w.integer(g.next_lsn)),
+                    (b"lag", w.integer(max(0, head - g.next_lsn)))])  # fmt: skip
 
 
 def _xinfo_stream(s: Session, log: Log, store: GroupStore | None, options: list[bytes]) -> bytes:
-    full = bool(options)
     count = 10
     if options:
         if (
             options[0].upper() != b"FULL"
-            or len(options) not in (1, 3)
+            or len(options) == 2
             or (len(options) == 3 and options[1].upper() != b"COUNT")
         ):
             raise RedisError("ERR syntax error")
@@ -554,87 +532,44 @@ def _xinfo_stream(s: Session, log: Log, store: GroupStore | None, options: list[
     last = streams.backward(log, (ID_MAX, ID_MAX), False, (0, 0), False, 1)
     last_generated = last[0][0] if last else b"0-%d" % (info.next_lsn - 1) if info.next_lsn else b"0-0"
     pairs = [
-        (w.bulk(b"length"), w.integer(info.next_lsn - info.first_lsn)),
-        (w.bulk(b"radix-tree-keys"), w.integer(len(info.segments))),
-        (w.bulk(b"radix-tree-nodes"), w.integer(len(info.segments))),
-        (w.bulk(b"last-generated-id"), w.bulk(last_generated)),
-        (
-            w.bulk(b"max-deleted-entry-id"),
-            w.bulk(b"0-%d" % (info.first_lsn - 1) if info.first_lsn else b"0-0"),
-        ),
-        (w.bulk(b"entries-added"), w.integer(info.next_lsn)),
-        (w.bulk(b"recorded-first-entry-id"), w.bulk(first[0][0] if first else b"0-0")),
+        (b"length", w.integer(info.next_lsn - info.first_lsn)),
+        (b"radix-tree-keys", w.integer(len(info.segments))),  # (here: the log's segments)
+        (b"radix-tree-nodes", w.integer(len(info.segments))),
+        (b"last-generated-id", w.bulk(last_generated)),
+        # (the ms of records retention removed is not kept: their last lsn, at ms 0)
+        (b"max-deleted-entry-id", w.bulk(b"0-%d" % (info.first_lsn - 1) if info.first_lsn else b"0-0")),
+        (b"entries-added", w.integer(info.next_lsn)),
+        (b"recorded-first-entry-id", w.bulk(first[0][0] if first else b"0-0")),
     ]
     groups = [] if store is None else list(store.groups())
-    if not full:
-        pairs += [
-            (w.bulk(b"groups"), w.integer(len(groups))),
-            (
-                w.bulk(b"first-entry"),
-                w.array([w.bulk(first[0][0]), w.bulks(first[0][1])]) if first else s.nil(),
-            ),
-            (w.bulk(b"last-entry"), w.array([w.bulk(last[0][0]), w.bulks(last[0][1])]) if last else s.nil()),
-        ]
-        return w.mapping(pairs, s.proto)
+    if not options:
+        pairs.append((b"groups", w.integer(len(groups))))
+        for title, found in ((b"first-entry", first), (b"last-entry", last)):
+            pairs.append((title, w.array([w.bulk(found[0][0]), w.bulks(found[0][1])]) if found else s.nil()))
+        return _map(s, pairs)
     wanted = STREAM_REPLY_COUNT_MAX if count == 0 else min(count, STREAM_REPLY_COUNT_MAX)
     entries = streams.forward(log, (0, 0), False, (ID_MAX, ID_MAX), False, wanted)
-    pairs.append((w.bulk(b"entries"), w.array([w.array([w.bulk(e), w.bulks(f)]) for e, f in entries])))
+    pairs.append((b"entries", w.array([w.array([w.bulk(e), w.bulks(f)]) for e, f in entries])))
     group_maps = []
-    assert store is not None or not groups
     for name, g in groups:
-        pel = [
-            w.array(
-                [
-                    w.bulk(_id_text((g.pel[lsn].ms, lsn))),
-                    w.bulk(consumer_bytes(g.pel[lsn].consumer)),
-                    w.integer(g.pel[lsn].delivered_ms),
-                    w.integer(g.pel[lsn].count),
-                ]
-            )
-            for lsn in g.order[:wanted]
-        ]
+        pel = [w.array([w.bulk(_id_text((g.pel[n].ms, n))), w.bulk(consumer_bytes(g.pel[n].consumer)),
+                        w.integer(g.pel[n].delivered_ms), w.integer(g.pel[n].count)])
+               for n in g.order[:wanted]]  # fmt: skip
         consumers = []
         for c, v in sorted(g.consumers.items()):
-            mine = [lsn for lsn in g.order if g.pel[lsn].consumer == c][:wanted]
-            consumers.append(
-                w.mapping(
-                    [
-                        (w.bulk(b"name"), w.bulk(consumer_bytes(c))),
-                        (w.bulk(b"seen-time"), w.integer(v.seen_ms)),
-                        (w.bulk(b"active-time"), w.integer(v.active_ms)),
-                        (w.bulk(b"pel-count"), w.integer(v.pending)),
-                        (
-                            w.bulk(b"pending"),
-                            w.array(
-                                [
-                                    w.array(
-                                        [
-                                            w.bulk(_id_text((g.pel[lsn].ms, lsn))),
-                                            w.integer(g.pel[lsn].delivered_ms),
-                                            w.integer(g.pel[lsn].count),
-                                        ]
-                                    )
-                                    for lsn in mine
-                                ]
-                            ),
-                        ),
-                    ],
-                    s.proto,
-                )
-            )
-        group_maps.append(
-            w.mapping(
-                [
-                    (w.bulk(b"name"), w.bulk(name.encode())),
-                    (w.bulk(b"last-delivered-id"), w.bulk(_id_text(g.last))),
-                    (w.bulk(b"entries-read"), w.integer(g.next_lsn)),
-                    (w.bulk(b"lag"), w.integer(max(0, info.next_lsn - g.next_lsn))),
-                    (w.bulk(b"pel-count"), w.integer(len(g.pel))),
-                    (w.bulk(b"pending"), w.array(pel)),
-                    (w.bulk(b"consumers"), w.array(consumers)),
-                ],
-                s.proto,
-            )
-        )
-    pairs.append((w.bulk(b"groups"), w.array(group_maps)))
-    return w.mapping(pairs, s.proto)
+            mine = [n for n in g.order if g.pel[n].consumer == c][:wanted]
+            own = [w.array([w.bulk(_id_text((g.pel[n].ms, n))), w.integer(g.pel[n].delivered_ms),
+                            w.integer(g.pel[n].count)]) for n in mine]  # fmt: skip
+            consumers.append(_map(s, [(b"name", w.bulk(consumer_bytes(c))),
+                                      (b"seen-time", w.integer(v.seen_ms)),
+                                      (b"active-time", w.integer(v.active_ms)),
+                                      (b"pel-count", w.integer(v.pending)),
+                                      (b"pending", w.array(own))]))  # fmt: skip
+        group_maps.append(_map(s, [(b"name", w.bulk(name.encode())),
+                                   (b"last-delivered-id", w.bulk(_id_text(g.last))),
+                                   (b"entries-read", w.integer(g.next_lsn)),
+                                   (b"lag", w.integer(max(0, info.next_lsn - g.next_lsn))),
+                                   (b"pel-count", w.integer(len(g.pel))), (b"pending", w.array(pel)),
+                                   (b"consumers", w.array(consumers))]))  # fmt: skip
+    pairs.append((b"groups", w.array(group_maps)))
+    return _map(s, pairs)

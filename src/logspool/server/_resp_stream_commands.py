@@ -32,6 +32,9 @@ def _xadd(s: Session, args: list[bytes]) -> bytes:
         raise _arity_error(b"xadd")
     if wanted == (0, 0):
         raise RedisError("ERR The ID specified in XADD must be greater than 0-0")
+    if wanted is not None and wanted[1] not in (None, 0) and not s.front.streams.exists(name):
+        # (a new log's first lsn is 0: refused before the log is created, as Redis does for 0-0)
+        raise RedisError(f"ERR the sequence of this stream's next id is its next lsn, 0 {_ID_RULE}")
     log = s.front.streams.log(name, create=not nomkstream)
     if log is None:
         return s.nil()
@@ -51,6 +54,7 @@ class Trim:
     limit: int
 
 
+_ID_RULE = "(logspool assigns ids <ms>-<lsn>: give '*' only, or the id it would assign: <ms>-0 or <ms>-*)"
 EXACT_TRIM = (
     "ERR logspool removes entries only a whole segment at a time (by the log's retention): trim "
     "with '~' (MAXLEN ~ n, MINID ~ id); an exact trim ('=' or no '~') is not supported"

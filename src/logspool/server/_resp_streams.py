@@ -32,12 +32,15 @@ import struct
 import time
 from dataclasses import dataclass
 
+from .._fs import REAL
 from .._retention import Retention
 from .._watch import _IN_CLOEXEC, _IN_NONBLOCK, _MASK, _libc
 from ..errors import PositionError
 from ..log import Log
+from ..log._directory import list_segments, segment_infos
 from . import _resp_wire as w
-from ._resp_groups import MS_MAX, Groups
+from ._resp_group_state import MS_MAX
+from ._resp_groups import Groups
 from ._resp_kv import RedisError
 
 FIELDS_MAGIC = b"LSXF\x00\x01"
@@ -195,6 +198,8 @@ class Streams:
             )
         if seq is not None and seq != next_lsn:
             raise RedisError(f"ERR the sequence of this stream's next id is its next lsn, {next_lsn} {rule}")
+        if ms < last_ms:  # (an empty log: its newest segment's start, which no record may precede)
+            raise RedisError(f"ERR logspool cannot stamp an entry before this log's newest time {rule}")
         if ms >= MS_MAX:
             raise RedisError(
                 f"ERR logspool keeps times in ns since the epoch: an id's ms must be below {MS_MAX}"
@@ -210,15 +215,15 @@ class Streams:
         Done by retention itself: under the writer lock (no append can change the sizes), a
         one-off ``Retention(size_max=...)`` of exactly the size of the segments kept, so that
         the same code removes segments as for every other policy."""
-        with log.exclusive(sync=False):
-            info = log.info()
-            segments = info.segments
+        with log.exclusive(sync=False) as tail:
+            # (cheap when nothing goes, as on most XADDs with MAXLEN: one listing, no reads)
+            bases = list_segments(REAL, log.path)
             drop = 0
-            for i in range(len(segments) - 1):  # never the active (last) segment
-                next_base = segments[i + 1].base_lsn
-                if limit and next_base - info.first_lsn > limit:
+            for i in range(len(bases) - 1):  # never the active (last) segment
+                next_base = bases[i + 1]
+                if limit and next_base - bases[0] > limit:
                     break
-                if maxlen is not None and info.next_lsn - next_base < maxlen:
+                if maxlen is not None and tail.next_lsn - next_base < maxlen:
                     break
                 if minid is not None:
                     last = self._last_id_before(log, next_base)
@@ -227,9 +232,10 @@ class Streams:
                 drop = i + 1
             if not drop:
                 return 0
-            kept = sum(seg.size for seg in segments[drop:])
+            kept = sum(seg.size for seg in segment_infos(log.path, bases[drop:]))
             log.enforce_retention(Retention(size_max=kept))
-        return log.info().first_lsn - info.first_lsn
+        after = list_segments(REAL, log.path)
+        return (after[0] if after else bases[0]) - bases[0]
 
     @staticmethod
     def _last_id_before(log: Log, lsn: int) -> Id | None:
