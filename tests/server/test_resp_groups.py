@@ -121,6 +121,10 @@ def test_a_group_hands_each_entry_to_one_consumer(r: redis.Redis) -> None:
     assert groups[b"billing"]["lag"] == 0 and groups[b"billing"]["entries-read"] == lsn(ids[-1]) + 1
     consumers = {c["name"]: c for c in r.xinfo_consumers("orders", "billing")}
     assert consumers[b"alice"]["pending"] == 3 and consumers[b"bob"]["pending"] == 2
+    full = r.xinfo_stream("orders", full=True)
+    billing = next(g for g in full["groups"] if g["name"] == b"billing")
+    assert full["length"] == 6 and billing["pel-count"] == 5 and len(billing["consumers"]) == 2
+    assert [p[0] for p in billing["pending"]] == ids[1:]
     # NOACK: delivered, not pending
     r.xadd("orders", {"payload": "no ack"})
     assert len(ids_of(r.xreadgroup("billing", "carol", {"orders": ">"}, noack=True))) == 1
@@ -216,6 +220,10 @@ def test_a_kill_and_restart_keeps_positions_and_pending_entries(tmp_path: Path) 
             assert {s.name: s.lsn for s in log.subscribers()} == {"g": lsn(ids[1])}
             assert r.xack("events", "g", *ids[1:]) == 5
             assert {s.name: s.lsn for s in log.subscribers()} == {"g": lsn(ids[-1]) + 1}
+            # SETID back: the checkpoint goes down with it, before the reply
+            assert r.xgroup_setid("events", "g", "0")
+            assert {s.name: s.lsn for s in log.subscribers()} == {"g": 0}
+            assert ids_of(r.xreadgroup("g", "c1", {"events": ">"}, count=1)) == ids[:1]
         r.close()
     finally:
         d.kill()
@@ -377,6 +385,7 @@ def test_bad_names_and_ids_are_errors_and_the_connection_stays(r: redis.Redis, d
         (lambda: r.xgroup_create("named", "ok"), "BUSYGROUP"),
         (lambda: r.xgroup_create("nostream", "g"), "requires the key to exist"),
         (lambda: r.xgroup_create("named", "g2", id="12-x"), "Invalid stream ID"),
+        (lambda: r.xgroup_create("nostream", "g", id="x", mkstream=True), "Invalid stream ID"),
         (lambda: r.xgroup_setid("named", "missing", "0"), "NOGROUP"),
         (lambda: r.xreadgroup("ok", "c", {"../up": ">"}), "log names"),
         (lambda: r.xreadgroup("missing", "c", {"named": ">"}), "NOGROUP"),

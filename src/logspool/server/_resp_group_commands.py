@@ -62,13 +62,11 @@ def _store(s: Session, raw_key: bytes, group: str, command: str = "") -> tuple[L
     return log, store
 
 
-def _position(log: Log, raw: bytes) -> tuple[int, Id]:
-    """The next lsn and last id of a group set to ``raw`` (``$``: the end of the log)."""
-    if raw == b"$":
+def _position(log: Log, eid: Id | None) -> tuple[int, Id]:
+    """The next lsn and last id of a group set to ``eid`` (None, ``$``: the end of the log)."""
+    if eid is None:
         last, next_lsn = last_id(log)
         return next_lsn, last
-    ms, seq = strict_id(raw)
-    eid = (ms, 0 if seq is None else seq)
     return lsn_after(log, eid), eid
 
 
@@ -110,6 +108,9 @@ def _xgroup(s: Session, args: list[bytes]) -> bytes:
         )
     name = _stream_name(args[2])
     group = group_name(args[3])
+    target = None  # CREATE's and SETID's id (None: '$'), parsed before anything is created
+    if sub in (b"CREATE", b"SETID") and args[4] != b"$":
+        target = _exact(args[4])
     mkstream = False
     i = 5
     while i < len(args):  # CREATE's and SETID's options
@@ -129,12 +130,12 @@ def _xgroup(s: Session, args: list[bytes]) -> bytes:
             "ERR The XGROUP subcommand requires the key to exist. Note that for CREATE you may want "
             "to use the MKSTREAM option to create an empty stream automatically."
         )
+    position = _position(log, target) if sub in (b"CREATE", b"SETID") else (0, (0, 0))
     store = s.front.streams.groups.store(name, log, create=sub == b"CREATE")
     missing = f"NOGROUP No such consumer group '{group}' for key name '{name}'"
     if sub == b"CREATE":
         assert store is not None
-        next_lsn, last = _position(log, args[4])
-        if not store.create(group, next_lsn, last):
+        if not store.create(group, *position):
             raise RedisError("BUSYGROUP Consumer Group name already exists")
         return w.OK
     if sub == b"DESTROY":
@@ -145,8 +146,7 @@ def _xgroup(s: Session, args: list[bytes]) -> bytes:
     if store is None:
         raise NoGroupError(missing)
     if sub == b"SETID":
-        next_lsn, last = _position(log, args[4])
-        store.set_id(group, name, next_lsn, last)
+        store.set_id(group, name, *position)
         return w.OK
     consumer = consumer_name(args[4])
     try:
@@ -555,9 +555,14 @@ def _xinfo_stream(s: Session, log: Log, store: GroupStore | None, options: list[
         pel = [w.array([w.bulk(_id_text((g.pel[n].ms, n))), w.bulk(consumer_bytes(g.pel[n].consumer)),
                         w.integer(g.pel[n].delivered_ms), w.integer(g.pel[n].count)])
                for n in g.order[:wanted]]  # fmt: skip
+        held: dict[str, list[int]] = {}  # each consumer's first pending lsns: one pass over the PEL
+        for n in g.order:
+            mine = held.setdefault(g.pel[n].consumer, [])
+            if len(mine) < wanted:
+                mine.append(n)
         consumers = []
         for c, v in sorted(g.consumers.items()):
-            mine = [n for n in g.order if g.pel[n].consumer == c][:wanted]
+            mine = held.get(c, [])
             own = [w.array([w.bulk(_id_text((g.pel[n].ms, n))), w.integer(g.pel[n].delivered_ms),
                             w.integer(g.pel[n].count)]) for n in mine]  # fmt: skip
             consumers.append(_map(s, [(b"name", w.bulk(consumer_bytes(c))),
