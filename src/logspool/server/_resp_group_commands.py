@@ -10,6 +10,7 @@ reply), as the Disque commands are. XREADGROUP BLOCK is handed back to the conne
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -293,13 +294,23 @@ def _xpending(s: Session, args: list[bytes]) -> bytes:
             raise RedisError("ERR syntax error")
     group = group_name(args[2])
     _, store = _store(s, args[1], group)
+    reply = _pending_reply(
+        s, store, group, args[1], min_idle, start, end, count, only, summary=len(args) == 3
+    )
+    store.settle()  # (what it shows is durable before it is sent)
+    return reply
+
+
+def _pending_reply(s: Session, store: GroupStore, group: str, raw_key: bytes, min_idle: int, start: Id,
+                   end: Id, count: int, only: str | None, *, summary: bool) -> bytes:  # fmt: skip
+    """XPENDING's reply: the summary, or the entries from ``start`` to ``end``."""
     with store.lock:
         g = store.get(group)
         if g is None:
             raise NoGroupError(
-                f"NOGROUP No such key '{args[1].decode(errors='replace')}' or consumer group '{group}'"
+                f"NOGROUP No such key '{raw_key.decode(errors='replace')}' or consumer group '{group}'"
             )
-        if len(args) == 3:
+        if summary:
             if not g.pel:
                 return w.array([w.ZERO, s.nil(), s.nil(), w.null_array(s.proto)])
             first, last = g.order[0], g.order[-1]
@@ -473,37 +484,41 @@ def _xinfo(s: Session, args: list[bytes]) -> bytes:
             f"ERR unknown subcommand or wrong number of arguments for '{typed}'. Try XINFO HELP."
         )
     name = _stream_name(args[2])
+    group = group_name(args[3]) if sub == b"CONSUMERS" else ""
     log = _log(s, name)
     if log is None:
         raise RedisError("ERR no such key")
     store = s.front.streams.groups.store(name, log, create=False)
     if sub == b"STREAM":
-        if store is None:
-            return _xinfo_stream(s, log, None, args[3:])
+        reply = _xinfo_stream(s, log, store, args[3:])
+    elif store is None:
+        if sub == b"CONSUMERS":
+            raise NoGroupError(f"NOGROUP No such consumer group '{group}' for key name '{name}'")
+        reply = w.EMPTY_ARRAY
+    else:
+        head = log.info().next_lsn
         with store.lock:
-            return _xinfo_stream(s, log, store, args[3:])
-    head = log.info().next_lsn
-    group = group_name(args[3]) if sub == b"CONSUMERS" else ""
-    missing = NoGroupError(f"NOGROUP No such consumer group '{group}' for key name '{name}'")
-    if store is None:
-        if sub == b"GROUPS":
-            return w.EMPTY_ARRAY
-        raise missing
+            if sub == b"GROUPS":
+                reply = w.array([_group_map(s, gname, g, head) for gname, g in store.groups()])
+            else:
+                reply = _consumers(s, name, group, store.get(group))
+    if store is not None:
+        store.settle()  # (what it shows is durable before it is sent)
+    return reply
+
+
+def _consumers(s: Session, name: str, group: str, g: Group | None) -> bytes:
+    """XINFO CONSUMERS' reply (the caller holds the store's lock)."""
+    if g is None:
+        raise NoGroupError(f"NOGROUP No such consumer group '{group}' for key name '{name}'")
     at = now_ms()
-    with store.lock:
-        if sub == b"GROUPS":
-            return w.array([_group_map(s, gname, g, head) for gname, g in store.groups()])
-        g = store.get(group)
-        if g is None:
-            raise missing
-        consumers = []
-        for c, v in sorted(g.consumers.items()):
-            inactive = at - v.active_ms if v.active_ms >= 0 else -1
-            consumers.append(_map(s, [(b"name", w.bulk(consumer_bytes(c))),
-                                      (b"pending", w.integer(v.pending)),
-                                      (b"idle", w.integer(max(0, at - v.seen_ms))),
-                                      (b"inactive", w.integer(inactive))]))  # fmt: skip
-        return w.array(consumers)
+    consumers = []
+    for c, v in sorted(g.consumers.items()):
+        inactive = at - v.active_ms if v.active_ms >= 0 else -1
+        consumers.append(_map(s, [(b"name", w.bulk(consumer_bytes(c))), (b"pending", w.integer(v.pending)),
+                                  (b"idle", w.integer(max(0, at - v.seen_ms))),
+                                  (b"inactive", w.integer(inactive))]))  # fmt: skip
+    return w.array(consumers)
 
 
 def _group_map(s: Session, name: str, g: Group, head: int) -> bytes:
@@ -541,40 +556,43 @@ def _xinfo_stream(s: Session, log: Log, store: GroupStore | None, options: list[
         (b"entries-added", w.integer(info.next_lsn)),
         (b"recorded-first-entry-id", w.bulk(first[0][0] if first else b"0-0")),
     ]
-    groups = [] if store is None else list(store.groups())
     if not options:
-        pairs.append((b"groups", w.integer(len(groups))))
+        with store.lock if store is not None else contextlib.nullcontext():
+            group_count = 0 if store is None else sum(1 for _ in store.groups())
+        pairs.append((b"groups", w.integer(group_count)))
         for title, found in ((b"first-entry", first), (b"last-entry", last)):
             pairs.append((title, w.array([w.bulk(found[0][0]), w.bulks(found[0][1])]) if found else s.nil()))
         return _map(s, pairs)
     wanted = STREAM_REPLY_COUNT_MAX if count == 0 else min(count, STREAM_REPLY_COUNT_MAX)
     entries = streams.forward(log, (0, 0), False, (ID_MAX, ID_MAX), False, wanted)
     pairs.append((b"entries", w.array([w.array([w.bulk(e), w.bulks(f)]) for e, f in entries])))
-    group_maps = []
-    for name, g in groups:
-        pel = [w.array([w.bulk(_id_text((g.pel[n].ms, n))), w.bulk(consumer_bytes(g.pel[n].consumer)),
-                        w.integer(g.pel[n].delivered_ms), w.integer(g.pel[n].count)])
-               for n in g.order[:wanted]]  # fmt: skip
-        held: dict[str, list[int]] = {}  # each consumer's first pending lsns: one pass over the PEL
-        for n in g.order:
-            mine = held.setdefault(g.pel[n].consumer, [])
-            if len(mine) < wanted:
-                mine.append(n)
-        consumers = []
-        for c, v in sorted(g.consumers.items()):
-            mine = held.get(c, [])
-            own = [w.array([w.bulk(_id_text((g.pel[n].ms, n))), w.integer(g.pel[n].delivered_ms),
-                            w.integer(g.pel[n].count)]) for n in mine]  # fmt: skip
-            consumers.append(_map(s, [(b"name", w.bulk(consumer_bytes(c))),
-                                      (b"seen-time", w.integer(v.seen_ms)),
-                                      (b"active-time", w.integer(v.active_ms)),
-                                      (b"pel-count", w.integer(v.pending)),
-                                      (b"pending", w.array(own))]))  # fmt: skip
-        group_maps.append(_map(s, [(b"name", w.bulk(name.encode())),
-                                   (b"last-delivered-id", w.bulk(_id_text(g.last))),
-                                   (b"entries-read", w.integer(g.next_lsn)),
-                                   (b"lag", w.integer(max(0, info.next_lsn - g.next_lsn))),
-                                   (b"pel-count", w.integer(len(g.pel))), (b"pending", w.array(pel)),
-                                   (b"consumers", w.array(consumers))]))  # fmt: skip
-    pairs.append((b"groups", w.array(group_maps)))
+    with store.lock if store is not None else contextlib.nullcontext():
+        groups = (
+            [] if store is None else [_full_group(s, n, g, wanted, info.next_lsn) for n, g in store.groups()]
+        )
+    pairs.append((b"groups", w.array(groups)))
     return _map(s, pairs)
+
+
+def _full_group(s: Session, name: str, g: Group, wanted: int, head: int) -> bytes:
+    """XINFO STREAM FULL's map of one group (the caller holds the store's lock)."""
+    pel = [w.array([w.bulk(_id_text((g.pel[n].ms, n))), w.bulk(consumer_bytes(g.pel[n].consumer)),
+                    w.integer(g.pel[n].delivered_ms), w.integer(g.pel[n].count)])
+           for n in g.order[:wanted]]  # fmt: skip
+    held: dict[str, list[int]] = {}  # each consumer's first pending lsns: one pass over the PEL
+    for n in g.order:
+        mine = held.setdefault(g.pel[n].consumer, [])
+        if len(mine) < wanted:
+            mine.append(n)
+    consumers = []
+    for c, v in sorted(g.consumers.items()):
+        own = [w.array([w.bulk(_id_text((g.pel[n].ms, n))), w.integer(g.pel[n].delivered_ms),
+                        w.integer(g.pel[n].count)]) for n in held.get(c, [])]  # fmt: skip
+        consumers.append(_map(s, [(b"name", w.bulk(consumer_bytes(c))), (b"seen-time", w.integer(v.seen_ms)),
+                                  (b"active-time", w.integer(v.active_ms)),
+                                  (b"pel-count", w.integer(v.pending)),
+                                  (b"pending", w.array(own))]))  # fmt: skip
+    return _map(s, [(b"name", w.bulk(name.encode())), (b"last-delivered-id", w.bulk(_id_text(g.last))),
+                    (b"entries-read", w.integer(g.next_lsn)), (b"lag", w.integer(max(0, head - g.next_lsn))),
+                    (b"pel-count", w.integer(len(g.pel))), (b"pending", w.array(pel)),
+                    (b"consumers", w.array(consumers))])  # fmt: skip

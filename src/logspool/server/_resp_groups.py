@@ -33,10 +33,13 @@ op; a group found without a checkpoint, or above its floor (a crash between the 
 with ``~``): it reaches the disk only as the hash in a checkpoint's file name, never as a path. A
 consumer name is any bytes up to 1 KiB (held as text with ``surrogateescape``).
 
-Concurrency: the commands run in the server's thread pool. Every change to the groups of one
-stream holds that stream's ``GroupStore.lock`` from its decision through its op's fsync to the
-checkpoint's write, so checkpoint writes are never reordered (a group op costs one fsync, plus
-one a segment for its checkpoint; ops of one stream do not share fsyncs yet).
+Concurrency: the commands run in the server's thread pool. A change is one decision of the fold
+(under its mutex and the op log's writer lock); its fsync comes after both are released, so the
+changes of many connections share fsyncs (the fold's group commit). Checkpoint writes are made
+under the mutex only: a lowering inside its decision, a raise after its op is durable, and only
+if no op since lowered the floor (``_raise``), so that a late raise never covers a newer need.
+Reads hold the mutex while they look and make every op they may have seen durable before their
+reply (``settle``).
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ from typing import Any
 from .. import limits
 from .._fold import MARKER, FoldedStore
 from .._fs import REAL
+from .._reader import Reader
 from .._subscribers import Checkpoints
 from ..errors import CorruptionError, PositionError, SubscriberNotFoundError
 from ..log import Durability, Log
@@ -77,28 +81,42 @@ _logger = logging.getLogger("logspool.server.resp")
 
 GROUPS_DIR = "groups"  # under the data directory: DATA/groups/<stream>/
 Record = tuple[int, int, bytes]  # (lsn, ms, payload) of a log record
+READERS_KEPT_MAX = 64  # readers kept open for '>' reads, per stream (each holds a file open)
+Token = tuple[Group, int, int]  # a decision's group, lowerings counted so far, floor it left
 
 
 # --- reading the log --------------------------------------------------------------------------------
-def read_after(log: Log, lsn: int, count: int, size_max: int) -> list[Record]:
-    """Up to ``count`` records from ``lsn`` on (from the earliest if retention removed it)."""
-    try:
-        reader = log.reader(lsn)
-    except PositionError as err:
-        if lsn >= err.first_lsn:
-            return []
-        reader = log.reader("earliest")
+def read_after(reader: Reader, count: int, size_max: int) -> list[Record]:
+    """Up to ``count`` records from the reader's position on, not waiting."""
     out: list[Record] = []
     size = 0
-    try:
-        for rec in reader:
-            out.append((rec.lsn, rec.timestamp // 1_000_000, rec.payload))
-            size += len(rec.payload)
-            if len(out) >= count or size >= size_max:
-                break
-    finally:
-        reader.close()
+    for _ in range(count):
+        rec = reader.next(timeout=0)
+        if rec is None:
+            break
+        out.append((rec.lsn, rec.timestamp // 1_000_000, rec.payload))
+        size += len(rec.payload)
+        if size >= size_max:
+            break
     return out
+
+
+def reader_at(log: Log, lsn: int, reader: Reader | None) -> Reader:
+    """A reader at ``lsn`` (at the earliest record if retention removed it): ``reader`` moved
+    there (closed if it cannot be), or a new one."""
+    if reader is not None:
+        try:
+            if reader.position != lsn:
+                reader.seek(lsn)
+            return reader
+        except PositionError:
+            reader.close()
+    try:
+        return log.reader(lsn)
+    except PositionError as err:
+        if lsn >= err.first_lsn:
+            raise
+        return log.reader("earliest")
 
 
 def read_lsns(log: Log, lsns: list[int]) -> dict[int, tuple[int, bytes]]:
@@ -170,13 +188,16 @@ class GroupStore(FoldedStore[GroupState, Op]):
             fs=None,
             clock=None,
         )
-        self.lock = threading.Lock()
+        # Held while a command reads a Group (the fold's mutex: decisions take it too).
+        self.lock = self._mutex
         self.log_path = log.path
         self._checkpoints = Checkpoints(log.path, REAL, log.record_size_max)
         self._cp: dict[str, int] = {}  # each group's checkpoint as last written
         self._cp_durable: dict[str, int] = {}  # each group's checkpoint as last fsynced
+        self._lowers: dict[str, int] = {}  # ops that lowered each group's floor (``_lower``)
+        self._readers: dict[str, Reader] = {}  # each group's reader for '>', least recent first
         try:
-            with self.lock, self._mutex:
+            with self._mutex:
                 self._catch_up()
                 for name, g in self._state.groups.items():  # repair what a crash left (see above)
                     cp = self._checkpoints.read(name)
@@ -190,8 +211,12 @@ class GroupStore(FoldedStore[GroupState, Op]):
             raise
 
     def close(self) -> None:
-        super().close()
-        self._checkpoints.close()
+        with self._mutex:
+            super().close()
+            self._checkpoints.close()
+            for reader in self._readers.values():
+                reader.close()
+            self._readers.clear()
 
     # --- FoldedStore's hooks ------------------------------------------------------------------------
     def _new_state(self, snapshot: bytes | None, path: str) -> GroupState:
@@ -226,6 +251,7 @@ class GroupStore(FoldedStore[GroupState, Op]):
 
     # --- the durable subscriber ---------------------------------------------------------------------
     def _write_checkpoint(self, name: str, g: Group, *, durable: bool, lsn: int | None = None) -> None:
+        """Under ``_mutex``: every checkpoint write is, so they never interleave."""
         floor = g.floor() if lsn is None else lsn
         self._checkpoints.write(name, floor, g.created_ms * 1_000_000, durable=durable)
         self._cp[name] = floor
@@ -233,31 +259,44 @@ class GroupStore(FoldedStore[GroupState, Op]):
             self._cp_durable[name] = floor
 
     def _lower(self, name: str, floor: int) -> None:
-        """Inside a decision, before it writes an op that may take the group's floor down to
-        ``floor`` (a lower bound of it): move the checkpoint there first, fsynced. (Before the
-        op is made, not after: a decision writes the ops it made even when it fails later.)"""
+        """Inside a decision, before it makes an op that may take the group's floor down to
+        ``floor`` (a lower bound of it): move the checkpoint there first, fsynced (before the op
+        is made, not after: a decision writes the ops it made even if it fails later), and count
+        the lowering, so that no raise decided before it is written after it (``_raise``)."""
         g = self._state.groups[name]
+        if floor < g.floor():
+            self._lowers[name] = self._lowers.get(name, 0) + 1
         if floor < self._cp.get(name, -1):
             self._write_checkpoint(name, g, durable=True, lsn=floor)
 
-    def _raise(self, name: str) -> None:
-        """After a decision's ops are durable: move the checkpoint up to the floor. Retention
-        removes a segment on the lower of the checkpoint's two slots (docs/FORMAT.md §6.2), and
-        only whole segments: so a raise that passes the start of a segment since the last
-        fsync is written twice, fsynced, so that both slots hold it and retention may remove
-        what it frees at once; any other raise is written to the page cache only (a power cut
-        takes it back to the last fsynced position, which is lower: safe)."""
+    def _token(self, name: str) -> Token | None:
+        """Inside a decision, after its ops: what ``_raise`` needs once they are durable."""
         g = self._state.groups.get(name)
-        if g is None:
+        return None if g is None else (g, self._lowers.get(name, 0), g.floor())
+
+    def _raise(self, name: str, token: Token | None) -> None:
+        """After a decision's ops are durable (and every op before them): move the checkpoint
+        up to the floor they left, unless an op since lowered the floor (that op's own raise
+        will move it) or the group is gone. Retention removes a segment on the lower of the
+        checkpoint's two slots (docs/FORMAT.md §6.2), and only whole segments: so a raise that
+        passes the start of a segment since the last fsync is written twice, fsynced, so that
+        both slots hold it and retention may remove what it frees at once; any other raise is
+        written to the page cache only (a power cut takes it back to the last fsynced position,
+        which is lower: safe)."""
+        if token is None:
             return
-        floor = g.floor()
-        if floor > self._cp.get(name, -1):
+        g, lowers, floor = token
+        with self._mutex:
+            if self._closed or self._state.groups.get(name) is not g or self._lowers.get(name, 0) != lowers:
+                return
+            if floor <= self._cp.get(name, -1):
+                return
             durable_lsn = self._cp_durable.get(name, -1)
             try:
                 passes = any(durable_lsn < base <= floor for base in list_segments(REAL, self.log_path))
-                self._write_checkpoint(name, g, durable=passes)
+                self._write_checkpoint(name, g, durable=passes, lsn=floor)
                 if passes:
-                    self._write_checkpoint(name, g, durable=True)  # (the second slot)
+                    self._write_checkpoint(name, g, durable=True, lsn=floor)  # (the second slot)
             except OSError as err:  # the op is durable and answered; a lower checkpoint is safe
                 _logger.error("%s: group %r: its checkpoint was not raised: %s", self.path, name, err)
 
@@ -269,7 +308,7 @@ class GroupStore(FoldedStore[GroupState, Op]):
 
     # --- reading ------------------------------------------------------------------------------------
     def groups(self) -> Iterator[tuple[str, Group]]:
-        """The groups now, by name (the caller holds ``lock``)."""
+        """The groups now, by name (the caller holds ``lock`` while it reads them)."""
         with self._mutex:
             self._catch_up()
         return iter(sorted(self._state.groups.items()))
@@ -280,46 +319,56 @@ class GroupStore(FoldedStore[GroupState, Op]):
             self._catch_up()
         return self._state.groups.get(name)
 
+    def settle(self) -> None:
+        """Before a reply that shows the groups: every op made so far durable (a read may see an
+        op decided by another thread whose fsync is still under way; no reply shows a change a
+        crash could take back). Returns at once if an fsync covered them already."""
+        if self._always:
+            self._log.sync()
+
     # --- changes ------------------------------------------------------------------------------------
     def create(self, name: str, next_lsn: int, last: Id) -> bool:
         """A new group at ``next_lsn``; False if one of that name exists. RedisError if a
         durable subscriber of that name exists that is not a group."""
-        with self.lock:
-            with self._decide() as w:
-                if name in self._state.groups:
-                    return False
-                if len(self._state.groups) >= GROUPS_MAX:
-                    raise RedisError(f"ERR a logspool stream has at most {GROUPS_MAX} consumer groups")
-                if self._checkpoints.read(name) is not None:
-                    raise RedisError(
-                        "BUSYGROUP Consumer Group name already exists (as a durable subscriber of "
-                        "this log, not a group: logspool subscribers)"
-                    )
-                w.write({"op": "create", "g": name, "next": next_lsn, "last": list(last), "at": now_ms()})
-            self._write_checkpoint(name, self._state.groups[name], durable=True)  # after the op
-            return True
+        with self._decide() as w:
+            if name in self._state.groups:
+                return False
+            if len(self._state.groups) >= GROUPS_MAX:
+                raise RedisError(f"ERR a logspool stream has at most {GROUPS_MAX} consumer groups")
+            if self._checkpoints.read(name) is not None:
+                raise RedisError(
+                    "BUSYGROUP Consumer Group name already exists (as a durable subscriber of "
+                    "this log, not a group: logspool subscribers)"
+                )
+            w.write({"op": "create", "g": name, "next": next_lsn, "last": list(last), "at": now_ms()})
+            token = self._token(name)
+        self._raise(name, token)  # its checkpoint, after the op (see the module docstring)
+        return True
 
     def destroy(self, name: str) -> bool:
-        with self.lock:
-            with self._decide() as w:
-                if name not in self._state.groups:
-                    return False
-                with contextlib.suppress(SubscriberNotFoundError):  # (a crash left none)
-                    self._checkpoints.remove(name)  # before the op (see the module docstring)
-                self._cp.pop(name, None)
-                w.write({"op": "destroy", "g": name})
-            return True
+        with self._decide() as w:
+            if name not in self._state.groups:
+                return False
+            with contextlib.suppress(SubscriberNotFoundError):  # (a crash left none)
+                self._checkpoints.remove(name)  # before the op (see the module docstring)
+            self._cp.pop(name, None)
+            self._cp_durable.pop(name, None)
+            reader = self._readers.pop(name, None)
+            if reader is not None:
+                reader.close()
+            w.write({"op": "destroy", "g": name})
+        return True
 
     def set_id(self, name: str, key: str, next_lsn: int, last: Id) -> None:
-        with self.lock:
-            with self._decide() as w:
-                g = self._group(name, key)
-                self._lower(name, min(g.order[0], next_lsn) if g.order else next_lsn)
-                w.write({"op": "setid", "g": name, "next": next_lsn, "last": list(last)})
-            self._raise(name)
+        with self._decide() as w:
+            g = self._group(name, key)
+            self._lower(name, min(g.order[0], next_lsn) if g.order else next_lsn)
+            w.write({"op": "setid", "g": name, "next": next_lsn, "last": list(last)})
+            token = self._token(name)
+        self._raise(name, token)
 
     def add_consumer(self, name: str, key: str, consumer: str) -> bool:
-        with self.lock, self._decide() as w:
+        with self._decide() as w:
             g = self._group(name, key)
             if consumer in g.consumers:
                 return False
@@ -333,227 +382,205 @@ class GroupStore(FoldedStore[GroupState, Op]):
 
     def remove_consumer(self, name: str, key: str, consumer: str) -> int:
         """Remove a consumer and its pending entries; how many it had."""
-        with self.lock:
-            with self._decide() as w:
-                found = self._group(name, key).consumers.get(consumer)
-                if found is None:
-                    return 0
-                pending = found.pending
-                w.write({"op": "delconsumer", "g": name, "c": consumer})
-            self._raise(name)
-            return pending
+        with self._decide() as w:
+            found = self._group(name, key).consumers.get(consumer)
+            if found is None:
+                return 0
+            pending = found.pending
+            w.write({"op": "delconsumer", "g": name, "c": consumer})
+            token = self._token(name)
+        self._raise(name, token)
+        return pending
 
     def deliver(
         self, log: Log, name: str, key: str, consumer: str, count: int, noack: bool, size_max: int
     ) -> list[Record]:
         """XREADGROUP ``>``: up to ``count`` records after the group's position, now pending for
         ``consumer`` (unless ``noack``). Durable on return (one op); [] if there are none."""
-        with self.lock:
-            with self._decide() as w:
-                g = self._group(name, key, " in XREADGROUP with GROUP option")
-                at = now_ms()
-                if consumer not in g.consumers:
-                    self._check_consumers(g)
-                if not noack:
-                    room = PENDING_MAX - len(g.pel)
-                    if room <= 0:
-                        raise RedisError(
-                            f"ERR the group's pending entries list holds {len(g.pel)} entries, logspool's "
-                            "limit: XACK (or XCLAIM and XACK) some before reading more"
-                        )
-                    count = min(count, room)
-                records = read_after(log, g.next_lsn, count, size_max)
-                if records:
-                    lsn, ms, _ = records[-1]
-                    w.write(
-                        {
-                            "op": "deliver",
-                            "g": name,
-                            "c": consumer,
-                            "at": at,
-                            "ids": [[m, n] for n, m, _ in records],
-                            "next": lsn + 1,
-                            "last": [ms, lsn],
-                            "noack": noack,
-                        }
+        token = None
+        with self._decide() as w:
+            g = self._group(name, key, " in XREADGROUP with GROUP option")
+            at = now_ms()
+            if consumer not in g.consumers:
+                self._check_consumers(g)
+            if not noack:
+                room = PENDING_MAX - len(g.pel)
+                if room <= 0:
+                    raise RedisError(
+                        f"ERR the group's pending entries list holds {len(g.pel)} entries, logspool's "
+                        "limit: XACK (or XCLAIM and XACK) some before reading more"
                     )
-                elif consumer not in g.consumers:
-                    w.write({"op": "consumer", "g": name, "c": consumer, "at": at})
-                else:
-                    g.consumers[consumer].seen_ms = at  # (memory only: no op for an empty read)
+                count = min(count, room)
+            # A reader kept per group, where the last delivery left it: a new reader parses a
+            # chunk of the segment to find its position (most of a one-entry read's cost).
+            reader = reader_at(log, g.next_lsn, self._readers.pop(name, None))
+            try:
+                try:
+                    records = read_after(reader, count, size_max)
+                except PositionError:  # retention removed what it was to read next: look again
+                    reader = reader_at(log, g.next_lsn, reader)
+                    records = read_after(reader, count, size_max)
+            finally:
+                self._readers[name] = reader
+                while len(self._readers) > READERS_KEPT_MAX:  # the least recently used goes
+                    self._readers.pop(next(iter(self._readers))).close()
             if records:
-                self._raise(name)  # (NOACK, or records past a gap retention left: it rose)
-            return records
+                lsn, ms, _ = records[-1]
+                w.write({"op": "deliver", "g": name, "c": consumer, "at": at,
+                         "ids": [[m, n] for n, m, _ in records], "next": lsn + 1, "last": [ms, lsn],
+                         "noack": noack})  # fmt: skip
+                token = self._token(name)  # (NOACK, or records past a gap retention left: it rose)
+            elif consumer not in g.consumers:
+                w.write({"op": "consumer", "g": name, "c": consumer, "at": at})
+            else:
+                g.consumers[consumer].seen_ms = at  # (memory only: no op for an empty read)
+        if token is not None:
+            self._raise(name, token)
+        else:
+            self.settle()  # ("nothing new" may rest on another consumer's delivery: durable first)
+        return records
 
     def history(
         self, log: Log, name: str, key: str, consumer: str, after: Id, count: int
     ) -> list[tuple[Id, bytes | None]]:
         """XREADGROUP with an id: ``consumer``'s pending entries after ``after`` (None for one
         the log no longer holds); each one found counts as delivered again."""
-        with self.lock:
-            with self._decide() as w:
-                g = self._group(name, key, " in XREADGROUP with GROUP option")
-                at = now_ms()
-                ids: list[Id] = []
-                for lsn in g.order[g.ids_from((after[0], after[1] + 1)) :]:  # bounded by count
-                    entry = g.pel[lsn]
-                    if entry.consumer == consumer:
-                        ids.append((entry.ms, lsn))
-                        if len(ids) >= count:
-                            break
-                found = read_lsns(log, [lsn for _, lsn in ids])
-                again = [lsn for ms, lsn in ids if found.get(lsn, (-1,))[0] == ms]
-                if again:
-                    w.write({"op": "redeliver", "g": name, "c": consumer, "at": at, "lsns": again})
-                elif consumer not in g.consumers:
-                    self._check_consumers(g)
-                    w.write({"op": "consumer", "g": name, "c": consumer, "at": at})
-                else:
-                    g.consumers[consumer].seen_ms = at
-            out: list[tuple[Id, bytes | None]] = []
-            for ms, lsn in ids:
-                rec = found.get(lsn)
-                out.append(((ms, lsn), rec[1] if rec is not None and rec[0] == ms else None))
-            return out
+        with self._decide() as w:
+            g = self._group(name, key, " in XREADGROUP with GROUP option")
+            at = now_ms()
+            ids: list[Id] = []
+            for lsn in g.order[g.ids_from((after[0], after[1] + 1)) :]:  # bounded by count
+                entry = g.pel[lsn]
+                if entry.consumer == consumer:
+                    ids.append((entry.ms, lsn))
+                    if len(ids) >= count:
+                        break
+            found = read_lsns(log, [lsn for _, lsn in ids])
+            again = [lsn for ms, lsn in ids if found.get(lsn, (-1,))[0] == ms]
+            if again:
+                w.write({"op": "redeliver", "g": name, "c": consumer, "at": at, "lsns": again})
+            elif consumer not in g.consumers:
+                self._check_consumers(g)
+                w.write({"op": "consumer", "g": name, "c": consumer, "at": at})
+            else:
+                g.consumers[consumer].seen_ms = at
+        self.settle()
+        out: list[tuple[Id, bytes | None]] = []
+        for ms, lsn in ids:
+            rec = found.get(lsn)
+            out.append(((ms, lsn), rec[1] if rec is not None and rec[0] == ms else None))
+        return out
 
     def ack(self, name: str, ids: list[Id]) -> int:
         """XACK: remove these ids from the PEL; how many were in it (0 without the group)."""
-        with self.lock:
-            with self._decide() as w:
-                g = self._state.groups.get(name)
-                if g is None:
-                    return 0
-                lsns = [eid[1] for eid in dict.fromkeys(ids) if g.pending_id(eid) is not None]
-                if lsns:
-                    w.write({"op": "ack", "g": name, "lsns": lsns})
+        token = None
+        with self._decide() as w:
+            g = self._state.groups.get(name)
+            if g is None:
+                return 0
+            lsns = [eid[1] for eid in dict.fromkeys(ids) if g.pending_id(eid) is not None]
             if lsns:
-                self._raise(name)
-            return len(lsns)
+                w.write({"op": "ack", "g": name, "lsns": lsns})
+                token = self._token(name)
+        if token is not None:
+            self._raise(name, token)
+        else:
+            self.settle()
+        return len(lsns)
 
     def claim(
-        self,
-        log: Log,
-        name: str,
-        key: str,
-        consumer: str,
-        min_idle_ms: int,
-        ids: list[Id],
-        *,
-        delivered_ms: int | None,
-        retry: int | None,
-        force: bool,
-        justid: bool,
-        last: Id | None,
-    ) -> list[tuple[Id, bytes]]:
+        self, log: Log, name: str, key: str, consumer: str, min_idle_ms: int, ids: list[Id], *,
+        delivered_ms: int | None, retry: int | None, force: bool, justid: bool, last: Id | None,
+    ) -> list[tuple[Id, bytes]]:  # fmt: skip
         """XCLAIM: the pending entries among ``ids`` idle for at least ``min_idle_ms`` (and with
         ``force`` those not pending that the log holds) become ``consumer``'s; entries the log
         no longer holds leave the PEL. Returns what was claimed, with payloads."""
-        with self.lock:
-            with self._decide() as w:
-                g = self._group(name, key)
-                at = now_ms()
-                when = at if delivered_ms is None or not 0 <= delivered_ms <= at else delivered_ms
-                wanted = list(dict.fromkeys(ids))
-                found = read_lsns(log, [lsn for _, lsn in wanted])
-                items: list[list[Any]] = []
-                drop: list[int] = []
-                out: list[tuple[Id, bytes]] = []
-                for ms, lsn in wanted:
-                    entry = g.pending_id((ms, lsn))
-                    rec = found.get(lsn)
-                    if rec is None or rec[0] != ms:
-                        if entry is not None:
-                            drop.append(lsn)
+        token = None
+        with self._decide() as w:
+            g = self._group(name, key)
+            at = now_ms()
+            when = at if delivered_ms is None or not 0 <= delivered_ms <= at else delivered_ms
+            wanted = list(dict.fromkeys(ids))
+            found = read_lsns(log, [lsn for _, lsn in wanted])
+            items: list[list[Any]] = []
+            drop: list[int] = []
+            out: list[tuple[Id, bytes]] = []
+            for ms, lsn in wanted:
+                entry = g.pending_id((ms, lsn))
+                rec = found.get(lsn)
+                if rec is None or rec[0] != ms:
+                    if entry is not None:
+                        drop.append(lsn)
+                    continue
+                if entry is None:
+                    if not force or len(g.pel) + len(items) >= PENDING_MAX:
                         continue
-                    if entry is None:
-                        if not force or len(g.pel) + len(items) >= PENDING_MAX:
-                            continue
-                        count = 1  # (Redis's count for a PEL entry FORCE makes, before this claim)
-                    elif min_idle_ms and at - entry.delivered_ms < min_idle_ms:
-                        continue
-                    else:
-                        count = entry.count
-                    count = retry if retry is not None else count if justid else count + 1
-                    items.append([lsn, ms, when, count])
-                    out.append(((ms, lsn), rec[1]))
-                new_last: Id | None = last if last is not None and last > g.last else None
-                if consumer not in g.consumers:
-                    self._check_consumers(g)
-                if items or drop or new_last is not None or consumer not in g.consumers:
-                    self._lower(name, min([g.floor()] + [item[0] for item in items]))  # (FORCE)
-                    w.write(
-                        {
-                            "op": "claim",
-                            "g": name,
-                            "c": consumer,
-                            "at": at,
-                            "items": items,
-                            "drop": drop,
-                            "last": None if new_last is None else list(new_last),
-                            "next": None if new_last is None else lsn_after(log, new_last),
-                        }
-                    )
+                    count = 1  # (Redis's count for a PEL entry FORCE makes, before this claim)
+                elif min_idle_ms and at - entry.delivered_ms < min_idle_ms:
+                    continue
                 else:
-                    g.consumers[consumer].seen_ms = at
-            self._raise(name)
-            return out
+                    count = entry.count
+                count = retry if retry is not None else count if justid else count + 1
+                items.append([lsn, ms, when, count])
+                out.append(((ms, lsn), rec[1]))
+            new_last: Id | None = last if last is not None and last > g.last else None
+            if consumer not in g.consumers:
+                self._check_consumers(g)
+            if items or drop or new_last is not None or consumer not in g.consumers:
+                self._lower(name, min([g.floor()] + [item[0] for item in items]))  # (FORCE)
+                w.write({"op": "claim", "g": name, "c": consumer, "at": at, "items": items, "drop": drop,
+                         "last": None if new_last is None else list(new_last),
+                         "next": None if new_last is None else lsn_after(log, new_last)})  # fmt: skip
+                token = self._token(name)
+            else:
+                g.consumers[consumer].seen_ms = at
+        if token is not None:
+            self._raise(name, token)
+        else:
+            self.settle()
+        return out
 
     def autoclaim(
-        self,
-        log: Log,
-        name: str,
-        key: str,
-        consumer: str,
-        min_idle_ms: int,
-        start: Id,
-        count: int,
+        self, log: Log, name: str, key: str, consumer: str, min_idle_ms: int, start: Id, count: int,
         justid: bool,
-    ) -> tuple[Id, list[tuple[Id, bytes | None]], list[Id]]:
+    ) -> tuple[Id, list[tuple[Id, bytes | None]], list[Id]]:  # fmt: skip
         """XAUTOCLAIM: scan the PEL from ``start`` (at most ``count`` x 10 entries), claim up to
         ``count`` idle ones; entries the log no longer holds leave the PEL and are listed.
         Returns the next start ((0, 0): the scan reached the end), the claimed, the removed."""
-        with self.lock:
-            with self._decide() as w:
-                g = self._group(name, key)
-                at = now_ms()
-                first = log.info().first_lsn
-                i = g.ids_from(start)
-                scan = g.order[i : i + count * 10]
-                items: list[list[Any]] = []
-                deleted: list[Id] = []
-                seen = 0
-                for lsn in scan:
-                    if count <= 0:
-                        break
-                    seen += 1
-                    entry = g.pel[lsn]
-                    if lsn < first:
-                        deleted.append((entry.ms, lsn))
-                        count -= 1
-                    elif not min_idle_ms or at - entry.delivered_ms >= min_idle_ms:
-                        items.append([lsn, entry.ms, at, entry.count if justid else entry.count + 1])
-                        count -= 1
-                rest = g.order[i + seen : i + seen + 1]
-                next_start = (g.pel[rest[0]].ms, rest[0]) if rest else (0, 0)
-                if consumer not in g.consumers:
-                    self._check_consumers(g)
-                if items or deleted or consumer not in g.consumers:
-                    w.write(
-                        {
-                            "op": "claim",
-                            "g": name,
-                            "c": consumer,
-                            "at": at,
-                            "items": items,
-                            "drop": [lsn for _, lsn in deleted],
-                            "last": None,
-                            "next": None,
-                        }
-                    )
-                else:
-                    g.consumers[consumer].seen_ms = at
-            if deleted:
-                self._raise(name)
+        token = None
+        with self._decide() as w:
+            g = self._group(name, key)
+            at = now_ms()
+            first = log.info().first_lsn
+            i = g.ids_from(start)
+            items: list[list[Any]] = []
+            deleted: list[Id] = []
+            seen = 0
+            for lsn in g.order[i : i + count * 10]:
+                if count <= 0:
+                    break
+                seen += 1
+                entry = g.pel[lsn]
+                if lsn < first:
+                    deleted.append((entry.ms, lsn))
+                    count -= 1
+                elif not min_idle_ms or at - entry.delivered_ms >= min_idle_ms:
+                    items.append([lsn, entry.ms, at, entry.count if justid else entry.count + 1])
+                    count -= 1
+            rest = g.order[i + seen : i + seen + 1]
+            next_start = (g.pel[rest[0]].ms, rest[0]) if rest else (0, 0)
+            if consumer not in g.consumers:
+                self._check_consumers(g)
+            if items or deleted or consumer not in g.consumers:
+                w.write({"op": "claim", "g": name, "c": consumer, "at": at, "items": items,
+                         "drop": [lsn for _, lsn in deleted], "last": None, "next": None})  # fmt: skip
+                token = self._token(name)
+            else:
+                g.consumers[consumer].seen_ms = at
+        if token is not None:
+            self._raise(name, token)
+        else:
+            self.settle()
         found = {} if justid else read_lsns(log, [item[0] for item in items])
         claimed: list[tuple[Id, bytes | None]] = []
         for lsn, ms, _, _ in items:
