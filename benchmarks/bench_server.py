@@ -156,18 +156,21 @@ def median(samples: list[float]) -> str:
 
 # --- the RESP front door against redis-server, same client -------------------------------------------
 # (label, redis-benchmark arguments, requests per run, requests per run with --quick)
+# (--cases picks some by the short name first)
 RESP_CASES = [
-    ("SET, 16 clients, durable", ["-t", "set", "-c", "16", "-r", "100000"], 20_000, 6_000),
-    ("SET, 50 clients, durable", ["-t", "set", "-c", "50", "-r", "100000"], 20_000, 6_000),
+    ("set16", "SET, 16 clients, durable", ["-t", "set", "-c", "16", "-r", "100000"], 20_000, 6_000),
+    ("set50", "SET, 50 clients, durable", ["-t", "set", "-c", "50", "-r", "100000"], 20_000, 6_000),
     (
+        "getp16",
         "GET, 16 clients, pipelined x16",
         ["-t", "get", "-c", "16", "-P", "16", "-r", "100000"],
         200_000,
         50_000,
     ),
-    ("GET, 1 client", ["-t", "get", "-c", "1", "-r", "100000"], 20_000, 5_000),
-    ("SET, 1 client, durable", ["-t", "set", "-c", "1", "-r", "100000"], 5_000, 2_000),
+    ("get1", "GET, 1 client", ["-t", "get", "-c", "1", "-r", "100000"], 20_000, 5_000),
+    ("set1", "SET, 1 client, durable", ["-t", "set", "-c", "1", "-r", "100000"], 5_000, 2_000),
     (
+        "xadd16",
         "XADD, 16 clients, durable",
         ["-c", "16", "XADD", "bench", "*", "payload", "__rand_int__"],
         20_000,
@@ -176,11 +179,13 @@ RESP_CASES = [
 ]
 
 
-def start_logspool_resp(data: str) -> tuple[subprocess.Popen[bytes], int]:
+def start_logspool_resp(data: str, src: str | None = None) -> tuple[subprocess.Popen[bytes], int]:
+    """``src``: run the logspool of another source tree (its ``src`` directory), for A/B runs."""
     port = free_port()
+    env = dict(os.environ, PYTHONPATH=src) if src else None
     proc = subprocess.Popen([sys.executable, "-m", "logspool.cli", "serve", "--data", data, "--resp",
                              f"127.0.0.1:{port}", "--durability", "always"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)  # fmt: skip
     wait_port(port)
     return proc, port
 
@@ -196,33 +201,63 @@ def benchmark_rate(port: int, case_args: list[str], n: int) -> float:
     return float(rows[-1][1])
 
 
-def resp_main(quick: bool, runs: int) -> None:
+def cpu_s(pid: int) -> float:
+    """The CPU time (user and system) a process has used, in seconds."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def resp_main(quick: bool, runs: int, cases: list[str] | None = None, versus: str | None = None) -> None:
+    """``cases``: the short names of RESP_CASES to run (None: all). ``versus``: the ``src`` of
+    another logspool tree, run in the same turns (its ops/s as a fraction of redis's too)."""
     rows = []
+    load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="bench-resp-") as d:
         ls_proc, ls_port = start_logspool_resp(os.path.join(d, "logspool"))
         os.makedirs(os.path.join(d, "redis"))
         rd_proc, rd_port = start_redis(os.path.join(d, "redis"), durable=True)
+        vs_proc, vs_port = start_logspool_resp(os.path.join(d, "versus"), versus) if versus else (None, 0)
         try:
-            for port in (ls_port, rd_port):  # the keys GET reads: every key SET may write
+            for port in (ls_port, rd_port, vs_port):  # the keys GET reads: every key SET may write
+                if not port:
+                    continue
                 benchmark_rate(port, ["-t", "set", "-c", "50", "-P", "64", "-r", "100000"], 200_000)
-            for label, case_args, n_full, n_quick in RESP_CASES:
+            for short, label, case_args, n_full, n_quick in RESP_CASES:
+                if cases is not None and short not in cases:
+                    continue
                 n = n_quick if quick else n_full
-                ours, theirs = [], []
+                ours, theirs, other = [], [], []
+                cpu_ours, cpu_theirs, cpu_other = [], [], []  # each server's CPU time an op, in us
+                servers = [(ls_port, ls_proc, ours, cpu_ours), (rd_port, rd_proc, theirs, cpu_theirs)]
+                if vs_proc is not None:
+                    servers.append((vs_port, vs_proc, other, cpu_other))
                 for _ in range(runs):  # in turns: both see the same machine
-                    ours.append(benchmark_rate(ls_port, case_args, n))
-                    theirs.append(benchmark_rate(rd_port, case_args, n))
+                    for port, proc, rates, cpu in servers:
+                        before = cpu_s(proc.pid)
+                        rates.append(benchmark_rate(port, case_args, n))
+                        cpu.append((cpu_s(proc.pid) - before) / n * 1e6)
                 ratio = statistics.median(ours) / statistics.median(theirs)
-                rows.append((label, median(ours), median(theirs), f"{ratio:.2f}x"))
+                cpu_text = f"{statistics.median(cpu_ours):.0f} / {statistics.median(cpu_theirs):.0f}"
+                rows.append((label, median(ours), median(theirs), f"{ratio:.2f}x", cpu_text))
                 print(rows[-1], flush=True)
+                if other:
+                    vs_ratio = statistics.median(other) / statistics.median(theirs)
+                    print(f"    versus {versus}: {median(other)}, {vs_ratio:.2f}x redis, "
+                          f"CPU {statistics.median(cpu_other):.0f} us an op", flush=True)  # fmt: skip
         finally:
-            for proc in (ls_proc, rd_proc):
-                proc.terminate()
-                proc.wait(30)
+            for proc in (ls_proc, rd_proc, vs_proc):
+                if proc is not None:
+                    proc.terminate()
+                    proc.wait(30)
+    load_after = os.getloadavg()
+    print(f"\nload average (1, 5, 15 min): before {load_before}, after {load_after}")
     print(
         f"\n| redis-benchmark, 100-byte values, median of {runs} | logspool serve --resp (durability "
-        "always), ops/s | redis-server (appendfsync always), ops/s | logspool / redis |"
+        "always), ops/s | redis-server (appendfsync always), ops/s | logspool / redis | "
+        "server CPU an op, us (logspool / redis) |"
     )
-    print("|---|---|---|---|")
+    print("|---|---|---|---|---|")
     for row in rows:
         print("| " + " | ".join(row) + " |")
 
@@ -271,12 +306,18 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--part", choices=["all", "native", "resp", "memory"], default="all")
+    ap.add_argument("--runs", type=int, default=3, help="runs of each case per server (median of them)")
+    ap.add_argument(
+        "--cases",
+        help="RESP cases to run, comma-separated: " + ",".join(c[0] for c in RESP_CASES) + " (default: all)",
+    )
+    ap.add_argument("--versus", metavar="SRC", help="also run the logspool of this src directory (A/B)")
     args = ap.parse_args()
     if args.part == "memory":
         memory_main(100_000 if args.quick else 1_000_000)
         return
     if args.part in ("all", "resp"):
-        resp_main(args.quick, 3)
+        resp_main(args.quick, args.runs, args.cases.split(",") if args.cases else None, args.versus)
     if args.part == "resp":
         return
     n = 2000 if args.quick else 6000
