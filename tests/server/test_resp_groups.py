@@ -8,11 +8,16 @@ retention ``consumed`` waits for it), that XTRIM and XADD's MAXLEN/MINID with ``
 segments through retention while exact trims are refused, that XADD takes the explicit ids it
 can honour and refuses the others with Redis's errors, that a blocked XREADGROUP holds no thread
 and wakes on an append by another process, and that bad names and ids are errors on a
-connection that stays. Waits are bounded polls on a condition, never sleeps as proof."""
+connection that stays. Last, in-process through the I/O seam (tests/crash/faultfs.py), a power
+cut at each write of a run of group changes: the group is as the last change that returned left
+it (or the one under way), and its checkpoint is never above what it still needs. Waits are
+bounded polls on a condition, never sleeps as proof."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -27,6 +32,10 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 import logspool
+from logspool._fs import REAL
+from logspool._subscribers import Checkpoints
+from logspool.server._resp_groups import GroupStore
+from tests.crash.faultfs import FaultFS, PowerLoss, materialize
 from tests.server.conftest import Daemon
 
 pytestmark = pytest.mark.skipif(shutil.which("redis-cli") is None, reason="redis-tools is not installed")
@@ -442,3 +451,99 @@ def test_redis_cli_and_resp3(daemon: Daemon) -> None:
     assert fields == {b"payload": b"three"}
     assert r3.xinfo_stream("clis")["groups"] == 1 and lsn(eid3) == 1
     r3.close()
+
+
+# --- power loss -----------------------------------------------------------------------------------
+def _summary(store: GroupStore) -> tuple[int, int, list[tuple[int, str, int]]] | None:
+    """A group's position and PEL, without times (they differ from run to run)."""
+    g = store.get("g")
+    if g is None:
+        return None
+    return g.next_lsn, g.last[1], [(n, g.pel[n].consumer, g.pel[n].count) for n in g.order]
+
+
+def _group_workload(data: Path, fs: FaultFS | None, done: list[object]) -> None:
+    """Group changes on the stream ``s`` (80 records, segments of 4 KiB), each appended to
+    ``done`` once it returned: what a client would have had a reply for."""
+    log = logspool.open(data / "logs" / "s", fs=fs, segment_size_max=4096)
+    store = GroupStore(str(data / "groups" / "s"), log, "always", fs=fs)
+    first = [(rec.timestamp // 1_000_000, rec.lsn) for rec in log.read()]
+
+    def ids(lo: int, hi: int) -> list[tuple[int, int]]:
+        return first[lo:hi]
+
+    steps: list[Callable[[], object]] = [
+        lambda: store.create("g", 0, (0, 0)),
+        lambda: store.deliver(log, "g", "s", "c1", 20, False, 1 << 20),  # 0-19
+        lambda: store.ack("g", ids(0, 10)),
+        lambda: store.deliver(log, "g", "s", "c2", 20, False, 1 << 20),  # 20-39
+        lambda: store.ack("g", ids(10, 35)),  # the floor passes a segment's start
+        lambda: store.set_id("g", "s", 5, first[4]),  # back: the floor goes down to 5
+        lambda: store.claim(log, "g", "s", "c3", 0, ids(2, 3), delivered_ms=None, retry=None,
+                            force=True, justid=False, last=None),  # an acked entry: down to 2
+        lambda: store.ack("g", ids(2, 3) + ids(35, 40)),  # up to 5
+        lambda: store.deliver(log, "g", "s", "c1", 50, False, 1 << 20),  # 5-54
+        lambda: store.remove_consumer("g", "s", "c2"),
+    ]  # fmt: skip
+    try:
+        done.append(_summary(store))
+        for step in steps:
+            step()
+            done.append(_summary(store))
+    finally:
+        store.close()
+        log.close()
+
+
+def test_a_power_loss_at_any_write_keeps_replies_and_the_checkpoint_below_the_group(tmp_path: Path) -> None:
+    """The workload is cut at each of its mutating I/O operations in turn; for the disk states a
+    power failure may leave there (the strict one, and one with random unsynced leftovers): the
+    group is as after the last change that returned, or the one under way, and the checkpoint
+    retention would use (the lower slot) is never above the group's floor."""
+    base = tmp_path / "base"
+    with logspool.open(base / "logs" / "s", segment_size_max=4096) as log:
+        for n in range(80):  # (one by one: a batch goes into one segment)
+            log.append(b"r%03d" % n + b"." * 100)
+        assert len(log.info().segments) >= 3
+    (base / "groups").mkdir()  # (as ``Groups.store`` makes it, fsynced, before a store in it)
+    model: list[object] = []
+    _group_workload(_copy(base, tmp_path / "model"), None, model)
+    rng = random.Random(34)
+    crashes = 0
+    for crash_at in range(1, 2_000):  # bounded: the workload has a few hundred operations
+        data = _copy(base, tmp_path / "run")
+        fs = FaultFS(str(data), crash_at=crash_at)
+        done: list[object] = []
+        with contextlib.suppress(PowerLoss):
+            _group_workload(data, fs, done)
+        fs.release()
+        if not fs.crashed:
+            assert done == model
+            break
+        crashes += 1
+        for state in fs.crash_states(rng, 2):
+            after = tmp_path / "after"
+            materialize(state, str(after))
+            if not (after / "logs" / "s").is_dir():
+                continue
+            with logspool.open(after / "logs" / "s", segment_size_max=4096) as log:
+                with Checkpoints(str(after / "logs" / "s"), REAL, log.record_size_max) as cps:
+                    floors = {cp.name: cp.lsn for cp in cps.all(floor=True)}
+                store = GroupStore(str(after / "groups" / "s"), log, "always")
+                try:
+                    got = _summary(store)
+                    g = store.get("g")
+                finally:
+                    store.close()
+            k = len(done)
+            assert got in model[max(k - 1, 0) : k + 1], (crash_at, got, k)
+            if g is not None and "g" in floors:
+                assert floors["g"] <= g.floor(), (crash_at, floors, g.floor())
+    assert crashes > 50
+
+
+def _copy(source: Path, target: Path) -> Path:
+    if target.exists():
+        shutil.rmtree(target)
+    shutil.copytree(source, target)
+    return target

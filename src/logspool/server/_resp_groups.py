@@ -54,7 +54,7 @@ from typing import Any
 
 from .. import limits
 from .._fold import MARKER, FoldedStore
-from .._fs import REAL
+from .._fs import REAL, FileSystem
 from .._reader import Reader
 from .._subscribers import Checkpoints
 from ..errors import CorruptionError, PositionError, SubscriberNotFoundError
@@ -177,7 +177,9 @@ class GroupStore(FoldedStore[GroupState, Op]):
     WHAT = "consumer group store"
     SNAPSHOT_SIZE_MAX = SNAPSHOT_SIZE_MAX
 
-    def __init__(self, path: str, log: Log, durability: Durability) -> None:
+    def __init__(self, path: str, log: Log, durability: Durability, *, fs: FileSystem | None = None) -> None:
+        """Open (or create) the groups of the stream ``log`` at ``path``; ``fs``: the I/O seam
+        for the store and the checkpoints (the log has its own), for fault injection."""
         self._open_store(
             path,
             create=True,
@@ -185,13 +187,13 @@ class GroupStore(FoldedStore[GroupState, Op]):
             segment_size_max=None,
             snapshot_ops_min=SNAPSHOT_OPS_MIN,
             lock_timeout_s=limits.LOCK_TIMEOUT_S_DEFAULT,
-            fs=None,
+            fs=fs,
             clock=None,
         )
         # Held while a command reads a Group (the fold's mutex: decisions take it too).
         self.lock = self._mutex
         self.log_path = log.path
-        self._checkpoints = Checkpoints(log.path, REAL, log.record_size_max)
+        self._checkpoints = Checkpoints(log.path, self._fs, log.record_size_max)
         self._cp: dict[str, int] = {}  # each group's checkpoint as last written
         self._cp_durable: dict[str, int] = {}  # each group's checkpoint as last fsynced
         self._lowers: dict[str, int] = {}  # ops that lowered each group's floor (``_lower``)
@@ -293,7 +295,7 @@ class GroupStore(FoldedStore[GroupState, Op]):
                 return
             durable_lsn = self._cp_durable.get(name, -1)
             try:
-                passes = any(durable_lsn < base <= floor for base in list_segments(REAL, self.log_path))
+                passes = any(durable_lsn < base <= floor for base in list_segments(self._fs, self.log_path))
                 self._write_checkpoint(name, g, durable=passes, lsn=floor)
                 if passes:
                     self._write_checkpoint(name, g, durable=True, lsn=floor)  # (the second slot)
