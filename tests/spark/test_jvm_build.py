@@ -24,7 +24,7 @@ def test_the_jar_is_built_once_and_registers_the_source(
         names = set(z.namelist())
         service = z.read("META-INF/services/org.apache.spark.sql.sources.DataSourceRegister").decode()
     assert "logspool/spark/LogspoolJvmSource.class" in names
-    assert "logspool/spark/LogspoolJvmSource$RangeReader.class" in names
+    assert "logspool/spark/RangeReader.class" in names and "logspool/spark/Pushdown.class" in names
     assert service.strip() == "logspool.spark.LogspoolJvmSource"
     built = os.stat(path).st_mtime_ns
     assert jar() == path and os.stat(path).st_mtime_ns == built  # cached: not compiled again

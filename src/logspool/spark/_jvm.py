@@ -3,7 +3,7 @@
 The Python Data Source API hands every row from a Python worker to the JVM as Arrow. Measured
 here (benchmarks/bench_spark.py), a source that parses nothing and yields prebuilt batches reaches
 0.9x to 1.05x of Spark's Parquet scan, but the log's Python parser (about 2 us a record a core)
-brings the source to 0.17x: meeting 0.8x needs compiled parsing. ``jvm/LogspoolJvmSource.java``
+brings the source to 0.17x: meeting 0.8x needs compiled parsing. ``jvm/*.java``
 is a DataSource V2 reader written from docs/FORMAT.md that parses segment ranges in the executors'
 JVMs. The driver's planning (positions, timestamps, the head, partition splits) stays in one place,
 the Python source; the JVM source receives the planned ranges as an option.
@@ -32,7 +32,6 @@ if TYPE_CHECKING:
 
 JVM_NAME = "logspool-jvm"
 JVM_CLASS = "logspool.spark.LogspoolJvmSource"
-_SOURCE = "LogspoolJvmSource.java"
 _SERVICE = "META-INF/services/org.apache.spark.sql.sources.DataSourceRegister"
 
 
@@ -83,22 +82,29 @@ def jar() -> str:
 
     Pass it to Spark when the session is built: ``.config("spark.jars", logspool.spark.jar())``.
     """
-    source = resources.files(__package__).joinpath("jvm", _SOURCE).read_bytes()
+    packaged = resources.files(__package__).joinpath("jvm")
+    sources = {f.name: f.read_bytes() for f in packaged.iterdir() if f.name.endswith(".java")}
+    sources = dict(sorted(sources.items()))
     jars = _spark_jars()
     versions = sorted(n for n in os.listdir(jars) if n.startswith(("spark-sql_", "zstd-jni-")))
-    key = hashlib.sha256(source + "\0".join(versions).encode()).hexdigest()[:16]
+    digest = hashlib.sha256()
+    for name, text in sources.items():
+        digest.update(name.encode() + b"\0" + text + b"\0")
+    key = hashlib.sha256(digest.digest() + "\0".join(versions).encode()).hexdigest()[:16]
     out_dir = _cache_dir()
     path = os.path.join(out_dir, f"logspool-spark-{key}.jar")
     if os.path.exists(path):
         return path
     os.makedirs(out_dir, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="logspool-jvm-", dir=out_dir) as work:
-        src = os.path.join(work, _SOURCE)
-        with open(src, "wb") as f:
-            f.write(source)
+        paths = []
+        for name, text in sources.items():
+            paths.append(os.path.join(work, name))
+            with open(paths[-1], "wb") as f:
+                f.write(text)
         classes = os.path.join(work, "classes")
         done = subprocess.run(
-            [_javac(), "--release", "17", "-nowarn", "-cp", os.path.join(jars, "*"), "-d", classes, src],
+            [_javac(), "--release", "17", "-nowarn", "-cp", os.path.join(jars, "*"), "-d", classes, *paths],
             capture_output=True,
             text=True,
             check=False,
@@ -140,7 +146,8 @@ def load(
     ``jvm=None`` uses the JVM reader if the session loaded it and the read allows it (``decode``
     binary or string), else the Python source; ``jvm=True`` insists (``JvmError`` if it cannot);
     ``jvm=False`` always uses the Python source. ``schema`` is for ``decode=json``, which the JVM
-    reader does not take.
+    reader does not take. Only the JVM reader pushes filters on lsn and timestamp down to the
+    index, and counts from record headers (docs/SPARK.md says why the Python source does neither).
     """
     text = {str(k): str(v).lower() if isinstance(v, bool) else str(v) for k, v in options.items()}
     lowered = _options({**text, "path": path}, "batch read")  # checked as format("logspool") checks

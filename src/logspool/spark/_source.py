@@ -358,6 +358,12 @@ def _bounds(log: Log, verify: bool) -> tuple[int, int]:
 
 
 class _BatchReader(_Scan, DataSourceReader):
+    """A batch read. It takes no filters (no ``pushFilters``): PySpark fails every read of a source
+    whose reader has one unless the session sets ``spark.sql.python.filterPushdown.enabled``
+    (false by default), and PySpark 4.3 keeps the read it planned for a pushed query on the
+    DataFrame and reuses it for the DataFrame's next query that pushes nothing: too few rows
+    (tests/spark/test_pushdown.py keeps a canary). The JVM reader (``load``) pushes filters."""
+
     def __init__(self, options: dict[str, str], schema: StructType) -> None:
         super().__init__(options, schema)
         with self.open() as log:

@@ -3,23 +3,16 @@ package logspool.spark;
 import java.io.IOException;
 import java.io.Serializable;
 import java.io.UncheckedIOException;
-import java.nio.ByteBuffer;
-import java.nio.ByteOrder;
-import java.nio.MappedByteBuffer;
-import java.nio.channels.FileChannel;
+import java.nio.file.Files;
 import java.nio.file.Path;
-import java.nio.file.StandardOpenOption;
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.EnumSet;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
-import java.util.zip.CRC32;
-
-import com.github.luben.zstd.Zstd;
 
 import org.apache.spark.sql.catalyst.InternalRow;
-import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
 import org.apache.spark.sql.connector.catalog.SupportsRead;
 import org.apache.spark.sql.connector.catalog.Table;
 import org.apache.spark.sql.connector.catalog.TableCapability;
@@ -31,13 +24,15 @@ import org.apache.spark.sql.connector.read.PartitionReader;
 import org.apache.spark.sql.connector.read.PartitionReaderFactory;
 import org.apache.spark.sql.connector.read.Scan;
 import org.apache.spark.sql.connector.read.ScanBuilder;
+import org.apache.spark.sql.connector.read.SupportsPushDownFilters;
 import org.apache.spark.sql.connector.read.SupportsPushDownRequiredColumns;
 import org.apache.spark.sql.sources.DataSourceRegister;
+import org.apache.spark.sql.sources.Filter;
 import org.apache.spark.sql.types.DataTypes;
 import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
-import org.apache.spark.unsafe.types.UTF8String;
+import org.apache.spark.sql.vectorized.ColumnarBatch;
 
 /**
  * The batch reader of logspool segments on the JVM: {@code format("logspool-jvm")}.
@@ -46,17 +41,15 @@ import org.apache.spark.unsafe.types.UTF8String;
  * {@code ranges} lists, per partition, "base,offset,offsetLsn,startLsn,endLsn" separated by ";"
  * (the segment's base lsn, the byte offset to start parsing at and the lsn of the record there,
  * and the lsns [startLsn, endLsn) to return). Planning (positions, timestamps, the head) stays in
- * one place, the Python source; this class is only the parser, written from docs/FORMAT.md.
+ * one place, the Python source; this reader parses (RangeReader, written from docs/FORMAT.md) and
+ * cuts the planned ranges to the filters Spark pushes on lsn and timestamp (Pushdown, through the
+ * segments' indexes).
  */
 public final class LogspoolJvmSource implements TableProvider, DataSourceRegister {
-    static final int SEGMENT_HEADER_SIZE = 40;
-    static final int RECORD_HEADER_SIZE = 32;
-    static final int RECORD_OVERHEAD = 36;
-    static final int FLAG_SEAL = 0x1;
-    static final int FLAG_GAP = 0x2;
-    static final int FLAG_ZSTD = 0x4;
     static final int NAME_DIGITS = 20;
     static final String SEGMENT_SUFFIX = ".seg";
+    static final String INDEX_SUFFIX = ".idx";
+    static final String META_NAME = "meta";
 
     static final StructType FULL_SCHEMA = new StructType(new StructField[] {
         new StructField("lsn", DataTypes.LongType, false, org.apache.spark.sql.types.Metadata.empty()),
@@ -186,11 +179,19 @@ public final class LogspoolJvmSource implements TableProvider, DataSourceRegiste
         }
     }
 
-    /** Scan, its builder and its batch in one: Spark asks only for the columns it needs. */
-    static final class LogScan implements ScanBuilder, SupportsPushDownRequiredColumns, Scan, Batch {
+    /**
+     * Scan, its builder and its batch in one: Spark asks only for the columns it needs, and pushes
+     * its filters; those on lsn and timestamp cut the planned ranges (Pushdown). Filters on lsn
+     * are then done (the ranges hold exactly their lsns); those on timestamp are checked by Spark
+     * again on the rows read.
+     */
+    static final class LogScan implements ScanBuilder, SupportsPushDownRequiredColumns, SupportsPushDownFilters,
+            Scan, Batch {
         private final Settings settings;
         private final StructType full;
         private StructType required;
+        private Filter[] pushed = new Filter[0];
+        private Range[] planned;  // the ranges cut to the pushed filters: planned once
 
         LogScan(Settings settings, StructType schema) {
             this.settings = settings;
@@ -201,6 +202,28 @@ public final class LogspoolJvmSource implements TableProvider, DataSourceRegiste
         @Override
         public void pruneColumns(StructType requiredSchema) {
             required = requiredSchema;
+        }
+
+        @Override
+        public Filter[] pushFilters(Filter[] filters) {
+            List<Filter> taken = new ArrayList<>();
+            List<Filter> after = new ArrayList<>();
+            for (Filter f : filters) {
+                int kind = Pushdown.kind(f);
+                if (kind != Pushdown.UNSUPPORTED) {
+                    taken.add(f);
+                }
+                if (kind != Pushdown.EXACT) {
+                    after.add(f);
+                }
+            }
+            pushed = taken.toArray(new Filter[0]);
+            return after.toArray(new Filter[0]);
+        }
+
+        @Override
+        public Filter[] pushedFilters() {
+            return pushed;
         }
 
         @Override
@@ -218,13 +241,32 @@ public final class LogspoolJvmSource implements TableProvider, DataSourceRegiste
             return this;
         }
 
+        private Range[] planned() {
+            if (planned == null) {
+                try {
+                    planned = Pushdown.narrow(settings, pushed);
+                } catch (IOException e) {
+                    throw new UncheckedIOException(e);
+                }
+            }
+            return planned;
+        }
+
+        /** What explain() shows: the ranges read of those planned, the lsns they hold, and the
+         * filters pushed. */
+        @Override
+        public String description() {
+            long lsns = 0;
+            for (Range r : planned()) {
+                lsns += r.end - r.start;
+            }
+            return "logspool " + settings.dir + ": " + planned().length + " of " + settings.ranges.length
+                    + " ranges, " + lsns + " lsns, PushedFilters: " + Arrays.toString(pushed);
+        }
+
         @Override
         public InputPartition[] planInputPartitions() {
-            InputPartition[] out = new InputPartition[settings.ranges.length];
-            for (int i = 0; i < out.length; i++) {
-                out[i] = new Range(settings.ranges[i]);
-            }
-            return out;
+            return planned().clone();
         }
 
         @Override
@@ -265,9 +307,23 @@ public final class LogspoolJvmSource implements TableProvider, DataSourceRegiste
         }
 
         @Override
-        public PartitionReader<InternalRow> createReader(InputPartition partition) {
+        public boolean supportColumnarReads(InputPartition partition) {
+            return true;
+        }
+
+        @Override
+        public PartitionReader<ColumnarBatch> createColumnarReader(InputPartition partition) {
             try {
                 return new RangeReader(settings, (Range) partition, columns);
+            } catch (IOException e) {
+                throw new UncheckedIOException(e);
+            }
+        }
+
+        @Override
+        public PartitionReader<InternalRow> createReader(InputPartition partition) {
+            try {
+                return new RangeReader.Rows(new RangeReader(settings, (Range) partition, columns));
             } catch (IOException e) {
                 throw new UncheckedIOException(e);
             }
@@ -279,224 +335,19 @@ public final class LogspoolJvmSource implements TableProvider, DataSourceRegiste
         return "0".repeat(Math.max(0, NAME_DIGITS - digits.length())) + digits + SEGMENT_SUFFIX;
     }
 
-    /** Walks one range of one segment, as docs/FORMAT.md §4 says: length, then the record. */
-    static final class RangeReader implements PartitionReader<InternalRow> {
-        private final Settings settings;
-        private final Range range;
-        private final int[] columns;
-        private final String file;
-        private final Path path;
-        private final long size;
-        private final CRC32 crc = new CRC32();
-        private ByteBuffer buf;  // a window of the segment from file offset `start`
-        private long start;
-        private long pos;  // the next record's offset in the window
-        private long lsn;
-        private InternalRow row;
+    static String indexName(long base) {
+        String name = segmentName(base);
+        return name.substring(0, name.length() - SEGMENT_SUFFIX.length()) + INDEX_SUFFIX;
+    }
 
-        RangeReader(Settings settings, Range range, int[] columns) throws IOException {
-            this.settings = settings;
-            this.range = range;
-            this.columns = columns;
-            this.path = Path.of(settings.dir, segmentName(range.base));
-            this.file = path.toString();
-            try (FileChannel ch = FileChannel.open(path, StandardOpenOption.READ)) {
-                this.size = ch.size();
-            }
-            if (size < range.offset) {
-                throw corrupt(range.offset, "the segment is shorter than the planned range");
-            }
-            map(range.offset, 0);
-            this.lsn = range.offsetLsn;
+    /** The error of a task that finds no segment file where the driver planned one: retention
+     * removed it, or this machine does not see the log (as the Python source says it). */
+    static IOException missing(String dir, String file) {
+        if (Files.exists(Path.of(dir, META_NAME))) {
+            return new IOException("LogspoolError: " + file + ": the segment was removed (retention) after the "
+                    + "read was planned");
         }
-
-        /** Maps the segment from ``offset`` on, at least ``need`` bytes: a window of
-         * {@code settings.window} bytes (1 GiB: a segment may be 4 GiB, a mapping at most 2), or
-         * one record if it is larger (a record is at most 256 MiB). */
-        private void map(long offset, long need) throws IOException {
-            try (FileChannel ch = FileChannel.open(path, StandardOpenOption.READ)) {
-                MappedByteBuffer map = ch.map(FileChannel.MapMode.READ_ONLY, offset,
-                        Math.min(size - offset, Math.max(settings.window, need)));
-                this.buf = map.order(ByteOrder.LITTLE_ENDIAN);
-            }
-            this.start = offset;
-            this.pos = 0;
-        }
-
-        /** Whether ``need`` bytes from ``pos`` are in the file, moving the window on if they
-         * are in the file but past the window. */
-        private boolean have(long need) throws IOException {
-            if (pos + need <= buf.limit()) {
-                return true;
-            }
-            if (start + pos + need > size) {
-                return false;
-            }
-            map(start + pos, need);
-            return true;
-        }
-
-        private IOException corrupt(long at, String why) {
-            return new IOException("CorruptionError: " + file + ": offset " + at + ": " + why);
-        }
-
-        @Override
-        public boolean next() throws IOException {
-            while (lsn < range.end) {
-                if (!have(RECORD_OVERHEAD)) {
-                    throw corrupt(start + pos, "lsn " + lsn + " expected before lsn " + range.end
-                            + " (the segment ends)");
-                }
-                int p = (int) pos;
-                long length = Integer.toUnsignedLong(buf.getInt(p));
-                int flags = buf.getInt(p + 4);
-                long rlsn = buf.getLong(p + 8);
-                long ts = buf.getLong(p + 16);
-                if (length > settings.sizeMax) {
-                    throw corrupt(start + pos, "record length " + length + " exceeds the limit "
-                            + settings.sizeMax);
-                }
-                if (!have(RECORD_OVERHEAD + length)) {
-                    throw corrupt(start + pos, "lsn " + lsn + " expected before lsn " + range.end
-                            + " (the record is cut off)");
-                }
-                p = (int) pos;  // the window may have moved
-                int end = p + RECORD_OVERHEAD + (int) length;
-                if (settings.verify || flags != 0) {
-                    crc.reset();
-                    crc.update(buf.slice(p, end - p - 4));
-                    long found = Integer.toUnsignedLong(buf.getInt(end - 4));
-                    if (crc.getValue() != found) {
-                        throw corrupt(start + pos, String.format(
-                                "checksum mismatch (expected 0x%08x, found 0x%08x)", crc.getValue(), found));
-                    }
-                }
-                if (rlsn != lsn) {
-                    throw corrupt(start + pos, "record has lsn " + rlsn + ", expected " + lsn);
-                }
-                long at = start + pos;
-                pos = end;
-                if (flags == FLAG_GAP) {
-                    long next = length >= 8 ? buf.getLong(p + RECORD_HEADER_SIZE) : rlsn + 1;
-                    if (next <= rlsn) {
-                        throw corrupt(at, "gap record from lsn " + rlsn + " to " + next + " goes back");
-                    }
-                    lsn = next;
-                    continue;
-                }
-                if (flags == FLAG_SEAL) {
-                    throw corrupt(at, "lsn " + lsn + " expected before lsn " + range.end + " (sealed)");
-                }
-                if (flags != 0 && flags != FLAG_ZSTD) {
-                    throw corrupt(at, String.format("unknown record flags 0x%08x", flags));
-                }
-                lsn += 1;
-                if (rlsn < range.start) {
-                    continue;
-                }
-                byte[] payload = new byte[(int) length];
-                buf.get(p + RECORD_HEADER_SIZE, payload);
-                if (flags == FLAG_ZSTD) {
-                    payload = unzstd(payload, at, rlsn);
-                }
-                Object[] values = new Object[columns.length];
-                for (int i = 0; i < columns.length; i++) {
-                    switch (columns[i]) {
-                        case 0 -> values[i] = rlsn;
-                        case 1 -> values[i] = ts / 1000;
-                        case 2 -> values[i] = settings.decodeString ? utf8(payload) : payload;
-                        case 3 -> values[i] = range.base;
-                        default -> values[i] = at;
-                    }
-                }
-                row = new GenericInternalRow(values);
-                return true;
-            }
-            return false;
-        }
-
-        private byte[] unzstd(byte[] frame, long at, long rlsn) throws IOException {
-            long size = Zstd.getFrameContentSize(frame);
-            if (size < 0 || size > settings.sizeMax) {
-                throw corrupt(at, "compressed record at lsn " + rlsn + ": frame content size "
-                        + (size < 0 ? "missing" : size + " above the limit " + settings.sizeMax));
-            }
-            byte[] out = new byte[(int) size];
-            long n = Zstd.decompress(out, frame);
-            if (Zstd.isError(n) || n != size) {
-                throw corrupt(at, "compressed record at lsn " + rlsn + ": the frame does not decompress");
-            }
-            return out;
-        }
-
-        /**
-         * The payload as text, each maximal ill-formed subpart replaced by one U+FFFD (the
-         * Unicode standard's recommended practice, which Python's {@code decode("utf-8",
-         * "replace")} follows; java.nio's decoder differs on surrogates and overlongs).
-         */
-        static UTF8String utf8(byte[] in) {
-            java.io.ByteArrayOutputStream out = null;
-            int i = 0;
-            int copied = 0;
-            while (i < in.length) {
-                int b = in[i] & 0xff;
-                int need;
-                int lo = 0x80;
-                int hi = 0xbf;
-                if (b < 0x80) {
-                    i += 1;
-                    continue;
-                } else if (b >= 0xc2 && b <= 0xdf) {
-                    need = 1;
-                } else if (b >= 0xe0 && b <= 0xef) {
-                    need = 2;
-                    lo = b == 0xe0 ? 0xa0 : 0x80;
-                    hi = b == 0xed ? 0x9f : 0xbf;
-                } else if (b >= 0xf0 && b <= 0xf4) {
-                    need = 3;
-                    lo = b == 0xf0 ? 0x90 : 0x80;
-                    hi = b == 0xf4 ? 0x8f : 0xbf;
-                } else {
-                    need = 0;  // never a lead byte
-                }
-                int taken = 1;  // the lead byte, then each continuation byte that fits
-                boolean whole = need > 0;
-                for (int k = 1; k <= need; k++) {
-                    int c = i + k < in.length ? in[i + k] & 0xff : -1;
-                    if (c < (k == 1 ? lo : 0x80) || c > (k == 1 ? hi : 0xbf)) {
-                        whole = false;
-                        break;
-                    }
-                    taken++;
-                }
-                if (whole) {
-                    i += taken;
-                    continue;
-                }
-                if (out == null) {
-                    out = new java.io.ByteArrayOutputStream(in.length + 8);
-                }
-                out.write(in, copied, i - copied);
-                out.write(0xef);
-                out.write(0xbf);
-                out.write(0xbd);
-                i += taken;
-                copied = i;
-            }
-            if (out == null) {
-                return UTF8String.fromBytes(in);
-            }
-            out.write(in, copied, in.length - copied);
-            return UTF8String.fromBytes(out.toByteArray());
-        }
-
-        @Override
-        public InternalRow get() {
-            return row;
-        }
-
-        @Override
-        public void close() {
-        }
+        return new IOException("LogspoolError: " + file + ": this task cannot see the log the driver planned the "
+                + "read of: the log must be on a file system the driver and every executor mount at the same path");
     }
 }
