@@ -29,11 +29,12 @@ import asyncio
 import contextlib
 import os
 import struct
+import threading
 import time
 from dataclasses import dataclass
 
 from .._fs import REAL
-from .._retention import Retention
+from .._retention import Retention, _segment_end_ns
 from .._watch import _IN_CLOEXEC, _IN_NONBLOCK, _MASK, _libc
 from ..errors import PositionError
 from ..log import Log
@@ -50,6 +51,7 @@ ID_MAX = (1 << 64) - 1
 # without COUNT over more entries is answered with an error that says to give COUNT).
 STREAM_REPLY_COUNT_MAX = 10_000
 STREAM_REPLY_BYTES_MAX = 64 * 1024 * 1024
+SEALED_LAST_MAX = 4096  # sealed segments whose last id MINID trimming remembers
 # Blocked XREADs on a log that has no inotify watch (no inotify, or the log does not exist yet)
 # look again this often.
 POLL_S = 0.05
@@ -150,6 +152,8 @@ class Streams:
         self.stores = stores
         self.data = data
         self.groups = Groups(data, stores.durability)  # type: ignore[attr-defined]
+        self._sealed_last: dict[tuple[str, int], Id] = {}  # (log, next base): a sealed segment's last id
+        self._sealed_lock = threading.Lock()
 
     def close(self) -> None:
         """Close the consumer groups' stores (each op is durable already)."""
@@ -225,10 +229,8 @@ class Streams:
                     break
                 if maxlen is not None and tail.next_lsn - next_base < maxlen:
                     break
-                if minid is not None:
-                    last = self._last_id_before(log, next_base)
-                    if last is None or last >= minid:
-                        break
+                if minid is not None and not self._all_below(log, next_base, minid):
+                    break
                 drop = i + 1
             if not drop:
                 return 0
@@ -237,17 +239,34 @@ class Streams:
         after = list_segments(REAL, log.path)
         return (after[0] if after else bases[0]) - bases[0]
 
-    @staticmethod
-    def _last_id_before(log: Log, lsn: int) -> Id | None:
-        try:
-            reader = log.reader(lsn - 1)
-        except PositionError:
-            return None
-        try:
-            rec = reader.next(timeout=0)
-            return None if rec is None else (rec.timestamp // 1_000_000, rec.lsn)
-        finally:
-            reader.close()
+    def _all_below(self, log: Log, next_base: int, minid: Id) -> bool:
+        """Whether every entry of the sealed segment before ``next_base`` has an id below
+        ``minid``: from the next segment's header (its creation time is at least the newest
+        timestamp before it: one pread), else from the segment's last record, read once and
+        remembered (a sealed segment's last record never changes), so that an XADD with MINID
+        that trims nothing costs a pread or a dict lookup."""
+        end_ns = _segment_end_ns(REAL, log.path, next_base)
+        if end_ns is not None and end_ns // 1_000_000 < minid[0]:
+            return True
+        key = (log.path, next_base)
+        last = self._sealed_last.get(key)
+        if last is None:
+            try:
+                reader = log.reader(next_base - 1)
+            except PositionError:
+                return False
+            try:
+                rec = reader.next(timeout=0)
+            finally:
+                reader.close()
+            if rec is None:
+                return False
+            last = (rec.timestamp // 1_000_000, rec.lsn)
+            with self._sealed_lock:  # (XADD's committer and XTRIM's pool threads share it)
+                self._sealed_last[key] = last
+                while len(self._sealed_last) > SEALED_LAST_MAX:
+                    del self._sealed_last[next(iter(self._sealed_last))]
+        return last < minid
 
     # --- reading ------------------------------------------------------------------------------
     def length(self, log: Log) -> int:
