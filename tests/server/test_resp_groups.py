@@ -547,3 +547,32 @@ def _copy(source: Path, target: Path) -> Path:
         shutil.rmtree(target)
     shutil.copytree(source, target)
     return target
+
+
+def test_a_snapshot_holds_the_groups_as_the_ops_do(tmp_path: Path) -> None:
+    """The op log is compacted by snapshots (as the key-value store's): the groups read back from
+    one are those the ops made, consumer names that are not UTF-8 included."""
+    data = tmp_path / "data"
+    (data / "groups").mkdir(parents=True)
+    with logspool.open(data / "logs" / "s") as log:
+        for n in range(30):
+            log.append(b"e%d" % n)
+        store = GroupStore(str(data / "groups" / "s"), log, "always")
+        store.create("g", 0, (0, 0))
+        store.create("h", 10, (0, 9))
+        odd = b"\xff\xfebytes".decode("utf-8", "surrogateescape")
+        store.deliver(log, "g", "s", odd, 5, False, 1 << 20)
+        store.deliver(log, "g", "s", "c2", 5, False, 1 << 20)
+        store.deliver(log, "h", "s", "c3", 3, False, 1 << 20)
+        first = [(rec.timestamp // 1_000_000, rec.lsn) for rec in log.read()]
+        store.ack("g", first[1:3])
+        before = {name: (g.next_lsn, g.last, dict(g.pel), sorted(g.consumers)) for name, g in store.groups()}
+        assert store.snapshot() is not None
+        store.close()
+        reopened = GroupStore(str(data / "groups" / "s"), log, "always")
+        after = {
+            name: (g.next_lsn, g.last, dict(g.pel), sorted(g.consumers)) for name, g in reopened.groups()
+        }
+        reopened.close()
+    assert list((data / "groups" / "s").glob("snapshot.*")) and after == before
+    assert before["g"][2][0].consumer == odd and len(before["g"][2]) == 8

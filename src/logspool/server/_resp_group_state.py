@@ -8,8 +8,9 @@ lives, how it is made durable and how it stays beside the log's durable subscrib
 the decision that wrote the op (so the fold is deterministic); ids are ``[ms, lsn]``; consumer
 names are text with ``surrogateescape`` (any bytes). An op that names a group that does not
 exist changes nothing. **Snapshot**: one JSON object, ``format`` 1, ``next_lsn`` (the first op
-it does not hold) and ``groups``: name -> ``created``, ``next``, ``last``, ``consumers`` (name ->
-[seen ms, active ms]) and ``pel`` ([lsn, ms, consumer, delivered ms, count], by lsn).
+it does not hold) and ``groups``: name -> ``created``, ``next``, ``last``, ``consumers`` ([name,
+seen ms, active ms]) and ``pel`` ([lsn, ms, the consumer's index in ``consumers``, delivered
+ms, count], by lsn).
 
 Not thread-safe by itself: used under the store's mutex (``_fold.FoldedStore``).
 """
@@ -25,13 +26,16 @@ from .. import limits
 from .._subscribers import check_name, is_transient
 from ._resp_kv import RedisError
 
-GROUPS_MAX = 1_000  # consumer groups of one stream
-CONSUMERS_MAX = 10_000  # consumers of one group
-PENDING_MAX = 100_000  # entries in one group's PEL (each ~200 bytes of memory)
-CONSUMER_NAME_SIZE_MAX = 1024  # bytes
+# Bounds, so that a stream's groups fit in memory (a PEL entry takes ~200 bytes) and in one
+# snapshot (checked below).
+GROUPS_MAX = 100  # consumer groups of one stream
+CONSUMERS_MAX = 1_000  # consumers of one group
+PENDING_MAX = 100_000  # entries in one group's PEL
+PENDING_STREAM_MAX = 1_000_000  # entries in the PELs of all the groups of one stream
+CONSUMER_NAME_SIZE_MAX = 256  # bytes
 STORES_OPEN_MAX = 1024  # group stores (one per stream with groups) open at once
 SNAPSHOT_OPS_MIN = 10_000  # ops folded before a snapshot compacts the op log
-SNAPSHOT_SIZE_MAX = 1 << 30  # bytes of one snapshot (PENDING_MAX x GROUPS_MAX would pass it)
+SNAPSHOT_SIZE_MAX = 1 << 30  # bytes of one snapshot
 MS_MAX = (1 << 63) // 1_000_000  # a record's timestamp is u64 ns: ids' ms stay below this
 
 Id = tuple[int, int]  # (ms, lsn): a stream id
@@ -51,6 +55,18 @@ OPS: dict[str, tuple[str, ...]] = {
     # last/next: the group's new position (XCLAIM LASTID), or null
     "claim": ("g", "c", "at", "items", "drop", "last", "next"),
 }
+
+
+# The largest snapshot the bounds allow: a consumer's name as JSON (each byte that is not UTF-8
+# is a 6-character escape) with its two times; a PEL entry as five integers of at most 20 digits;
+# a group's name (1 KiB, escaped) and position.
+_CONSUMER_JSON_MAX = 6 * CONSUMER_NAME_SIZE_MAX + 2 * 21 + 8
+_GROUP_JSON_MAX = 6 * limits.SUBSCRIBER_NAME_SIZE_MAX + 200
+assert (
+    GROUPS_MAX * (_GROUP_JSON_MAX + CONSUMERS_MAX * _CONSUMER_JSON_MAX) + PENDING_STREAM_MAX * 5 * 21
+    < SNAPSHOT_SIZE_MAX
+), "a stream's groups at their bounds would not fit in one snapshot"
+assert PENDING_MAX <= PENDING_STREAM_MAX
 
 
 class NoGroupError(RedisError):
@@ -209,22 +225,17 @@ class GroupState:
 
     # --- snapshots ----------------------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
-        return {
-            "format": 1,
-            "next_lsn": self.next_lsn,
-            "groups": {
-                name: {
-                    "created": g.created_ms,
-                    "next": g.next_lsn,
-                    "last": list(g.last),
-                    "consumers": {c: [v.seen_ms, v.active_ms] for c, v in g.consumers.items()},
-                    "pel": [
-                        [lsn, (p := g.pel[lsn]).ms, p.consumer, p.delivered_ms, p.count] for lsn in g.order
-                    ],
-                }
-                for name, g in self.groups.items()
-            },
-        }
+        groups = {}
+        for name, g in self.groups.items():
+            index = {c: i for i, c in enumerate(g.consumers)}  # (a PEL entry names its consumer by index)
+            groups[name] = {
+                "created": g.created_ms,
+                "next": g.next_lsn,
+                "last": list(g.last),
+                "consumers": [[c, v.seen_ms, v.active_ms] for c, v in g.consumers.items()],
+                "pel": [[n, (p := g.pel[n]).ms, index[p.consumer], p.delivered_ms, p.count] for n in g.order],
+            }
+        return {"format": 1, "next_lsn": self.next_lsn, "groups": groups}
 
     @classmethod
     def from_json(cls, body: dict[str, Any]) -> GroupState:
@@ -232,8 +243,14 @@ class GroupState:
         state.next_lsn = int(body["next_lsn"])
         for name, raw in body["groups"].items():
             g = state.groups[name] = Group(raw["created"], raw["next"], tuple(raw["last"]), {}, {}, [])
-            for c, (seen, active) in raw["consumers"].items():
+            names = []
+            for c, seen, active in raw["consumers"]:
                 g.consumers[c] = Consumer(seen, active)
-            for lsn, ms, consumer, delivered, count in raw["pel"]:
-                g.put(lsn, Pending(ms, consumer, delivered, count))
+                names.append(c)
+            for lsn, ms, owner, delivered, count in raw["pel"]:
+                g.put(lsn, Pending(ms, names[owner], delivered, count))
         return state
+
+    def pending(self) -> int:
+        """Entries pending in all the groups of the stream."""
+        return sum(len(g.pel) for g in self.groups.values())

@@ -31,7 +31,7 @@ op; a group found without a checkpoint, or above its floor (a crash between the 
 
 **Names.** A group's name is a durable subscriber name (UTF-8, 1 to 1,024 bytes, not starting
 with ``~``): it reaches the disk only as the hash in a checkpoint's file name, never as a path. A
-consumer name is any bytes up to 1 KiB (held as text with ``surrogateescape``).
+consumer name is any bytes up to 256 (held as text with ``surrogateescape``).
 
 Concurrency: the commands run in the server's thread pool. A change is one decision of the fold
 (under its mutex and the op log's writer lock); its fsync comes after both are released, so the
@@ -65,6 +65,7 @@ from ._resp_group_state import (
     GROUPS_MAX,
     OPS,
     PENDING_MAX,
+    PENDING_STREAM_MAX,
     SNAPSHOT_OPS_MIN,
     SNAPSHOT_SIZE_MAX,
     STORES_OPEN_MAX,
@@ -406,11 +407,12 @@ class GroupStore(FoldedStore[GroupState, Op]):
             if consumer not in g.consumers:
                 self._check_consumers(g)
             if not noack:
-                room = PENDING_MAX - len(g.pel)
+                room = min(PENDING_MAX - len(g.pel), PENDING_STREAM_MAX - self._state.pending())
                 if room <= 0:
                     raise RedisError(
-                        f"ERR the group's pending entries list holds {len(g.pel)} entries, logspool's "
-                        "limit: XACK (or XCLAIM and XACK) some before reading more"
+                        f"ERR the group's pending entries list holds {len(g.pel)} entries (and the "
+                        f"stream's groups {self._state.pending()}), logspool's limit (docs/RESP.md): "
+                        "XACK (or XCLAIM and XACK) some before reading more"
                     )
                 count = min(count, room)
             # A reader kept per group, where the last delivery left it: a new reader parses a
@@ -515,7 +517,8 @@ class GroupStore(FoldedStore[GroupState, Op]):
                         drop.append(lsn)
                     continue
                 if entry is None:
-                    if not force or len(g.pel) + len(items) >= PENDING_MAX:
+                    room = min(PENDING_MAX - len(g.pel), PENDING_STREAM_MAX - self._state.pending())
+                    if not force or len(items) >= room:
                         continue
                     count = 1  # (Redis's count for a PEL entry FORCE makes, before this claim)
                 elif min_idle_ms and at - entry.delivered_ms < min_idle_ms:
