@@ -171,8 +171,12 @@ def lsn_after(log: Log, after: Id) -> int:
 
 # --- the store ------------------------------------------------------------------------------------
 class GroupStore(FoldedStore[GroupState, Op]):
-    """The groups of one stream (see the module docstring). Every public method takes ``lock``
-    itself; any thread."""
+    """The groups of one stream (see the module docstring).
+
+    Durability: every change (create ... autoclaim) returns after its op is fsynced (with
+    ``durability="always"``), and after the group's checkpoint is where the module docstring
+    says; a read (``settle``) after what it saw is. Concurrency: any thread; every method takes
+    the fold's mutex itself, and a caller that reads a ``Group`` holds ``lock`` meanwhile."""
 
     KIND = "resp-groups"
     WHAT = "consumer group store"
