@@ -19,13 +19,15 @@ from ..log import Log
 from . import _resp_wire as w
 from ._resp_commands import Block, _int, _stream_name, command
 from ._resp_group_state import Group, Id, NoGroupError, consumer_bytes, consumer_name, group_name, now_ms
-from ._resp_groups import GroupStore, last_id, lsn_after
+from ._resp_groups import GroupStore
 from ._resp_kv import RedisError
 from ._resp_streams import (
     ID_MAX,
     STREAM_REPLY_BYTES_MAX,
     STREAM_REPLY_COUNT_MAX,
     decode_fields,
+    last_id,
+    lsn_after,
     parse_id,
     strict_id,
 )

@@ -77,96 +77,13 @@ from ._resp_group_state import (
     now_ms,
 )
 from ._resp_kv import RedisError
+from ._resp_streams import Record, lsn_after, read_after, read_lsns, reader_at
 
 _logger = logging.getLogger("logspool.server.resp")
 
 GROUPS_DIR = "groups"  # under the data directory: DATA/groups/<stream>/
-Record = tuple[int, int, bytes]  # (lsn, ms, payload) of a log record
 READERS_KEPT_MAX = 64  # readers kept open for '>' reads, per stream (each holds a file open)
 Token = tuple[Group, int, int]  # a decision's group, lowerings counted so far, floor it left
-
-
-# --- reading the log --------------------------------------------------------------------------------
-def read_after(reader: Reader, count: int, size_max: int) -> list[Record]:
-    """Up to ``count`` records from the reader's position on, not waiting."""
-    out: list[Record] = []
-    size = 0
-    for _ in range(count):
-        rec = reader.next(timeout=0)
-        if rec is None:
-            break
-        out.append((rec.lsn, rec.timestamp // 1_000_000, rec.payload))
-        size += len(rec.payload)
-        if size >= size_max:
-            break
-    return out
-
-
-def reader_at(log: Log, lsn: int, reader: Reader | None) -> Reader:
-    """A reader at ``lsn`` (at the earliest record if retention removed it): ``reader`` moved
-    there (closed if it cannot be), or a new one."""
-    if reader is not None:
-        try:
-            if reader.position != lsn:
-                reader.seek(lsn)
-            return reader
-        except PositionError:
-            reader.close()
-    try:
-        return log.reader(lsn)
-    except PositionError as err:
-        if lsn >= err.first_lsn:
-            raise
-        return log.reader("earliest")
-
-
-def read_lsns(log: Log, lsns: list[int]) -> dict[int, tuple[int, bytes]]:
-    """The records at these lsns that the log still holds: lsn -> (ms, payload)."""
-    out: dict[int, tuple[int, bytes]] = {}
-    reader = None
-    try:
-        for lsn in sorted(set(lsns)):
-            try:
-                if reader is None:
-                    reader = log.reader(lsn)
-                elif reader.position != lsn:
-                    reader.seek(lsn)
-            except PositionError:
-                continue  # removed by retention (or past the end)
-            rec = reader.next(timeout=0)
-            if rec is not None and rec.lsn == lsn:
-                out[lsn] = (rec.timestamp // 1_000_000, rec.payload)
-    finally:
-        if reader is not None:
-            reader.close()
-    return out
-
-
-def last_id(log: Log) -> tuple[Id, int]:
-    """The id of the log's last record ((0, 0) if it holds none) and its next lsn."""
-    next_lsn = log.info().next_lsn
-    if next_lsn == 0:
-        return (0, 0), 0
-    found = read_lsns(log, [next_lsn - 1]).get(next_lsn - 1)
-    return ((found[0], next_lsn - 1) if found is not None else (0, next_lsn - 1)), next_lsn
-
-
-def lsn_after(log: Log, after: Id) -> int:
-    """The lsn of the first record whose id is greater than ``after`` (ids order as lsns do), or
-    the log's next lsn if there is none."""
-    ms, seq = after
-    if seq < (1 << 63):
-        found = read_lsns(log, [seq]).get(seq)
-        if found is not None and found[0] == ms:  # a record's own id: the one after it
-            return seq + 1
-    reader = log.reader("earliest") if ms == 0 else log.reader(since=max(ms - 1, 0) / 1000)
-    try:
-        for rec in reader:  # bounded by the log's end; stops at the first id past ``after``
-            if (rec.timestamp // 1_000_000, rec.lsn) > after:
-                return rec.lsn
-        return reader.position
-    finally:
-        reader.close()
 
 
 # --- the store ------------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
-"""Logspool logs as Redis Streams: the stream commands' mechanism (XADD, XLEN, XRANGE, XREVRANGE,
-XREAD) and the wake-up of blocked XREADs. docs/RESP.md is the user's view.
+"""Logspool logs as Redis Streams: the stream commands' mechanism (XADD, XTRIM, XLEN, XRANGE,
+XREVRANGE, XREAD), the reads by lsn the consumer groups make (``_resp_groups.py``), and the
+wake-up of blocked XREADs and XREADGROUPs. docs/RESP.md is the user's view.
 
 **Names.** A stream key is the name of a log in ``DATA/logs/``: it must match the daemon's store
 name pattern (``[A-Za-z0-9][A-Za-z0-9._-]{0,127}``: no ``/``, no ``..``), so no key can name a
@@ -34,6 +35,7 @@ import time
 from dataclasses import dataclass
 
 from .._fs import REAL
+from .._reader import Reader
 from .._retention import Retention, _segment_end_ns
 from .._watch import _IN_CLOEXEC, _IN_NONBLOCK, _MASK, _libc
 from ..errors import PositionError
@@ -41,7 +43,6 @@ from ..log import Log
 from ..log._directory import list_segments, segment_infos
 from . import _resp_wire as w
 from ._resp_group_state import MS_MAX
-from ._resp_groups import Groups
 from ._resp_kv import RedisError
 
 FIELDS_MAGIC = b"LSXF\x00\x01"
@@ -60,6 +61,7 @@ WATCH_LINGER_S = 5.0
 
 Id = tuple[int, int]
 Entry = tuple[bytes, list[bytes]]  # the id's text, then field, value, field, value...
+Record = tuple[int, int, bytes]  # (lsn, ms, payload) of a log record
 
 
 def encode_fields(fields: list[bytes]) -> bytes:
@@ -151,6 +153,8 @@ class Streams:
     def __init__(self, stores: object, data: str) -> None:
         self.stores = stores
         self.data = data
+        from ._resp_groups import Groups  # (here: it reads logs with this module's functions)
+
         self.groups = Groups(data, stores.durability)  # type: ignore[attr-defined]
         self._sealed_last: dict[tuple[str, int], Id] = {}  # (log, next base): a sealed segment's last id
         self._sealed_lock = threading.Lock()
@@ -382,6 +386,89 @@ class Streams:
         """``$``: the entries appended from now on."""
         log = self.log(name, create=False)
         return Cursor(name, lsn=0 if log is None else log.info().next_lsn)
+
+
+# --- reading records by lsn (the consumer groups' reads) ---------------------------------------------
+def read_after(reader: Reader, count: int, size_max: int) -> list[Record]:
+    """Up to ``count`` records from the reader's position on, not waiting."""
+    out: list[Record] = []
+    size = 0
+    for _ in range(count):
+        rec = reader.next(timeout=0)
+        if rec is None:
+            break
+        out.append((rec.lsn, rec.timestamp // 1_000_000, rec.payload))
+        size += len(rec.payload)
+        if size >= size_max:
+            break
+    return out
+
+
+def reader_at(log: Log, lsn: int, reader: Reader | None) -> Reader:
+    """A reader at ``lsn`` (at the earliest record if retention removed it): ``reader`` moved
+    there (closed if it cannot be), or a new one."""
+    if reader is not None:
+        try:
+            if reader.position != lsn:
+                reader.seek(lsn)
+            return reader
+        except PositionError:
+            reader.close()
+    try:
+        return log.reader(lsn)
+    except PositionError as err:
+        if lsn >= err.first_lsn:
+            raise
+        return log.reader("earliest")
+
+
+def read_lsns(log: Log, lsns: list[int]) -> dict[int, tuple[int, bytes]]:
+    """The records at these lsns that the log still holds: lsn -> (ms, payload)."""
+    out: dict[int, tuple[int, bytes]] = {}
+    reader = None
+    try:
+        for lsn in sorted(set(lsns)):
+            try:
+                if reader is None:
+                    reader = log.reader(lsn)
+                elif reader.position != lsn:
+                    reader.seek(lsn)
+            except PositionError:
+                continue  # removed by retention (or past the end)
+            rec = reader.next(timeout=0)
+            if rec is not None and rec.lsn == lsn:
+                out[lsn] = (rec.timestamp // 1_000_000, rec.payload)
+    finally:
+        if reader is not None:
+            reader.close()
+    return out
+
+
+def last_id(log: Log) -> tuple[Id, int]:
+    """The id of the log's last record ((0, 0) if it holds none) and its next lsn."""
+    next_lsn = log.info().next_lsn
+    if next_lsn == 0:
+        return (0, 0), 0
+    found = read_lsns(log, [next_lsn - 1]).get(next_lsn - 1)
+    return ((found[0], next_lsn - 1) if found is not None else (0, next_lsn - 1)), next_lsn
+
+
+def lsn_after(log: Log, after: Id) -> int:
+    """The lsn of the first record whose id is greater than ``after`` (ids order as lsns do), or
+    the log's next lsn if there is none."""
+    ms, seq = after
+    if seq < (1 << 63):
+        found = read_lsns(log, [seq]).get(seq)
+        if found is not None and found[0] == ms:  # a record's own id: the one after it
+            return seq + 1
+    reader = log.reader("earliest") if ms == 0 else log.reader(since=max(ms - 1, 0) / 1000)
+    try:
+        for rec in reader:  # bounded by the log's end; stops at the first id past ``after``
+            if (rec.timestamp // 1_000_000, rec.lsn) > after:
+                return rec.lsn
+        return reader.position
+    finally:
+        reader.close()
 
 
 class _Watch:
