@@ -703,6 +703,68 @@ def test_parser_on_any_bytes_yields_commands_or_a_protocol_error(data: bytes) ->
     assert parser.buffered <= len(data)
 
 
+def _parse_all(parser: RespParser, pieces: list[bytes]) -> tuple[list[list[bytes]], str | None]:
+    got: list[list[bytes]] = []
+    for piece in pieces:
+        parser.feed(piece)
+        try:
+            got += parser.commands(1000)
+        except RespProtocolError as err:
+            return got, str(err)
+    return got, None
+
+
+# Commands, and the bytes that break them or hiredis's bounds: nesting, huge counts, null and
+# empty arrays, a bulk string not ended by CRLF, non-canonical lengths, inline commands.
+_pieces = st.lists(
+    st.one_of(
+        commands.map(lambda cmds: b"".join(_encode(c) for c in cmds)),
+        st.sampled_from(
+            [
+                b"*1\r\n*1\r\n$4\r\nPING\r\n",
+                b"*1048577\r\n",
+                b"*2\r\n*999999\r\n",
+                b"*0\r\n",
+                b"*-1\r\n",
+                b"*1\r\n$4\r\nPINGxx",
+                b"*1\r\n$04\r\nPING\r\n",
+                b"PING\r\n",
+                b"*1\r\n:1\r\n",
+                b"%1\r\n$1\r\na\r\n$1\r\nb\r\n",
+                b"*1\r\n$-1\r\n",
+            ]
+        ),
+        st.binary(max_size=64),
+    ),
+    max_size=8,
+)
+
+
+def test_hiredis_takes_a_pipeline_whole() -> None:
+    parser = RespParser(LIMITS)
+    parser.feed(b"".join(_encode([b"GET", b"k%d" % i]) for i in range(16)))
+    out: list[list[bytes]] = []
+    assert parser._fast(parser._buf, len(parser._buf), 1000, out)
+    assert out == [[b"GET", b"k%d" % i] for i in range(16)] and parser.buffered == 0
+
+
+@settings(max_examples=300, deadline=None)
+@given(_pieces, st.lists(st.integers(1, 64), max_size=20))
+def test_hiredis_parses_as_the_python_parser(pieces: list[bytes], cuts: list[int]) -> None:
+    """The hiredis path (with its pre-check) gives the same commands and the same error as the
+    pure-Python parser, however the bytes are split into reads."""
+    data = b"".join(pieces)
+    reads, pos = [], 0
+    for cut in cuts:
+        reads.append(data[pos : pos + cut])
+        pos += cut
+    reads.append(data[pos:])
+    fast, slow = RespParser(LIMITS), RespParser(LIMITS, fast=False)
+    assert fast._reader is not None  # (hiredis is a dependency: this tests it)
+    assert _parse_all(fast, reads) == _parse_all(slow, reads)
+    assert fast.buffered == slow.buffered
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.text("ab*?[]^-\\", max_size=12), st.text("ab-]", max_size=12))
 def test_glob_is_fnmatch_on_simple_patterns(pattern: str, text: str) -> None:

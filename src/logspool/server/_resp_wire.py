@@ -16,11 +16,33 @@ Invariants of the parser (every bound is checked before anything is allocated or
   parser reads a header, checks it, and only then waits for the bytes it announces.
 A violation raises ``RespProtocolError`` with Redis's own wording; the connection answers
 ``-ERR Protocol error: ...`` and closes, as Redis does.
+
+**hiredis.** With the ``hiredis`` package (a dependency; the parser is pure Python without
+it), the complete multibulk commands of a read are built by its C reader, ten times faster than
+the Python loop. It is an accelerator only: whatever it does not take whole, the Python parser
+parses from the same place, and says what is wrong in Redis's words. hiredis allocates what an
+aggregate header announces (``*4294967295`` is a 32 GiB list, and nested arrays allocate level
+after level), so it is fed only bytes that a C-speed pre-check has bounded (``_FAST_SIZE_MAX``
+bytes at most, and the counts after every byte that may start an aggregate, ``*%~>|``, summing
+to at most ``args_max``, so all it can allocate is ``args_max`` slots whatever the nesting; a
+payload byte that looks like a header only sends that read to the Python parser). The commands
+it returns are formatted back as a client sends them and must be the very bytes read: bulk
+strings only (no nesting, no other type), each ended by CRLF (hiredis, as redis-server, skips
+those two bytes unread), and where the last one ends is known without trusting hiredis. It is
+fed a read's unparsed bytes whole and its state dropped after, so it holds nothing across reads.
+Inline commands and everything before AUTH (when a token is set) go through the Python parser.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+from typing import Any
+
+try:
+    import hiredis as _hiredis
+except ImportError:  # pragma: no cover (a dependency; the pure-Python parser does the same)
+    _hiredis = None  # type: ignore[assignment]
 
 
 class RespProtocolError(Exception):
@@ -40,6 +62,10 @@ class RespLimits:
 
 
 _CRLF = b"\r\n"
+# hiredis takes at most this many bytes at once (larger reads hold large values: the Python
+# parser's cost per command is small beside them), so no bulk it returns can pass a size bound.
+_FAST_SIZE_MAX = 64 * 1024
+_AGGREGATE_COUNT = re.compile(rb"[*%~>|](\d{1,19})")  # (every place hiredis might read one)
 
 
 def _count(line: bytes | bytearray, what: str) -> int:
@@ -53,8 +79,11 @@ class RespParser:
     """Turns the bytes a connection received into commands: ``feed`` then ``commands``. One per
     connection; not shared between threads."""
 
-    def __init__(self, limits: RespLimits) -> None:
+    def __init__(self, limits: RespLimits, *, fast: bool = True) -> None:
+        """``fast``: parse complete commands with hiredis when it is installed (see the module
+        docstring); False: the pure-Python parser only."""
         self.limits = limits
+        self._reader: Any = _hiredis.Reader() if fast and _hiredis is not None else None
         self._buf = bytearray()
         self._pos = 0  # the start of the first command not parsed yet
         self.authenticated = True  # False: the unauthenticated bounds apply
@@ -84,8 +113,13 @@ class RespParser:
         out: list[list[bytes]] = []
         buf = self._buf
         end = len(buf)
+        fast = self._reader is not None and self.authenticated
         try:
             while self._pos < end and len(out) < count_max:
+                if fast and buf[self._pos] == 42:
+                    if self._fast(buf, end, count_max, out):
+                        continue
+                    fast = False  # (not again in this call: each try copies and scans the rest)
                 # "*": a multibulk array; anything else: an inline command
                 cmd = self._multibulk(buf, end) if buf[self._pos] == 42 else self._inline(buf, end)
                 if cmd is None:
@@ -102,6 +136,46 @@ class RespParser:
                 del buf[: self._pos]
                 self._pos = 0
         return out
+
+    def _fast(self, buf: bytearray, end: int, count_max: int, out: list[list[bytes]]) -> bool:
+        """hiredis parses the complete multibulk commands from ``_pos`` on (see the module
+        docstring). False if it took none: the Python parser goes on from ``_pos``."""
+        start = self._pos
+        if end - start > _FAST_SIZE_MAX:
+            return False
+        chunk = bytes(buf[start:end])
+        counts = _AGGREGATE_COUNT.findall(chunk)
+        # (one command costs less in Python than hiredis's fixed cost and the checks below)
+        if len(counts) < 2 or sum(map(int, counts)) > self.limits.args_max:
+            return False
+        reader = self._reader
+        reader.feed(chunk)
+        got: list[list[bytes]] = []
+        try:
+            for _ in range(count_max - len(out)):
+                cmd = reader.gets()
+                if cmd is False:
+                    break
+                if cmd:  # (an empty or null array is ignored, as Redis does)
+                    got.append(cmd)
+        except _hiredis.ProtocolError:
+            self._reader = _hiredis.Reader()
+            return False  # (the Python parser answers the commands before it, then the error)
+        if reader.has_data():  # (a command not complete yet, or count_max: fed again next time)
+            self._reader = _hiredis.Reader()
+        # The commands as a client must have sent them, against the bytes: hiredis skips the two
+        # bytes after a bulk string unread (as redis-server does) and this parser wants a CRLF
+        # there; and a command of anything but bulk strings (nesting) fails to format.
+        try:
+            sent = b"".join([b"*%d\r\n%b" % (len(c), b"".join([b"$%d\r\n%b\r\n" % (len(a), a) for a in c]))
+                             for c in got])  # fmt: skip
+        except TypeError:
+            return False  # nesting, or another type: the Python parser says which
+        if not chunk.startswith(sent):
+            return False  # (a bulk string not ended by CRLF: the Python parser says so)
+        out.extend(got)
+        self._pos = start + len(sent)
+        return bool(got)
 
     def _line_end(self, buf: bytearray, start: int, end: int, what: str) -> int:
         """Where the CRLF ending the line at ``start`` is, or -1 if it has not arrived."""
