@@ -97,6 +97,10 @@ SYNC_GATHER_OFFSET = 40
 SYNC_TAIL = struct.Struct("<QQQQ")
 SYNC_TAIL_OFFSET = 64
 SYNC_FILE_SIZE_TAIL = 128  # writers of this release make the file this long (earlier ones: 64)
+# Then the writer-wanted flag (advisory, §8.1): one byte, set to 1 by a writer that found the
+# writer lock taken and is about to wait for it; a writer that keeps the lock between its writes
+# gives it back when it sees the flag, and clears it first.
+SYNC_WANTED_OFFSET = 96
 
 LSN_MAX = (1 << 63) - 1  # lsns are stored in 64 bits; we keep them within a signed int64 for Spark
 NAME_DIGITS = 20  # segment names: the base lsn in 20 decimal digits, so names sort as numbers
@@ -628,6 +632,15 @@ def read_sync_tail(buf: mmap.mmap | bytes) -> TailHint:
 
 def write_sync_tail(buf: mmap.mmap, base_lsn: int, offset: int, lsn: int, end: int) -> None:
     SYNC_TAIL.pack_into(buf, SYNC_TAIL_OFFSET, base_lsn, offset, lsn, end)
+
+
+def set_sync_wanted(buf: mmap.mmap, wanted: bool) -> None:
+    """Set or clear the writer-wanted flag (a one-byte store: never torn)."""
+    buf[SYNC_WANTED_OFFSET] = 1 if wanted else 0
+
+
+def read_sync_wanted(buf: mmap.mmap) -> bool:
+    return buf[SYNC_WANTED_OFFSET] != 0
 
 
 def clear_sync_tail(buf: mmap.mmap) -> None:

@@ -88,7 +88,9 @@ class FileSystem:
             written += n
 
     def pwrite(self, fd: int, data: bytes, offset: int) -> None:
-        written = 0
+        written = os.pwrite(fd, data, offset)  # (whole, nearly always: the loop is for the rest)
+        if written == 0 and data:
+            raise OSError(errno.EIO, "pwrite returned 0 bytes")
         while written < len(data):
             n = os.pwrite(fd, memoryview(data)[written:], offset + written)
             if n == 0:

@@ -170,3 +170,13 @@ KV_TOMBSTONE_S = 3600.0
 # --- the command line -------------------------------------------------------------------------------
 # A long command's progress line on a terminal is redrawn at most this often.
 PROGRESS_REDRAW_S = 0.25
+
+# Holding the writer lock between writes (log/_active.py, "holds"): a handle that writes again
+# within WRITER_HOLD_BURST_S of its last write, and found the lock free, keeps the flock of
+# DIR/lock after the write instead of giving it back (no flock and no check of the segment's end
+# per append while nobody else writes). It gives it back as soon as another writer asks (the
+# writer-wanted flag in DIR/sync), after WRITER_HOLD_IDLE_S without a write, or after
+# WRITER_HOLD_MAX_S in all (bounding the wait of a writer of an earlier release, which does not ask).
+WRITER_HOLD_BURST_S = 0.001
+WRITER_HOLD_IDLE_S = 0.001
+WRITER_HOLD_MAX_S = 0.05

@@ -339,6 +339,11 @@ class FaultFS(FileSystem):
             raise PowerLoss("lock")
         return super().lock(fd, timeout_s, idle)
 
+    def unlock(self, fd: int) -> None:
+        if fd not in self.fds:  # closed by release(): a dead process's threads (a hold's) do nothing
+            return
+        super().unlock(fd)  # unlocking is not an I/O the disk sees; always allowed, as close
+
 
 PAGE_SIZE = 4096  # the unit of the page cache, whose dirty pages a failed fsync drops
 

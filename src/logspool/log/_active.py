@@ -2,7 +2,8 @@
 records end, and the writer lock that guards them (FORMAT.md §5, §7, §8).
 
 State, all under the writer lock (``lock``, the thread lock, with the flock of ``DIR/lock``,
-which a single writer holds for the handle's life):
+which a single writer holds for the handle's life, and any writer may hold between its writes
+while nobody else asks for it: a *hold*, below):
 
 - ``fd``, ``idx_fd``: the active segment and its index, open; ``base``: its base lsn.
 - ``end``: where its records end, as this handle last saw them (a record boundary);
@@ -16,6 +17,9 @@ which a single writer holds for the handle's life):
 - ``needs_recovery``: a failure left this view unsure: recover before the next write.
 - ``rotated``: a rotation happened; the facade applies retention once the locks are released.
 
+- ``held``: this handle keeps the flock between writes (a hold); ``writes`` counts the writes
+  made during it (the hold's thread tells idleness by it).
+
 Who writes them: this module (writing, rotating, cutting) and ``_recovery`` (what an open
 finds, and what other processes appended since this handle last wrote), both under the lock.
 
@@ -28,6 +32,13 @@ Invariants:
   (FailedError): nothing partial stays visible.
 - A batch (``whole``) is written into one segment with one pwrite: in the log whole or not at
   all. Timestamps never decrease; the records after a seal are not stamped before it.
+- Holds: the flock is kept after a write only if it was free when taken (nobody waited), this
+  handle wrote within limits.WRITER_HOLD_BURST_S before, and the writer-wanted flag of
+  ``DIR/sync`` is clear. While held, nobody else writes the log, so a write skips the flock and
+  the check of the segment's end. It is given back (the flag cleared first) after any write that
+  finds the flag set, by the hold's thread when the flag is set, after limits.WRITER_HOLD_IDLE_S
+  without a write or limits.WRITER_HOLD_MAX_S in all, after any failed write, and on close. A
+  writer that finds the flock taken sets the flag before it waits. A forked child closes its copy.
 - Index entries are written after the records they name, at the first record at or past each
   multiple of the index interval (§5.2).
 - Rotation: cut the preallocated zeros, write the seal, fsync the segment and its index
@@ -55,6 +66,8 @@ from ._handle import HandleState
 from ._sync import Syncer
 
 _NEVER_NS = 1 << 63
+_HOLD_BURST_NS = int(limits.WRITER_HOLD_BURST_S * 1e9)
+_HOLD_MAX_NS = int(limits.WRITER_HOLD_MAX_S * 1e9)
 
 
 def _nothing() -> None:
@@ -71,6 +84,9 @@ class ActiveSegment:
         "_fs",
         "_gather",
         "_handle",
+        "_hold_started_ns",
+        "_hold_thread",
+        "_last_write_ns",
         "_root",
         "_segment_size_max",
         "_syncer",
@@ -80,6 +96,7 @@ class ActiveSegment:
         "deadline_ns",
         "end",
         "fd",
+        "held",
         "idx_fd",
         "index_due",
         "index_interval",
@@ -94,6 +111,7 @@ class ActiveSegment:
         "single",
         "size_max",
         "version",
+        "writes",
         "written",
     )
 
@@ -127,6 +145,11 @@ class ActiveSegment:
         self.lock = threading.Lock()
         self.lock_fd = -1
         self.single = False  # True while the flock is held for the handle's life
+        self.held = False  # True while the flock is kept between writes (a hold)
+        self.writes = 0
+        self._hold_started_ns = 0
+        self._hold_thread: threading.Thread | None = None
+        self._last_write_ns = 0
         self.fd = -1
         self.idx_fd = -1
         self.base = 0
@@ -169,6 +192,7 @@ class ActiveSegment:
     def close_lock(self) -> None:
         """On close: release a lifetime flock (explicitly: a forked child may share the fd) and
         close the lock file."""
+        self.end_hold()
         if self.single and self.lock_fd >= 0:
             self.single = False
             self._fs.unlock(self.lock_fd)
@@ -177,10 +201,12 @@ class ActiveSegment:
         self.lock_fd = -1
 
     def forget_lock_in_child(self) -> None:
-        """In a forked child: the copy of a single writer's lock fd shares the parent's flock:
-        closed (not unlocked), so that the lock ends with the parent, not with the last child."""
-        if self.single and self.lock_fd >= 0:
-            fd, self.lock_fd, self.single = self.lock_fd, -1, False
+        """In a forked child: the copy of a single writer's (or a hold's) lock fd shares the
+        parent's flock: closed (not unlocked), so that the lock ends with the parent, not with
+        the last child. (The hold's thread is not in the child.)"""
+        self._hold_thread = None
+        if (self.single or self.held) and self.lock_fd >= 0:
+            fd, self.lock_fd, self.single, self.held = self.lock_fd, -1, False, False
             os.close(fd)
 
     @contextlib.contextmanager
@@ -189,17 +215,90 @@ class ActiveSegment:
         as ``FileSystem.lock``."""
         with self.lock:
             self._handle.check_usable()
-            if self.single:  # held for the handle's life
-                yield
+            if self.single or self.held:  # held for the handle's life, or between writes
+                try:
+                    yield
+                finally:
+                    if self.held and self._syncer.writer_lock_wanted():
+                        self.end_hold()
                 return
-            if timeout_s is None:
-                self._fs.lock_blocking(self.lock_fd)
-            elif not self._fs.lock(self.lock_fd, timeout_s, idle):
-                raise LockedError(self._root, timeout_s)
+            self.take_flock(timeout_s, idle)
             try:
                 yield
             finally:
                 self._fs.unlock(self.lock_fd)
+
+    # --- holds: the flock kept between writes ----------------------------------------------------
+    def take_flock(self, timeout_s: float | None = None, idle: Callable[[], bool] | None = None) -> bool:
+        """Under ``lock``, not held: take the flock of ``DIR/lock``. True if it was taken by
+        another writer first (this one asked for it and waited). LockedError after ``timeout_s``."""
+        fs = self._fs
+        if fs.lock(self.lock_fd, 0):
+            return False
+        self._syncer.want_writer_lock()
+        if timeout_s is None:
+            fs.lock_blocking(self.lock_fd)
+        elif not fs.lock(self.lock_fd, timeout_s, idle):
+            raise LockedError(self._root, timeout_s)
+        return True
+
+    def after_write(self, waited: bool) -> None:
+        """Under ``lock``, after a write for which the flock was taken (``take_flock``): keep it
+        (start a hold) if this handle writes in a burst and nobody asked for it; else give it
+        back. Only where appends do not wait for an fsync ("os", "interval"): next to an fsync a
+        flock costs nothing, and a hold would make a peer's group commit wait."""
+        now = time.monotonic_ns()
+        last, self._last_write_ns = self._last_write_ns, now
+        syncer = self._syncer
+        if (
+            waited
+            or self._gather
+            or now - last > _HOLD_BURST_NS
+            or not syncer.mapped
+            or syncer.writer_lock_wanted()
+        ):
+            if not waited and syncer.writer_lock_wanted():
+                syncer.clear_writer_wanted()  # stale, or its waiter gets the lock now
+            self._fs.unlock(self.lock_fd)
+            return
+        self.held = True
+        self._hold_started_ns = now
+        if self._hold_thread is None:
+            self._hold_thread = threading.Thread(target=self._watch_hold, name="logspool-hold", daemon=True)
+            self._hold_thread.start()
+
+    def end_hold(self) -> None:
+        """Under ``lock``: give back a held flock (the writer-wanted flag cleared first: whoever
+        set it is waiting, and gets the lock now)."""
+        if self.held:
+            self.held = False
+            self._last_write_ns = 0  # the next write takes the flock and gives it back
+            self._syncer.clear_writer_wanted()
+            self._fs.unlock(self.lock_fd)
+
+    def _watch_hold(self) -> None:
+        """The hold's thread: gives the flock back when another writer asks for it, when this
+        handle stops writing, or when the hold is old; ends when the hold does. It looks without
+        the lock (taking it only to end the hold), so the writes it watches do not wait for it."""
+        seen = -1
+        for _ in range(1 << 40):  # bounded: a hold ends within limits.WRITER_HOLD_MAX_S
+            time.sleep(limits.WRITER_HOLD_IDLE_S)
+            writes = self.writes
+            old = time.monotonic_ns() - self._hold_started_ns > _HOLD_MAX_NS
+            if self.held and writes != seen and not old and not self._syncer.writer_lock_wanted():
+                seen = writes
+                continue
+            with self.lock:
+                if self.held and self.writes != seen and not old and not self._syncer.writer_lock_wanted():
+                    seen = self.writes  # (it changed since: still busy)
+                    continue
+                self._hold_thread = None
+                try:
+                    self.end_hold()
+                except BaseException:
+                    self.held = False
+                return
+        raise AssertionError("unreachable")  # pragma: no cover
 
     # --- segments -----------------------------------------------------------------------------
     def create_segment(self, base: int, created_ns: int) -> bool:
@@ -515,7 +614,8 @@ class ActiveSegment:
         fs = self._fs
         if self.fd < 0:
             return
-        if not self.single and not fs.lock(self.lock_fd, 0):
+        mine = self.single or self.held
+        if not mine and not fs.lock(self.lock_fd, 0):
             return
         try:
             end = self.end
@@ -526,5 +626,5 @@ class ActiveSegment:
         except OSError:
             pass
         finally:
-            if not self.single:
+            if not mine:
                 fs.unlock(self.lock_fd)

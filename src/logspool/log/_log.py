@@ -500,6 +500,7 @@ class Log:
         with active.lock:
             if state.usable:
                 active.trim_zeros()
+            active.end_hold()  # (its thread ends; the flag in DIR/sync is cleared while mapped)
             state.closed = True
             state.usable = False
             if active.fd >= 0 or active.idx_fd >= 0:

@@ -30,7 +30,10 @@ Invariants (each user relies on them; all are kept here):
 - The gathering hint, the gates and the tail hint are advisory: any value in them is safe. They
   decide who fsyncs and when, or spare a catch-up a parse; they never decide what is durable.
 - The tail hint is read and written only under the writer lock (``DIR/lock``), not this file's
-  flock. The boot id is written only under this file's exclusive flock.
+  flock. The boot id is written only under this file's exclusive flock. The writer-wanted flag
+  is set by anyone about to wait for the writer lock and cleared by its holder before it gives
+  the lock back; a stale value only makes a holder give the lock back once too soon, or keep it
+  until its hold ends by time.
 """
 
 from __future__ import annotations
@@ -391,6 +394,25 @@ class Syncer:
         if self._map is None:
             return None
         return fmt.read_sync_tail(self._map)
+
+    def want_writer_lock(self) -> None:
+        """Before waiting for the writer lock: ask a handle that keeps it between writes to give
+        it back (the writer-wanted flag, FORMAT.md §8.1)."""
+        if self._map is not None:
+            fmt.set_sync_wanted(self._map, True)
+
+    def writer_lock_wanted(self) -> bool:
+        """Whether another writer waits for the writer lock (False: the file is not mapped)."""
+        return self._map is not None and fmt.read_sync_wanted(self._map)
+
+    def clear_writer_wanted(self) -> None:
+        """Under the writer lock, before giving it back: the waiters are served."""
+        if self._map is not None:
+            fmt.set_sync_wanted(self._map, False)
+
+    @property
+    def mapped(self) -> bool:
+        return self._map is not None
 
     def clear_tail(self) -> None:
         """Under the writer lock, before a cut: the hint may name a record cut there."""

@@ -161,10 +161,12 @@ class Writer:
         fs = self._fs
         a = self._active
         single = a.single
-        if not single:
-            fs.lock_blocking(a.lock_fd)
+        held = a.held  # (a hold: nobody else has written since this handle's last write)
+        waited = False if single or held else a.take_flock()
         try:
-            if not single:
+            if a.needs_recovery:
+                self._catch_up(None)
+            elif not single and not held:
                 head = fs.pread(a.fd, fmt.RECORD_HEADER_SIZE, a.end)
                 if head != _ZERO_HEADER:
                     self._catch_up(head)
@@ -172,30 +174,40 @@ class Writer:
                 with self._wq_mutex:
                     batch.extend(self.wq)
                     self.wq.clear()
-            if batch:
-                self._batch_first = a.next_lsn
-                return a.write_records(
-                    [data, *(p.data for p in batch)], [flags, *(p.flags for p in batch)], whole=False
-                )
             offset = a.end
             now = time.time_ns()
-            if offset + len(data) > a.plain_end_max or offset >= a.index_due or now >= a.deadline_ns:
-                return a.write_records((data,), (flags,))
-            lsn = a.next_lsn
-            ts = now if now > a.last_ts else a.last_ts
-            rec = fmt.encode_record(lsn, ts, self._syncer.durable_lsn, data, flags)
-            a.write_at_end(rec, "writing records")
-            end = offset + len(rec)
-            a.end = end
-            a.next_lsn = lsn + 1
-            a.written = (a.fd, lsn + 1, a.base, end)
-            a.last_ts = ts
-            if not single:
-                self._syncer.publish_tail(a.base, offset, lsn, end)
-            return lsn
-        finally:
-            if not single:
+            if batch:
+                self._batch_first = a.next_lsn
+                lsn = a.write_records(
+                    [data, *(p.data for p in batch)], [flags, *(p.flags for p in batch)], whole=False
+                )
+            elif offset + len(data) > a.plain_end_max or offset >= a.index_due or now >= a.deadline_ns:
+                lsn = a.write_records((data,), (flags,))
+            else:
+                lsn = a.next_lsn
+                ts = now if now > a.last_ts else a.last_ts
+                rec = fmt.encode_record(lsn, ts, self._syncer.durable_lsn, data, flags)
+                a.write_at_end(rec, "writing records")
+                end = offset + len(rec)
+                a.end = end
+                a.next_lsn = lsn + 1
+                a.written = (a.fd, lsn + 1, a.base, end)
+                a.last_ts = ts
+                if not single:
+                    self._syncer.publish_tail(a.base, offset, lsn, end)
+        except BaseException:
+            if held:
+                a.end_hold()
+            elif not single:
                 fs.unlock(a.lock_fd)
+            raise
+        if held:
+            a.writes += 1
+            if self._syncer.writer_lock_wanted():
+                a.end_hold()
+        elif not single:
+            a.after_write(waited)
+        return lsn
 
     # --- the write queue --------------------------------------------------------------------------
     def _append_queued(self, data: bytes, flags: int) -> int:
