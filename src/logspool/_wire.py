@@ -62,6 +62,8 @@ JOB_GET = 46
 JOB_TAKE_MANY = 47
 JOB_ACK_MANY = 48
 JOB_RELEASE_MANY = 49
+JOB_PUT_MANY = 50
+JOB_CANCEL = 51
 LISTEN = 50
 UNLISTEN = 51
 COMMANDS = {
@@ -73,6 +75,7 @@ COMMANDS = {
     JOB_PUT: "jobs.put", JOB_TAKE: "jobs.take", JOB_ACK: "jobs.ack", JOB_NACK: "jobs.nack",
     JOB_EXTEND: "jobs.extend", JOB_STATS: "jobs.stats", JOB_GET: "jobs.get",
     JOB_TAKE_MANY: "jobs.take_many", JOB_ACK_MANY: "jobs.ack_many", JOB_RELEASE_MANY: "jobs.release_many",
+    JOB_PUT_MANY: "jobs.put_many", JOB_CANCEL: "jobs.cancel",
     LISTEN: "listen", UNLISTEN: "unlisten",
 }  # fmt: skip
 

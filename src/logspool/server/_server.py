@@ -505,11 +505,32 @@ class Server:
             return {"job": None, "next_at": got.next_at}
 
         def job_take_many(b: dict[str, Any]) -> dict[str, Any]:
-            got = s.jobs(b).take_many(
-                _need(b, "count", int), _get(b, "lease", num, 30.0),
-                wait=min(_get(b, "wait", num, 0.0), WAIT_S_MAX), ack=_job_refs(b, "ack"),
+            count, acks = _need(b, "count", int), _job_refs(b, "ack")
+            lease, wait = _get(b, "lease", num, 30.0), min(_get(b, "wait", num, 0.0), WAIT_S_MAX)
+            if count == 1 and len(acks) <= 1:  # take(ack=job): says when to look again if idle
+                got = s.jobs(b).take(lease, wait=wait, ack=acks[0] if acks else None)
+                if isinstance(got, jobs.Job):
+                    return {"jobs": [job_to_wire(got)]}
+                return {"jobs": [], "next_at": got.next_at}
+            return {"jobs": [job_to_wire(j) for j in s.jobs(b).take_many(count, lease, wait=wait, ack=acks)]}
+
+        def job_put_many(b: dict[str, Any]) -> dict[str, Any]:
+            items = _need(b, "items", list)
+            if not all(
+                isinstance(i, list) and len(i) == 2 and isinstance(i[0], str) and isinstance(i[1], bytes)
+                for i in items
+            ):
+                raise TypeError("field 'items' must be a list of [key (string), payload (bytes)] pairs")
+            ids = s.jobs(b).put_many(
+                [(key, payload) for key, payload in items], priority=_get(b, "priority", int),
+                not_before=_get(b, "not_before", num), delay=_get(b, "delay", num), ttl=_get(b, "ttl", num),
+                domain=_get(b, "domain", str), priority_merge=_get(b, "priority_merge", str, "replace"),
+                not_before_merge=_get(b, "not_before_merge", str, "replace"),
             )  # fmt: skip
-            return {"jobs": [job_to_wire(j) for j in got]}
+            return {"ids": ids}
+
+        def job_cancel(b: dict[str, Any]) -> dict[str, Any]:
+            return {"ok": s.jobs(b).cancel(_need(b, "key", str))}
 
         def job_ack_many(b: dict[str, Any]) -> dict[str, Any]:
             s.jobs(b).ack_many(_job_refs(b, "jobs"))
@@ -588,6 +609,8 @@ class Server:
             p.JOB_TAKE_MANY: job_take_many,
             p.JOB_ACK_MANY: job_ack_many,
             p.JOB_RELEASE_MANY: job_release_many,
+            p.JOB_PUT_MANY: job_put_many,
+            p.JOB_CANCEL: job_cancel,
             p.JOB_NACK: job_nack,
             p.JOB_EXTEND: job_extend,
             p.JOB_STATS: lambda b: s.jobs(b).stats().to_json(),
