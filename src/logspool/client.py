@@ -389,7 +389,7 @@ class RemoteJournal(_Remote):
     """A job journal on the server (see ``logspool.jobs.Journal``): the same calls, one round
     trip each, durable on return as the daemon's journal is. Not remote: ``work`` (a loop over
     ``take_many`` and ``ack``; write it over these), and the managing calls (``jobs``, ``job``,
-    ``dead_letters``, ``retry``, ``purge``, ``configure``: ``logspool jobs`` on the daemon's
+    ``dead_letters``, ``retry``, ``purge``, ``configure``, ``snapshot``: ``logspool jobs`` on the daemon's
     machine)."""
 
     def put(self, key: str, payload: bytes = b"", *, priority: int | None = None,
