@@ -778,7 +778,8 @@ def test_glob_is_fnmatch_on_simple_patterns(pattern: str, text: str) -> None:
 
 
 # --- kill -9 under redis-py writers ---------------------------------------------------------------
-def test_kill_9_loses_no_acknowledged_write(tmp_path: Path) -> None:
+@pytest.mark.parametrize("writers", [4, 1])  # (1: a lone writer's rounds run on the loop)
+def test_kill_9_loses_no_acknowledged_write(tmp_path: Path, writers: int) -> None:
     d = Daemon(tmp_path / "data", resp=True)
     acked_sets: dict[str, bytes] = {}
     acked_ids: dict[bytes, bytes] = {}  # payload -> id
@@ -818,7 +819,7 @@ def test_kill_9_loses_no_acknowledged_write(tmp_path: Path) -> None:
             d.start()
             stop.clear()
             target = counts["acked"] + 150
-            threads = [threading.Thread(target=writer, args=(n, round_)) for n in range(4)]
+            threads = [threading.Thread(target=writer, args=(n, round_)) for n in range(writers)]
             for t in threads:
                 t.start()
             wait_for(lambda target=target: counts["acked"] >= target, 30)  # type: ignore[misc]

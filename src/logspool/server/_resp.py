@@ -265,7 +265,8 @@ class _Connection(asyncio.Protocol):
                 break
         if where == WRITER and committer is not None and not self.parser.failed:
             self._inflight = True
-            committer.submit(self.session, cmds, self)
+            if not committer.run_here(self.session, cmds, self):
+                committer.submit(self.session, cmds, self)
             return True
         if where == INLINE and committer is not None and committer.delivered >= committer.rounds:
             mutex = self.front.kv.store._mutex
@@ -695,6 +696,7 @@ def sync_writes(front: RespFront, wrote_kv: bool, logs: dict[str, Any]) -> None:
 
 
 _Queued = tuple[Session, list[list[bytes]], "asyncio.Future[_Batch] | _Connection"]
+_Done = list[tuple["asyncio.Future[_Batch] | _Connection", "_Batch | BaseException"]]  # a round's outcomes
 
 
 class Committer:
@@ -711,6 +713,8 @@ class Committer:
     # 150 us: SET x16 12.9k -> 13.5k/s, x50 15.9k -> 17.3k/s, x1 unchanged; 300 us was worse
     # (benchmarks/RESULTS.md; the issue's prototype found the same).
     COMMIT_DELAY_S = 0.00015
+    SHARED_S = 0.01  # writes of two connections this close: they share rounds (run_here)
+    SHARED_HOLD_S = 0.1
 
     def __init__(self, front: RespFront, loop: asyncio.AbstractEventLoop) -> None:
         self.front = front
@@ -724,6 +728,11 @@ class Committer:
         self._last_round = 0  # batches the last round held
         self._settling: collections.deque[tuple[int, asyncio.Future[None]]] = collections.deque()
         self._wanted = 1  # the queue length at which submit wakes the thread (under _cond)
+        self._busy = False  # a round runs, on the thread or on the loop (run_here) (under _cond)
+        self._writer: _Connection | None = None  # the connection that wrote last (run_here)
+        self._written_at = 0.0
+        self._shared_until = 0.0  # until then, writes go to the thread (run_here)
+        self.rounds_here = 0  # rounds run on the loop (INFO)
         self._thread = threading.Thread(target=self._run, name="logspool-resp-committer", daemon=True)
         self._thread.start()
 
@@ -754,7 +763,7 @@ class Committer:
         for _ in itertools.count():  # bounded by stop()
             with self._cond:
                 self._wanted = 1
-                while not self._queue and not self._stopping:
+                while (not self._queue or self._busy) and not self._stopping:
                     self._cond.wait()
                 if not self._queue:
                     return
@@ -780,41 +789,78 @@ class Committer:
                 ):
                     round_.append(self._queue.popleft())
                     commands += len(round_[-1][1])
-                count = len(round_)
-                self._last_round = count
+                self._last_round = len(round_)
+                self._busy = True
             self.rounds += 1  # (before the decision: see ``settled``)
             number = self.rounds
-            self.batches += count
-            done: list[tuple[asyncio.Future[_Batch] | _Connection, _Batch | BaseException]] = []
-            wrote_kv = False
-            logs: dict[str, Any] = {}
             try:
-                # One decision for the whole round: one writer lock, one catch-up, one write of
-                # every op (each command is still atomic: they run one after another inside it).
-                with self.front.kv.decide() as d:
-                    for session, cmds, fut in round_:
-                        d.owner = session.name  # (locks are checked against each connection's name)
-                        session.round = d
-                        try:
-                            done.append((fut, session.run(cmds, sync=False)))
-                        except BaseException as err:  # (run answers each command's error itself)
-                            done.append((fut, err))
-                        finally:
-                            session.round = None
-                        kv_written, logs_written = session.take_writes()
-                        wrote_kv |= kv_written
-                        logs.update(logs_written)
-                sync_writes(self.front, wrote_kv, logs)  # before any reply of the round is sent
-            except Exception as err:  # the write or the fsync failed: nothing here is acknowledged
-                _logger.error("RESP commit round failed: %s", err)
-                failed = w.error(f"ERR the write failed, the commands may or may not be applied: {err}")
-                done = [(fut, _Batch([failed] * len(cmds), [])) for _, cmds, fut in round_]
+                done = self._round(round_)
+            finally:
+                with self._cond:
+                    self._busy = False
             with contextlib.suppress(RuntimeError):  # the loop closed
                 self.loop.call_soon_threadsafe(self._deliver, done, number)
 
-    def _deliver(
-        self, done: list[tuple[asyncio.Future[_Batch] | _Connection, _Batch | BaseException]], number: int
-    ) -> None:
+    def _round(self, round_: list[_Queued]) -> _Done:
+        """Run a round's batches as one decision and make them durable (their outcomes; an
+        error reply for each command if the write or the fsync failed)."""
+        self.batches += len(round_)
+        done: _Done = []
+        wrote_kv = False
+        logs: dict[str, Any] = {}
+        try:
+            # One decision for the whole round: one writer lock, one catch-up, one write of
+            # every op (each command is still atomic: they run one after another inside it).
+            with self.front.kv.decide() as d:
+                for session, cmds, fut in round_:
+                    d.owner = session.name  # (locks are checked against each connection's name)
+                    session.round = d
+                    try:
+                        done.append((fut, session.run(cmds, sync=False)))
+                    except BaseException as err:  # (run answers each command's error itself)
+                        done.append((fut, err))
+                    finally:
+                        session.round = None
+                    kv_written, logs_written = session.take_writes()
+                    wrote_kv |= kv_written
+                    logs.update(logs_written)
+            sync_writes(self.front, wrote_kv, logs)  # before any reply of the round is sent
+        except Exception as err:  # the write or the fsync failed: nothing here is acknowledged
+            _logger.error("RESP commit round failed: %s", err)
+            failed = w.error(f"ERR the write failed, the commands may or may not be applied: {err}")
+            done = [(fut, _Batch([failed] * len(cmds), [])) for _, cmds, fut in round_]
+        return done
+
+    def run_here(self, session: Session, cmds: list[list[bytes]], conn: _Connection) -> bool:
+        """On the loop: run a lone writer's batch as a round right here, fsync included, and
+        answer it (``conn._landed``, soon). False (nothing done) unless this connection is the
+        only one that wrote in the last ``SHARED_S`` and the thread is idle with nothing queued.
+        A lone writer gains two thread hand-offs a write (the committer's wake-up, the loop's);
+        the loop stops for its fsync, as Redis's does, and no one else's write waits for it.
+        A write of another connection within SHARED_S sends every write to the thread for
+        ``SHARED_HOLD_S``, where they share fsyncs (here each would wait for the last)."""
+        now = time.monotonic()
+        if conn is not self._writer and now - self._written_at < self.SHARED_S:
+            self._shared_until = now + self.SHARED_HOLD_S
+        self._writer, self._written_at = conn, now
+        if now < self._shared_until:
+            return False
+        with self._cond:
+            if self._queue or self._busy or self._stopping:
+                return False
+            self._busy = True  # (the thread takes no round until this one is done)
+        self.rounds_here += 1
+        try:
+            [(_, outcome)] = self._round([(session, cmds, conn)])
+        finally:
+            with self._cond:
+                self._busy = False
+                if self._queue:
+                    self._cond.notify()
+        self.loop.call_soon(conn._landed, outcome)  # (soon: no recursion through _serve_now)
+        return True
+
+    def _deliver(self, done: _Done, number: int) -> None:
         """On the loop: the replies of round ``number``, whose writes are durable now (one call
         a round: the fast path's connections write theirs here, the others' tasks wake)."""
         self.delivered = number  # (first: a connection going on below may read on the loop)
