@@ -194,6 +194,12 @@ def test_timestamp_filters_read_the_records_of_their_times(spark: Any, pushed: A
     flip_payload_bit(path, 100)  # far before the bound: a pushed read never reaches it
     bound = us(records[2000])
     assert len(rows(everything.where(ts >= bound))) == sum(1 for r in records if us(r) >= bound)
+    spark.conf.set("spark.sql.datetime.java8API.enabled", "true")  # Spark pushes Instants, not Timestamps
+    try:
+        assert everything.where(ts >= bound).count() == sum(1 for r in records if us(r) >= bound)
+        assert "PushedFilters: [GreaterThanOrEqual(timestamp," in plan(everything.where(ts >= bound))
+    finally:
+        spark.conf.unset("spark.sql.datetime.java8API.enabled")
 
 
 def test_count_counts_records_from_headers_without_reading_payloads(spark: Any, tmp_path: Path) -> None:
@@ -209,6 +215,7 @@ def test_count_counts_records_from_headers_without_reading_payloads(spark: Any, 
     df.createOrReplaceTempView("events")
     assert spark.sql("SELECT count(*) AS n FROM events WHERE lsn >= 1000 AND lsn < 1500").first().n == 500
     assert load(spark, str(path), jvm=True, startingPosition="2990").count() == 10
+    assert load(spark, str(path), jvm=True, decode="string").where("lsn < 2500").count() == 2500
     flip_payload_bit(path, 1234)
     assert df.count() == N
     with pytest.raises(Exception, match="checksum mismatch"):
