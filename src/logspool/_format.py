@@ -161,8 +161,8 @@ def parse_segment_name(name: str) -> int | None:
 # --- records ------------------------------------------------------------------------------------
 def encode_record(lsn: int, timestamp: int, durable_lsn: int, payload: bytes, flags: int = 0) -> bytes:
     """The bytes of one record. The caller has checked the payload size against its limit."""
-    head = RECORD_HEADER.pack(len(payload), flags, lsn, timestamp, durable_lsn)
-    return head + payload + RECORD_TRAILER.pack(crc32(payload, crc32(head)))
+    body = RECORD_HEADER.pack(len(payload), flags, lsn, timestamp, durable_lsn) + payload
+    return body + RECORD_TRAILER.pack(crc32(body))
 
 
 def encode_gap(lsn: int, next_lsn: int, timestamp: int, note: str, size: int) -> bytes:

@@ -480,14 +480,18 @@ class ActiveSegment:
                 self.alloc_end = self._preallocate(self.fd, end, end + len(data))
             self._fs.pwrite(self.fd, data, end)
         except OSError as err:
-            # Part of it may be in the file. Cut it back so that nothing partial is ever
-            # visible; if even that fails, stop (the next writer's catch-up cuts the torn tail).
-            try:
-                self.cut(self.end)
-            except OSError as err2:
-                self._handle.fail(err2)
-                raise FailedError(self._root, f"{what} failed ({err}), not undone ({err2})") from err
-            raise AppendError(self._root, f"{what}: {err}") from err
+            raise self.undo_write(err, what) from err
+
+    def undo_write(self, err: OSError, what: str) -> Exception:
+        """After a failed write at ``end``: part of it may be in the file. Cut it back so that
+        nothing partial is ever visible (AppendError); if even that fails, stop (FailedError:
+        the next writer's catch-up cuts the torn tail). Returns the error to raise."""
+        try:
+            self.cut(self.end)
+        except OSError as err2:
+            self._handle.fail(err2)
+            return FailedError(self._root, f"{what} failed ({err}), not undone ({err2})")
+        return AppendError(self._root, f"{what}: {err}")
 
     def _preallocate(self, fd: int, end: int, need: int) -> int:
         """Make segment ``fd`` at least ``need`` bytes long (zeros past its records, which end at

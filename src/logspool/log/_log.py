@@ -198,6 +198,9 @@ class Log:
             sync_interval_s=sync_interval_ms / 1000.0,
             after_rotation=self._retain_after_rotation,
         )
+        # The hot call, one frame shorter: the instance's append is the writer's (the class's
+        # ``append`` below documents it, and is what it does).
+        self.append = self._writer.append  # type: ignore[method-assign]
         if not readonly:
             self._open_writer()
             if durability == "interval":

@@ -187,8 +187,14 @@ class Writer:
                 lsn = a.next_lsn
                 ts = now if now > a.last_ts else a.last_ts
                 rec = fmt.encode_record(lsn, ts, self._syncer.durable_lsn, data, flags)
-                a.write_at_end(rec, "writing records")
                 end = offset + len(rec)
+                if end > a.alloc_end:
+                    a.write_at_end(rec, "writing records")
+                else:  # (write_at_end, written out: the zeros are there already)
+                    try:
+                        fs.pwrite(a.fd, rec, offset)
+                    except OSError as err:
+                        raise a.undo_write(err, "writing records") from err
                 a.end = end
                 a.next_lsn = lsn + 1
                 a.written = (a.fd, lsn + 1, a.base, end)
