@@ -17,6 +17,11 @@ Guarantees (docs/KV.md; docs/DURABILITY.md has the tests):
 - ``memory_max`` bounds the bytes of values held in memory: the least recently used values of at
   least ``limits.KV_COLD_VALUE_MIN`` bytes leave memory and are read back from the op log or from
   the snapshot that holds them.
+- ``single_writer=True``: this handle holds the op log's writer lock from open to close (the
+  log's ``single_writer``): no other process opens the store meanwhile (an open recovers under
+  that lock: it waits for it, then fails with LockedError), so a decision reads nothing new
+  first and an fsync needs no coordination with other processes. The daemon's RESP door opens
+  the store it serves so (``logspool serve``).
 """
 
 from __future__ import annotations
@@ -47,7 +52,7 @@ from ..errors import (
     PositionError,
     ValueTypeError,
 )
-from ..log import Durability
+from ..log import Durability, Log
 from ..log._directory import to_ns
 from . import _ops as ops
 from ._state import Entry, SnapRef, State
@@ -253,9 +258,12 @@ class Store(FoldedStore[State, ops.Op], MutableMapping[str, ops.Value]):
         segment_size_max: int | None = None,
         snapshot_ops_min: int = limits.KV_SNAPSHOT_OPS_MIN,
         lock_timeout_s: float = limits.LOCK_TIMEOUT_S_DEFAULT,
+        single_writer: bool = False,
         fs: FileSystem | None = None,
         clock: Callable[[], int] | None = None,
     ) -> None:
+        if not isinstance(single_writer, bool):
+            raise TypeError(f"single_writer must be True or False, not {single_writer!r}")
         if memory_max is not None and (
             isinstance(memory_max, bool) or not isinstance(memory_max, int) or memory_max < 0
         ):
@@ -273,6 +281,31 @@ class Store(FoldedStore[State, ops.Op], MutableMapping[str, ops.Value]):
             fs=fs,
             clock=clock,
         )
+        self.single_writer = single_writer
+        if single_writer:
+            self._own_op_log(durability, lock_timeout_s)
+
+    def _own_op_log(self, durability: Durability, lock_timeout_s: float) -> None:
+        """Hold the op log's writer lock until close: its handle (opened shared by the fold, and
+        recovered) is replaced by a ``single_writer`` one, then what other processes appended in
+        between is applied. The reader and the state carry over: a reader needs no handle.
+        LockedError (the store closed) if another process holds the lock past ``lock_timeout_s``."""
+        with self._mutex:
+            shared = self._log
+            shared.close()
+            try:
+                self._log = Log(
+                    shared.path,
+                    durability=durability,
+                    create=False,
+                    lock_timeout_s=lock_timeout_s,
+                    single_writer=True,
+                    fs=self._fs,
+                )
+            except BaseException:
+                self.close()  # (closes the reader; the shared handle is closed already)
+                raise
+            self._catch_up()
 
     # --- the fold's hooks -------------------------------------------------------------------------
     def _new_state(self, snapshot: bytes | None, path: str) -> State:
@@ -1084,11 +1117,12 @@ def open(
     segment_size_max: int | None = None,
     snapshot_ops_min: int = limits.KV_SNAPSHOT_OPS_MIN,
     lock_timeout_s: float = limits.LOCK_TIMEOUT_S_DEFAULT,
+    single_writer: bool = False,
     fs: FileSystem | None = None,
     clock: Callable[[], int] | None = None,
 ) -> Store:
     """Open (and by default create) the key-value store at ``path``. The options are those of
-    ``Store``, with the same defaults."""
+    ``Store``, with the same defaults (``single_writer``: see the module docstring)."""
     return Store(
         path,
         create=create,
@@ -1097,6 +1131,7 @@ def open(
         segment_size_max=segment_size_max,
         snapshot_ops_min=snapshot_ops_min,
         lock_timeout_s=lock_timeout_s,
+        single_writer=single_writer,
         fs=fs,
         clock=clock,
     )

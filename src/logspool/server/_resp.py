@@ -2,10 +2,12 @@
 redis-py and other Redis clients work against logspool unchanged. docs/RESP.md lists the commands.
 
 ``logspool serve --data DIR --resp 127.0.0.1:6380``: the same ``Server`` as the native protocol,
-with the same stores (so a key set here is read by the native client and by an embedded
-``kv.open(DIR/kv/default)``), token, connection limit and counters. Keys and values live in one
-key-value store (``default``, or ``--resp-kv NAME``; ``_resp_kv.py`` maps Redis's strings onto
-its typed values); stream keys are logs (``_resp_streams.py``).
+with the same stores (so a key set here is read by the native client), token, connection limit
+and counters. Keys and values live in one key-value store (``default``, or ``--resp-kv NAME``;
+``_resp_kv.py`` maps Redis's strings onto its typed values), which the daemon owns
+(``RespOptions.own_kv``: its writer lock until it stops, so an embedded
+``kv.open(DIR/kv/default)`` in another process waits for it); stream keys are logs
+(``_resp_streams.py``).
 
 How a connection is served (one ``asyncio.Protocol`` each):
 - Bytes are parsed on the event loop as they arrive (``_resp_wire.RespParser``: every bound is
@@ -75,6 +77,10 @@ class RespOptions:
     host: str = "127.0.0.1"
     port: int = 6380
     kv: str = "default"  # the key-value store of GET, SET and the rest
+    # The daemon owns that store (``kv.open(single_writer=True)``): no catch-up with other
+    # processes' writes before a round, no cross-process fsync protocol. ``kv.open`` of it in
+    # another process waits for the daemon to stop (or LockedError). False: shared, as the others.
+    own_kv: bool = True
     flushdb: bool = False  # FLUSHDB and FLUSHALL delete every key only when this is on
     output_size_max: int = 64 * 1024 * 1024  # unsent replies of one connection before it is closed
     limits: w.RespLimits = field(default_factory=w.RespLimits)
@@ -121,7 +127,8 @@ class RespFront:
             return found
         with self._kv_lock:
             if self._kv is None:
-                self._kv = RedisKV(self.server.stores.get("kv", self.options.kv))
+                store = self.server.stores.get("kv", self.options.kv, single_writer=self.options.own_kv)
+                self._kv = RedisKV(store)
             return self._kv
 
     def request_counts(self) -> dict[str, int]:

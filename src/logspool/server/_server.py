@@ -2,10 +2,13 @@
 
 ``logspool serve --data DIR --listen 127.0.0.1:PORT``. Each store lives in ``DIR/logs/NAME``,
 ``DIR/jobs/NAME`` or ``DIR/kv/NAME`` and is opened on first use; the daemon is one more process
-sharing them (embedded users may open the same directories). Requests are read as they come and
-run concurrently (pipelining: replies carry the request's id and may come in any order); a
-store call runs in a thread pool so that fsyncs of concurrent requests are shared (group commit).
-A reply is sent after the store call returned, so a durable store's reply means durable.
+sharing them (embedded users may open the same directories), except the key-value store the RESP
+door serves, which it owns (``RespOptions.own_kv``, the default: opened with ``single_writer``,
+so ``kv.open`` of it in another process waits for the daemon to stop, or fails with LockedError).
+Requests are read as they come and run concurrently (pipelining: replies carry the request's id
+and may come in any order); a store call runs in a thread pool so that fsyncs of concurrent
+requests are shared (group commit). A reply is sent after the store call returned, so a
+durable store's reply means durable.
 
 Safety: listens on 127.0.0.1 by default; an optional shared-secret token (HELLO first, compared
 in constant time) and TLS; limits on frame size, connections and requests in flight per
@@ -160,7 +163,9 @@ class Stores:
         self._locks: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
 
-    def get(self, kind: str, name: str) -> Any:
+    def get(self, kind: str, name: str, *, single_writer: bool = False) -> Any:
+        """The store ``kind``/``name``, opened now if it is not open. ``single_writer`` (a
+        key-value store opened by this call): the daemon holds its writer lock until it closes."""
         with self._lock:
             found = self._open.get((kind, name))
             if found is None:
@@ -171,7 +176,8 @@ class Stores:
                 openers: dict[str, Callable[..., Any]] = {"logs": Log, "jobs": jobs.open, "kv": kv.open,
                                                           "forward": kv.open}  # fmt: skip
                 opener = openers[kind]
-                found = opener(path, durability=self.durability)
+                own = {"single_writer": True} if single_writer and kind == "kv" else {}
+                found = opener(path, durability=self.durability, **own)
                 self._open[(kind, name)] = found
             return found
 
