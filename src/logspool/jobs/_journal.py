@@ -19,16 +19,11 @@ same directory (one handle per process; not across fork).
 from __future__ import annotations
 
 import collections
-import contextlib
 import logging
 import os
 import time
-import urllib.parse
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from datetime import datetime
-from types import TracebackType
-from typing import Literal, NamedTuple
 
 from .. import limits
 from .._fold import FoldedStore, _Writer
@@ -38,106 +33,14 @@ from ..log import Durability
 from ..log._directory import to_ns
 from . import _ops as ops
 from ._state import NONE, JobEntry, Leases, State
+from ._types import Idle, Job, JobStats, Merge, domain_of
+from ._work import Work
 
 _logger = logging.getLogger("logspool.jobs")
 
 PRIORITY_DEFAULT = 128
 _NS = 1_000_000_000
 _new_tuple = tuple.__new__
-Merge = Literal["replace", "keep", "earliest", "latest"]
-
-
-class Job(NamedTuple):
-    """A job as the journal holds it: an immutable copy, taken when the call returned (a
-    NamedTuple, as ``Record``: a take builds one per lease, ~0.8 us against ~3 for a frozen
-    dataclass; docs/DESIGN.md "Records are a NamedTuple").
-
-    ``id`` is the id ``put`` returned when it created the job (ids grow with arrival order);
-    ``token`` is the lease's fencing token while it is leased (0 otherwise); times are seconds
-    since the epoch.
-    ``state`` is "pending", "leased" or "dead"; ``error`` is the last nack's or death's reason.
-    """
-
-    id: int
-    key: str
-    domain: str
-    payload: bytes
-    priority: int
-    state: str
-    not_before: float
-    deliveries: int
-    token: int
-    lease_until: float | None
-    ttl_until: float | None
-    created: float
-    updated: float
-    error: str
-
-
-@dataclass(frozen=True, slots=True)
-class Idle:
-    """What ``take`` returns when no job is ready: falsy, with the time the next one may be.
-
-    ``next_at`` (seconds since the epoch) is when a delayed job becomes ready or a lease expires;
-    None when nothing is waiting. A new put from any process can make a job ready sooner.
-    """
-
-    next_at: float | None
-
-    def __bool__(self) -> bool:
-        return False
-
-    @property
-    def wait_s(self) -> float | None:
-        """Seconds from now to ``next_at`` (0 if it has passed), or None."""
-        return None if self.next_at is None else max(0.0, self.next_at - time.time())
-
-
-@dataclass(frozen=True, slots=True)
-class JobStats:
-    """Counts now (``pending`` = ``ready`` + ``delayed`` + ``blocked``) and counters since creation."""
-
-    pending: int
-    ready: int
-    delayed: int
-    blocked: int  # pending behind a leased job of the same key
-    leased: int
-    dead: int
-    keys: int
-    next_at: float | None
-    next_lsn: int
-    max_deliveries: int
-    counters: dict[str, int] = field(default_factory=dict)
-    ops_lost: int = 0  # ops a repair of the op log quarantined (see docs/JOBS.md)
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "pending": self.pending,
-            "ready": self.ready,
-            "delayed": self.delayed,
-            "blocked": self.blocked,
-            "leased": self.leased,
-            "dead": self.dead,
-            "keys": self.keys,
-            "next_at": self.next_at,
-            "next_lsn": self.next_lsn,
-            "max_deliveries": self.max_deliveries,
-            "counters": dict(self.counters),
-            "ops_lost": self.ops_lost,
-        }
-
-
-def domain_of(key: str) -> str:
-    """The domain a key names when the caller gives none: a URI's host (lower case), else the text
-    before the first ``:`` or ``/`` (``user:42`` -> ``user``), else "" (one domain for all)."""
-    if "://" in key:
-        host = urllib.parse.urlsplit(key).hostname
-        if host:
-            return host
-    for i, ch in enumerate(key):
-        if ch in ":/":
-            return key[:i]
-    return ""
 
 
 def _seconds(value: object, what: str, *, zero: bool = True) -> float:
@@ -743,128 +646,6 @@ def _check_max_deliveries(value: object) -> None:
         raise ValueError(
             f"max_deliveries must be an integer from 1 to {limits.JOB_MAX_DELIVERIES_LIMIT}, not {value!r}"
         )
-
-
-class Work:
-    """The iterator of ``Journal.work``: also a context manager (see there)."""
-
-    def __init__(
-        self, journal: Journal, lease_s: float, idle_timeout_s: float | None, backoff_s: float, batch: int = 1
-    ) -> None:
-        self._journal = journal
-        self._lease_s = lease_s
-        self._idle_timeout_s = idle_timeout_s
-        self._backoff_s = backoff_s
-        self._batch = batch
-        self._current: Job | None = None
-        self._held: collections.deque[Job] = collections.deque()  # leased, not yet handed out
-        self._finished: list[Job] = []  # done, to be acked with the next step
-        self._done = False
-        self.done_count = 0
-        self.failed_count = 0
-
-    def __iter__(self) -> Work:
-        return self
-
-    def __next__(self) -> Job:
-        previous, self._current = self._current, None
-        if previous is not None and previous.token not in self._journal._settled:
-            self._finished.append(previous)  # (acked by the caller otherwise)
-        if self._done:
-            self._ack_finished()
-            raise StopIteration
-        if self._held:
-            self._current = self._held.popleft()
-            return self._current
-        idle_since = time.monotonic()
-        for _ in range(1 << 40):  # bounded by idle_timeout, or by the caller leaving the loop
-            wait = 3600.0
-            if self._idle_timeout_s is not None:
-                wait = max(0.0, self._idle_timeout_s - (time.monotonic() - idle_since))
-            acks, self._finished = self._finished, []
-            try:  # the finished jobs are acked in the same durable step as the next take
-                got = self._journal.take_many(self._batch, self._lease_s, wait=min(wait, 3600.0), ack=acks)
-            except LeaseExpiredError:
-                self._ack_each(acks)  # all or none above: ack those whose lease holds
-                got = self._journal.take_many(self._batch, self._lease_s, wait=min(wait, 3600.0))
-            except BaseException:
-                self._finished[:0] = acks  # not acked: the next step (or leaving the loop) tries again
-                raise
-            else:
-                self.done_count += len(acks)
-            if got:
-                self._held.extend(got[1:])
-                self._current = got[0]
-                return got[0]
-            if self._idle_timeout_s is not None and time.monotonic() - idle_since >= self._idle_timeout_s:
-                break
-        else:
-            raise AssertionError("work() waited 2^40 times for a job")
-        self._done = True
-        raise StopIteration
-
-    def _ack_each(self, jobs_: list[Job]) -> None:
-        for job in jobs_:
-            try:
-                self._journal.ack(job)
-                self.done_count += 1
-            except LeaseExpiredError as err:
-                _logger.warning("%s: a job finished after its lease was lost: %s", self._journal.path, err)
-
-    def _ack_finished(self) -> None:
-        acks, self._finished = self._finished, []
-        if not acks:
-            return
-        try:
-            self._journal.ack_many(acks)
-            self.done_count += len(acks)
-        except LeaseExpiredError:
-            self._ack_each(acks)
-
-    def _settle(self, error: BaseException | None, *, backoff: bool = True) -> None:
-        """Ack (no error) or nack the current job, unless the caller already did; ack the finished
-        jobs and give back the ones not started."""
-        job, self._current = self._current, None
-        if job is not None and job.token not in self._journal._settled:
-            if error is None:
-                self._finished.append(job)
-            else:
-                delay = min(3600.0, self._backoff_s * 2 ** max(0, job.deliveries - 1)) if backoff else 0.0
-                try:
-                    self._journal.nack(job, delay=delay, error=repr(error))
-                    self.failed_count += 1
-                except LeaseExpiredError as err:
-                    _logger.warning(
-                        "%s: job %d failed after its lease was lost: %s", self._journal.path, job.id, err
-                    )
-        self._ack_finished()
-        held, self._held = list(self._held), collections.deque()
-        try:
-            self._journal.release_many(held)
-        except LeaseExpiredError:  # all or none: release those whose lease holds
-            for job in held:
-                with contextlib.suppress(LeaseExpiredError):  # (its lease ran out: it is back anyway)
-                    self._journal.release(job)
-
-    def close(self) -> None:
-        """Give the current job back (nack, no delay) and stop."""
-        self._done = True
-        if not self._journal._closed and (self._current is not None or self._held or self._finished):
-            self._settle(RuntimeError("the worker left the loop"), backoff=False)
-
-    def __enter__(self) -> Work:
-        return self
-
-    def __exit__(
-        self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self._done = True
-        if not self._journal._closed:
-            self._settle(error)
-
-    def __del__(self) -> None:
-        with contextlib.suppress(Exception):
-            self.close()
 
 
 def open(
