@@ -25,6 +25,7 @@ from logspool.errors import (
     KeyExistsError,
     KeyLockedError,
     KeyNotFoundError,
+    LockedError,
     NotALogError,
     ValueTypeError,
 )
@@ -470,6 +471,38 @@ def test_several_processes_add_without_losing_an_increment(tmp_path: Path) -> No
     with kv.open(path) as s:
         assert s["counter"] == 600
         assert s["last"] in {p.pid for p in procs}
+
+
+def _open_briefly(path: str, out: Any) -> None:
+    try:
+        kv.open(path, lock_timeout_s=0.3).close()
+        out.put("opened")
+    except LockedError:
+        out.put("locked")
+
+
+def test_a_single_writer_store_shuts_other_processes_out_until_it_closes(tmp_path: Path) -> None:
+    path = str(tmp_path / "kv")
+    with kv.open(path) as s:  # written before by another handle: the single writer catches up
+        s["before"] = 1
+    ctx = multiprocessing.get_context("spawn")
+    out = ctx.Queue()
+    with kv.open(path, single_writer=True) as owner:
+        assert owner.single_writer and owner["before"] == 1
+        owner["n"] = 1
+        assert owner.add("n", 2) == 3
+        proc = ctx.Process(target=_open_briefly, args=(path, out))
+        proc.start()
+        assert out.get(timeout=60) == "locked"
+        proc.join(60)
+    proc = ctx.Process(target=_open_briefly, args=(path, out))  # closed: the lock is free
+    proc.start()
+    assert out.get(timeout=60) == "opened"
+    proc.join(60)
+    with kv.open(path) as s:
+        assert dict(s) == {"before": 1, "n": 3}
+    with pytest.raises(TypeError, match="single_writer must be True or False"):
+        kv.open(path, single_writer=1)  # type: ignore[arg-type]
 
 
 def test_bad_input_gets_a_clear_error(tmp_path: Path, store: kv.Store) -> None:
