@@ -3,6 +3,11 @@
 docs/FORMAT.md is the specification; this module is its implementation and must agree with it
 byte for byte (tests/golden decodes the document's test vectors with this code).
 
+Longer than 600 lines on purpose: every layout of the document (segment header, record, seal,
+gap, index, meta, checkpoint, sync file, undo log) sits here side by side, read against the one
+document and sharing its pieces (the CRC, the record header); split by file kind, a change to a
+shared piece would be made in several places.
+
 Invariants (checked at import, below):
 - Every integer is little-endian, unsigned, at a fixed offset. Nothing is a native struct dump.
 - A record is ``length | flags | lsn | timestamp | durable_lsn | payload | crc``: a length prefix,

@@ -1,5 +1,8 @@
 """repair: bring a damaged log back to a state every reader and writer accepts, and say what it did.
 
+A little over 600 lines: one procedure (FORMAT.md §9.1: find, quarantine, seal, report), each step
+of which needs the ones before; split, the steps would pass their whole state between modules.
+
 What it fixes (docs/FORMAT.md §9.1), each reported as a RepairAction:
 
 - a torn tail of the newest segment (a crash state): cut, as a writer's recovery would;

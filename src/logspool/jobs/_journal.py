@@ -3,6 +3,10 @@
 The layout of a journal directory (an op log, snapshots, a marker) and the machinery of opening,
 catching up, deciding and compacting are ``logspool._fold``'s (docs/FORMAT.md §14).
 
+Longer than 600 lines on purpose: ``Journal`` is the public API, one method per call, each a short
+decision with its rules in its docstring; what they share is elsewhere (``_fold``, the state in
+``_state``, the ops in ``_ops``, the worker loop in ``_work``, the returned types in ``_types``).
+
 Guarantees (docs/DURABILITY.md has the argument and the tests that prove it):
 - With ``durability="always"`` (default) every call that changes the journal returns after its op
   is fsynced; threads of a process share fsyncs (group commit). A crash at any point loses no op a

@@ -2,6 +2,9 @@
 
 docs/FORMAT.md §14 is the specification; tests/golden checks this code against its vectors.
 
+Longer than 600 lines on purpose: one op per journal format version, each with its layout, encoder
+and decoder beside the others (the document's §14.1 table, in code).
+
 Every op is one record of the journal's op log (a logspool log in ``DIR/ops``). Its lsn and
 timestamp are the log record's: a job's id is the position of the put that created it in the op
 log (INDEX_BITS below; its place in arrival order), and a lease's token is the position of its

@@ -1,6 +1,10 @@
 """The active segment: the file appends go to, its index, this handle's view of where the
 records end, and the writer lock that guards them (FORMAT.md §5, §7, §8).
 
+Longer than 600 lines on purpose: the state below and every operation that changes it under the
+writer lock (writes, preallocation, rotation, cuts, holds) keep one set of invariants; split,
+each part would change fields whose invariants the other states.
+
 State, all under the writer lock (``lock``, the thread lock, with the flock of ``DIR/lock``,
 which a single writer holds for the handle's life, and any writer may hold between its writes
 while nobody else asks for it: a *hold*, below):
