@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 _EXTRA = ("pyspark", "pyarrow", "pandas", "py4j")
 try:
-    from ._jvm import JVM_NAME, JvmError, jar, load
+    from ._jvm import JVM_NAME, JvmError, jar, load, load_stream
     from ._source import NAME, LogspoolDataSource, OptionError
 except ModuleNotFoundError as err:  # the extra is not installed: say how to get it
     if (err.name or "").split(".")[0] not in _EXTRA:
@@ -29,7 +29,17 @@ except ModuleNotFoundError as err:  # the extra is not installed: say how to get
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["JVM_NAME", "NAME", "JvmError", "LogspoolDataSource", "OptionError", "jar", "load", "register"]
+__all__ = [
+    "JVM_NAME",
+    "NAME",
+    "JvmError",
+    "LogspoolDataSource",
+    "OptionError",
+    "jar",
+    "load",
+    "load_stream",
+    "register",
+]
 
 
 def register(spark: SparkSession) -> None:

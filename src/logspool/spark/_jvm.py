@@ -1,4 +1,5 @@
-"""The JVM batch reader: building its jar, and ``load``, which plans in Python and reads on the JVM.
+"""The JVM reader: building its jar; ``load`` and ``load_stream``, which plan in Python and read on
+the JVM.
 
 The Python Data Source API hands every row from a Python worker to the JVM as Arrow. Measured
 here (benchmarks/bench_spark.py), a source that parses nothing and yields prebuilt batches reaches
@@ -6,7 +7,8 @@ here (benchmarks/bench_spark.py), a source that parses nothing and yields prebui
 brings the source to 0.17x: meeting 0.8x needs compiled parsing. ``jvm/*.java``
 is a DataSource V2 reader written from docs/FORMAT.md that parses segment ranges in the executors'
 JVMs. The driver's planning (positions, timestamps, the head, partition splits) stays in one place,
-the Python source; the JVM source receives the planned ranges as an option.
+the Python source: a batch read receives the planned ranges as an option; a stream calls the Python
+stream reader for each batch's offsets and ranges through Py4J's callback server (``_Planner``).
 
 The jar is compiled from the source shipped in the package with the machine's ``javac``, against
 PySpark's own jars, once per source and Spark version, into a cache directory.
@@ -15,17 +17,32 @@ PySpark's own jars, once per source and Spark version, into a cache directory.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import subprocess
 import tempfile
+import threading
+import uuid
 import zipfile
+from collections.abc import Sequence
 from importlib import resources
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from pyspark.sql.datasource import InputPartition
+from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from ..errors import LogspoolError
 from . import _partition as part
-from ._source import NAME, LogspoolDataSource, OptionError, _BatchReader, _options, _positive
+from ._source import (
+    NAME,
+    LogspoolDataSource,
+    OptionError,
+    _BatchReader,
+    _options,
+    _positive,
+    _StreamReader,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -123,10 +140,10 @@ def jar() -> str:
     return path
 
 
-def _ranges(reader: _BatchReader) -> str:
-    """The planned partitions as the JVM source's ``ranges`` option (LogspoolJvmSource.java)."""
+def _ranges(partitions: Sequence[InputPartition]) -> str:
+    """Planned partitions as the JVM source's ``ranges`` option (LogspoolJvmSource.java)."""
     out = []
-    for p in reader.partitions():
+    for p in partitions:
         r = p.range  # type: ignore[attr-defined]
         offset, offset_lsn = part.start_point(r)
         out.append(f"{r.segment},{offset},{offset_lsn},{r.start},{r.end}")
@@ -164,7 +181,7 @@ def load(
         reader = _BatchReader(lowered, fixed)
         planned = (
             spark.read.format(JVM_NAME)
-            .option("ranges", _ranges(reader))
+            .option("ranges", _ranges(reader.partitions()))
             .option("recordSizeMax", str(reader.size_max))
             .option("verifyChecksums", str(reader.verify).lower())
             .option("decode", decode)
@@ -182,6 +199,125 @@ def load(
                     '.config("spark.jars", logspool.spark.jar())'
                 ) from None
     builder = spark.read.format(NAME).options(**text)
+    if schema is not None:
+        builder = builder.schema(schema)
+    return builder.load(path)
+
+
+class _Planner:
+    """One streaming query's planning for the JVM stream (StreamPlanner.java, called by the
+    driver's JVM through Py4J's callback server): the Python stream reader's own methods, so the
+    options, offsets, subscriber commits and data-loss rules are the Python stream's."""
+
+    def __init__(self, reader: _StreamReader) -> None:
+        self.reader = reader
+
+    def initialOffset(self) -> str:
+        return json.dumps(self.reader.initialOffset())
+
+    def latestOffset(self, start: str, all_available: bool) -> str:
+        limit = ReadAllAvailable() if all_available else self.reader.getDefaultReadLimit()
+        return json.dumps(self.reader.latestOffset(json.loads(start), limit))
+
+    def reportLatestOffset(self) -> str:
+        return json.dumps(self.reader.reportLatestOffset())
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self.reader.prepareForTriggerAvailableNow()
+
+    def ranges(self, start: str, end: str) -> str:
+        return _ranges(self.reader.partitions(json.loads(start), json.loads(end)))
+
+    def commit(self, end: str) -> None:
+        self.reader.commit(json.loads(end))
+
+    class Java:
+        implements: ClassVar[list[str]] = ["logspool.spark.StreamPlanner"]
+
+
+class _Planners:
+    """A streaming DataFrame's planners: a new one (a new stream reader) for each query."""
+
+    def __init__(self, options: dict[str, str], schema: Any) -> None:
+        self.options = options
+        self.schema = schema
+        self.opened: list[_Planner] = []  # kept: the JVM holds only proxies of them
+        self.lock = threading.Lock()
+
+    def open(self) -> _Planner:
+        planner = _Planner(_StreamReader(self.options, self.schema))
+        with self.lock:
+            self.opened.append(planner)
+        return planner
+
+    class Java:
+        implements: ClassVar[list[str]] = ["logspool.spark.StreamPlanners"]
+
+
+_REGISTERED: dict[str, _Planners] = {}  # the JVM holds proxies; these keep the Python objects alive
+
+
+def load_stream(
+    spark: SparkSession,
+    path: str,
+    schema: Any = None,
+    jvm: bool | None = None,
+    **options: Any,
+) -> DataFrame:
+    """``spark.readStream.format("logspool").load(path)`` with the same options, offsets and rows,
+    read by the JVM reader when the session has it (``spark.jars``), as ``load`` chooses.
+
+    The driver's Python process plans each micro-batch (the Python stream reader's own code,
+    called from the JVM through Py4J's callback server, which this starts) and the executors read
+    the ranges on the JVM. Offsets are the Python stream's, so a query's checkpoint can be resumed
+    by either. The Python process must live as long as the query (as for ``foreachBatch``).
+    ``jvm`` and ``schema`` as for ``load``.
+    """
+    text = {str(k): str(v).lower() if isinstance(v, bool) else str(v) for k, v in options.items()}
+    lowered = _options({**text, "path": path}, "stream read")
+    decode = lowered.get("decode", "binary")
+    if schema is None:
+        fixed = LogspoolDataSource(lowered).schema()
+    elif decode != "json":
+        raise OptionError("a schema is only given with decode=json (the other decodes have a fixed schema)")
+    if jvm is not False and decode == "json":
+        if jvm:
+            raise JvmError("the JVM reader takes decode binary or string; decode=json reads with jvm=False")
+        jvm = False
+    if jvm is not False:
+        planners = _Planners(lowered, fixed)
+        reader = _StreamReader(lowered, fixed)  # checks the options now, as readStream would
+        key = uuid.uuid4().hex
+        try:
+            from pyspark.java_gateway import ensure_callback_server_started
+
+            gateway: Any = spark.sparkContext._gateway
+            source: Any = gateway.jvm.logspool.spark.LogspoolJvmSource
+            ensure_callback_server_started(gateway)  # type: ignore[no-untyped-call]
+            source.registerPlanners(key, planners)
+        except Exception as err:
+            if "does not exist in the JVM" not in str(err) and "registerPlanners" not in str(err):
+                raise
+            if jvm:
+                raise JvmError(
+                    "the JVM reader is not loaded in this session: build the session with "
+                    '.config("spark.jars", logspool.spark.jar())'
+                ) from None
+        else:
+            _REGISTERED[key] = planners
+            stream = (
+                spark.readStream.format(JVM_NAME)
+                .option("planner", key)
+                .option("recordSizeMax", str(reader.size_max))
+                .option("verifyChecksums", str(reader.verify).lower())
+                .option("decode", decode)
+            )
+            if reader.max_records is not None:
+                stream = stream.option("maxRows", str(reader.max_records))
+            elif reader.max_bytes is not None:
+                stream = stream.option("maxBytes", str(reader.max_bytes))
+            return stream.load(reader.path)
+    builder = spark.readStream.format(NAME).options(**text)
     if schema is not None:
         builder = builder.schema(schema)
     return builder.load(path)

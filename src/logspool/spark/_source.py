@@ -215,6 +215,13 @@ def _position(options: dict[str, str], name: str, allowed: tuple[str, ...]) -> s
     return value
 
 
+def _first_lsn(log: Log) -> int:
+    """``log.info().first_lsn`` (the oldest segment's base), without the parse of the newest
+    segment that info() makes to find the head (20 to 30 ms for a newest segment of 2.7 MB)."""
+    bases = list_segments(log._fs, log.path)
+    return bases[0] if bases else 0
+
+
 def _lsn_at(log: Log, at: datetime) -> int:
     """The first lsn whose timestamp is at or after ``at`` (the head if none)."""
     reader = log.reader(since=at)
@@ -422,7 +429,7 @@ class _StreamReader(_Scan, DataSourceStreamReader, SupportsTriggerAvailableNow):
             if self.start_ts is not None:
                 lsn = _lsn_at(log, self.start_ts)
             elif self.start == "earliest":
-                lsn = log.info().first_lsn
+                lsn = _first_lsn(log)
             elif isinstance(self.start, int):
                 lsn = self.start
             else:
@@ -469,7 +476,7 @@ class _StreamReader(_Scan, DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> Sequence[InputPartition]:
         with self.open() as log:
-            first = log.info().first_lsn
+            first = _first_lsn(log)
         return self.plan(self._checked_start(start["lsn"], first), end["lsn"])
 
     def commit(self, end: dict[str, int]) -> None:

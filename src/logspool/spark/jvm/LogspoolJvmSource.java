@@ -26,6 +26,7 @@ import org.apache.spark.sql.connector.read.Scan;
 import org.apache.spark.sql.connector.read.ScanBuilder;
 import org.apache.spark.sql.connector.read.SupportsPushDownFilters;
 import org.apache.spark.sql.connector.read.SupportsPushDownRequiredColumns;
+import org.apache.spark.sql.connector.read.streaming.MicroBatchStream;
 import org.apache.spark.sql.sources.DataSourceRegister;
 import org.apache.spark.sql.sources.Filter;
 import org.apache.spark.sql.types.DataTypes;
@@ -35,7 +36,7 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 import org.apache.spark.sql.vectorized.ColumnarBatch;
 
 /**
- * The batch reader of logspool segments on the JVM: {@code format("logspool-jvm")}.
+ * The reader of logspool segments on the JVM: {@code format("logspool-jvm")}, batch and stream.
  *
  * <p>It reads ranges that the Python driver planned ({@code logspool.spark.load}): the option
  * {@code ranges} lists, per partition, "base,offset,offsetLsn,startLsn,endLsn" separated by ";"
@@ -43,7 +44,8 @@ import org.apache.spark.sql.vectorized.ColumnarBatch;
  * and the lsns [startLsn, endLsn) to return). Planning (positions, timestamps, the head) stays in
  * one place, the Python source; this reader parses (RangeReader, written from docs/FORMAT.md) and
  * cuts the planned ranges to the filters Spark pushes on lsn and timestamp (Pushdown, through the
- * segments' indexes).
+ * segments' indexes). A stream (LogStream, made by {@code logspool.spark.load_stream}) is planned
+ * batch by batch by the Python stream reader, through a StreamPlanner.
  */
 public final class LogspoolJvmSource implements TableProvider, DataSourceRegister {
     static final int NAME_DIGITS = 20;
@@ -103,15 +105,21 @@ public final class LogspoolJvmSource implements TableProvider, DataSourceRegiste
         final boolean decodeString;
         final long[][] ranges;
         final long window;
+        final String planner;  // a stream's: the id of its planners (LogStream.PLANNERS)
+        final long maxRows;  // a stream's default read limit, or 0
+        final long maxBytes;
 
         Settings(String dir, long sizeMax, boolean verify, boolean decodeString, long[][] ranges,
-                long window) {
+                long window, String planner, long maxRows, long maxBytes) {
             this.dir = dir;
             this.sizeMax = sizeMax;
             this.verify = verify;
             this.decodeString = decodeString;
             this.ranges = ranges;
             this.window = window;
+            this.planner = planner;
+            this.maxRows = maxRows;
+            this.maxBytes = maxBytes;
         }
 
         static Settings of(CaseInsensitiveStringMap options) {
@@ -126,7 +134,16 @@ public final class LogspoolJvmSource implements TableProvider, DataSourceRegiste
             }
             String decode = options.getOrDefault("decode", "binary");
             schemaFor(decode);
-            String text = options.getOrDefault("ranges", "");
+            return new Settings(dir, Long.parseLong(size),
+                    !options.getOrDefault("verifyChecksums", "true").equalsIgnoreCase("false"),
+                    decode.equals("string"), parseRanges(options.getOrDefault("ranges", "")),
+                    Long.parseLong(options.getOrDefault("windowBytes", Long.toString(1L << 30))),
+                    options.get("planner"), Long.parseLong(options.getOrDefault("maxRows", "0")),
+                    Long.parseLong(options.getOrDefault("maxBytes", "0")));
+        }
+
+        /** "base,offset,offsetLsn,startLsn,endLsn;..." (the ranges option, and a stream planner's). */
+        static long[][] parseRanges(String text) {
             List<long[]> ranges = new ArrayList<>();
             for (String part : text.split(";")) {
                 if (part.isEmpty()) {
@@ -142,10 +159,7 @@ public final class LogspoolJvmSource implements TableProvider, DataSourceRegiste
                 }
                 ranges.add(r);
             }
-            return new Settings(dir, Long.parseLong(size),
-                    !options.getOrDefault("verifyChecksums", "true").equalsIgnoreCase("false"),
-                    decode.equals("string"), ranges.toArray(new long[0][]),
-                    Long.parseLong(options.getOrDefault("windowBytes", Long.toString(1L << 30))));
+            return ranges.toArray(new long[0][]);
         }
     }
 
@@ -170,7 +184,7 @@ public final class LogspoolJvmSource implements TableProvider, DataSourceRegiste
 
         @Override
         public Set<TableCapability> capabilities() {
-            return EnumSet.of(TableCapability.BATCH_READ);
+            return EnumSet.of(TableCapability.BATCH_READ, TableCapability.MICRO_BATCH_READ);
         }
 
         @Override
@@ -244,7 +258,7 @@ public final class LogspoolJvmSource implements TableProvider, DataSourceRegiste
         private Range[] planned() {
             if (planned == null) {
                 try {
-                    planned = Pushdown.narrow(settings, pushed);
+                    planned = Pushdown.narrow(settings.dir, settings.ranges, pushed);
                 } catch (IOException e) {
                     throw new UncheckedIOException(e);
                 }
@@ -269,13 +283,22 @@ public final class LogspoolJvmSource implements TableProvider, DataSourceRegiste
             return planned().clone();
         }
 
-        @Override
-        public PartitionReaderFactory createReaderFactory() {
+        private int[] columns() {
             int[] columns = new int[required.fields().length];
             for (int i = 0; i < columns.length; i++) {
                 columns[i] = full.fieldIndex(required.fields()[i].name());
             }
-            return new Factory(settings, columns);
+            return columns;
+        }
+
+        @Override
+        public PartitionReaderFactory createReaderFactory() {
+            return new Factory(settings, columns());
+        }
+
+        @Override
+        public MicroBatchStream toMicroBatchStream(String checkpointLocation) {
+            return new LogStream(settings, columns(), pushed);
         }
     }
 
@@ -338,6 +361,11 @@ public final class LogspoolJvmSource implements TableProvider, DataSourceRegiste
     static String indexName(long base) {
         String name = segmentName(base);
         return name.substring(0, name.length() - SEGMENT_SUFFIX.length()) + INDEX_SUFFIX;
+    }
+
+    /** Called by logspool.spark.load_stream (through Py4J): the planners of a streaming DataFrame. */
+    public static void registerPlanners(String id, StreamPlanners planners) {
+        LogStream.PLANNERS.put(id, planners);
     }
 
     /** The error of a task that finds no segment file where the driver planned one: retention

@@ -310,15 +310,15 @@ final class Pushdown {
      * at the last index entry at or before its first lsn (so a task parses from there, not from
      * where the unfiltered range began). A range the filters exclude is not read at all.
      */
-    static LogspoolJvmSource.Range[] narrow(LogspoolJvmSource.Settings settings, Filter[] pushed) throws IOException {
-        LogspoolJvmSource.Range[] planned = new LogspoolJvmSource.Range[settings.ranges.length];
+    static LogspoolJvmSource.Range[] narrow(String dir, long[][] ranges, Filter[] pushed) throws IOException {
+        LogspoolJvmSource.Range[] planned = new LogspoolJvmSource.Range[ranges.length];
         for (int i = 0; i < planned.length; i++) {
-            planned[i] = new LogspoolJvmSource.Range(settings.ranges[i]);
+            planned[i] = new LogspoolJvmSource.Range(ranges[i]);
         }
         if (pushed.length == 0) {
             return planned;
         }
-        Index index = new Index(settings.dir, planned);
+        Index index = new Index(dir, planned);
         long[] keep = ALL;
         for (Filter f : pushed) {
             keep = intersect(keep, lsns(f, index));
