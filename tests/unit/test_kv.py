@@ -417,6 +417,21 @@ def test_snapshots_compact_the_op_log_and_a_corrupt_one_falls_back(tmp_path: Pat
         kv.open(tmp_path / "kv")
 
 
+def test_snapshots_in_the_background_compact_as_the_fold_does(tmp_path: Path) -> None:
+    path = tmp_path / "kv"
+    with kv.open(path, snapshot_ops_min=100, segment_size_max=4096, compact_in_background=True) as s:
+        for i in range(1000):
+            s.set(f"k{i % 50}", i)  # (decisions go on while a snapshot is written)
+        s.lock("k1", "me", 3600)
+    # close waited for the last one: two snapshots kept, the op log below the older compacted
+    names = sorted(n for n in os.listdir(path) if n.startswith("snapshot.") and n[-1] != "k")
+    assert len(names) == 2
+    assert len(os.listdir(path / "ops")) < 20
+    with kv.open(path) as s:
+        assert [s[f"k{i}"] for i in range(50)] == [950 + i for i in range(50)]
+        assert meta(s, "k1").locked_by == "me"
+
+
 def test_a_write_on_a_full_disk_says_to_free_the_live_state_size_and_snapshot(tmp_path: Path) -> None:
     """KV.md, "Free space to compact": deleting keys cannot make room (a delete is an op too), so
     the error says what does. ENOSPC comes through the _fs seam (tests/crash/faultfs.py)."""

@@ -22,6 +22,11 @@ Guarantees (docs/KV.md; docs/DURABILITY.md has the tests):
   that lock: it waits for it, then fails with LockedError), so a decision reads nothing new
   first and an fsync needs no coordination with other processes. The daemon's RESP door opens
   the store it serves so (``logspool serve``).
+- ``compact_in_background=True``: the snapshot that a decision finds due (which writes the whole
+  state and compacts the op log: seconds for a million keys) runs in a thread of its own, not
+  at the end of that decision, so the decisions after it do not wait for it (only for the copy
+  of the state it takes under the store's mutex). ``close`` waits for it. The daemon's RESP
+  door opens its store so: its decisions are the commit rounds of every client.
 """
 
 from __future__ import annotations
@@ -29,8 +34,10 @@ from __future__ import annotations
 import contextlib
 import errno
 import itertools
+import logging
 import os
 import re
+import threading
 import time
 import weakref
 from collections.abc import Callable, ItemsView, Iterable, Iterator, MutableMapping, ValuesView
@@ -56,6 +63,8 @@ from ..log import Durability, Log
 from ..log._directory import to_ns
 from . import _ops as ops
 from ._state import Entry, SnapRef, State
+
+_logger = logging.getLogger("logspool.kv")
 
 _NS = 1_000_000_000
 _T = TypeVar("_T")
@@ -259,11 +268,16 @@ class Store(FoldedStore[State, ops.Op], MutableMapping[str, ops.Value]):
         snapshot_ops_min: int = limits.KV_SNAPSHOT_OPS_MIN,
         lock_timeout_s: float = limits.LOCK_TIMEOUT_S_DEFAULT,
         single_writer: bool = False,
+        compact_in_background: bool = False,
         fs: FileSystem | None = None,
         clock: Callable[[], int] | None = None,
     ) -> None:
         if not isinstance(single_writer, bool):
             raise TypeError(f"single_writer must be True or False, not {single_writer!r}")
+        if not isinstance(compact_in_background, bool):
+            raise TypeError(f"compact_in_background must be True or False, not {compact_in_background!r}")
+        self._compact_in_background = compact_in_background
+        self._compactor: threading.Thread | None = None
         if memory_max is not None and (
             isinstance(memory_max, bool) or not isinstance(memory_max, int) or memory_max < 0
         ):
@@ -428,8 +442,35 @@ class Store(FoldedStore[State, ops.Op], MutableMapping[str, ops.Value]):
         self._snap_files.add(snap)
         return snap
 
+    def _maybe_snapshot(self) -> None:
+        """The fold's, or with ``compact_in_background`` the same in a thread of its own (one at
+        a time) when a snapshot is due (the fold's test: the op log since the last snapshot at
+        least ``snapshot_ops_min`` and twice the state)."""
+        if not self._compact_in_background:
+            super()._maybe_snapshot()
+            return
+        behind = self._state.next_lsn - self._snapshot_lsn
+        if behind < self._snapshot_ops_min or behind < 2 * self._state_size():
+            return
+        with self._mutex:
+            running = self._compactor
+            if self._closed or (running is not None and running.is_alive()):
+                return
+            self._compactor = threading.Thread(target=self._compact, name="logspool-kv-compact", daemon=True)
+            self._compactor.start()
+
+    def _compact(self) -> None:
+        try:
+            super()._maybe_snapshot()  # (an OSError is logged there: the next decision tries again)
+        except Exception as err:  # (ClosedError: closed meanwhile; the next open snapshots)
+            _logger.error("%s: background snapshot failed: %s", self.path, err)
+
     def close(self) -> None:
-        """Close the store (and the snapshot files values were read from). Idempotent."""
+        """Close the store (and the snapshot files values were read from), after a snapshot
+        running in the background is written. Idempotent."""
+        compactor = self._compactor
+        if compactor is not None:
+            compactor.join()  # (before the mutex: it takes the mutex itself)
         with self._mutex:
             super().close()
             for snap in list(self._snap_files):
@@ -1118,11 +1159,13 @@ def open(
     snapshot_ops_min: int = limits.KV_SNAPSHOT_OPS_MIN,
     lock_timeout_s: float = limits.LOCK_TIMEOUT_S_DEFAULT,
     single_writer: bool = False,
+    compact_in_background: bool = False,
     fs: FileSystem | None = None,
     clock: Callable[[], int] | None = None,
 ) -> Store:
     """Open (and by default create) the key-value store at ``path``. The options are those of
-    ``Store``, with the same defaults (``single_writer``: see the module docstring)."""
+    ``Store``, with the same defaults (``single_writer``, ``compact_in_background``: see the
+    module docstring)."""
     return Store(
         path,
         create=create,
@@ -1132,6 +1175,7 @@ def open(
         snapshot_ops_min=snapshot_ops_min,
         lock_timeout_s=lock_timeout_s,
         single_writer=single_writer,
+        compact_in_background=compact_in_background,
         fs=fs,
         clock=clock,
     )

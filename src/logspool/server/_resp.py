@@ -77,9 +77,10 @@ class RespOptions:
     host: str = "127.0.0.1"
     port: int = 6380
     kv: str = "default"  # the key-value store of GET, SET and the rest
-    # The daemon owns that store (``kv.open(single_writer=True)``): no catch-up with other
-    # processes' writes before a round, no cross-process fsync protocol. ``kv.open`` of it in
-    # another process waits for the daemon to stop (or LockedError). False: shared, as the others.
+    # The daemon owns that store (``kv.open(single_writer=True, compact_in_background=True)``):
+    # no catch-up with other processes' writes before a round, no cross-process fsync protocol,
+    # no commit round stalled by a snapshot. ``kv.open`` of it in another process waits for the
+    # daemon to stop (or LockedError). False: shared, as the others.
     own_kv: bool = True
     flushdb: bool = False  # FLUSHDB and FLUSHALL delete every key only when this is on
     output_size_max: int = 64 * 1024 * 1024  # unsent replies of one connection before it is closed
@@ -127,7 +128,7 @@ class RespFront:
             return found
         with self._kv_lock:
             if self._kv is None:
-                store = self.server.stores.get("kv", self.options.kv, single_writer=self.options.own_kv)
+                store = self.server.stores.get("kv", self.options.kv, own=self.options.own_kv)
                 self._kv = RedisKV(store)
             return self._kv
 

@@ -163,9 +163,10 @@ class Stores:
         self._locks: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
 
-    def get(self, kind: str, name: str, *, single_writer: bool = False) -> Any:
-        """The store ``kind``/``name``, opened now if it is not open. ``single_writer`` (a
-        key-value store opened by this call): the daemon holds its writer lock until it closes."""
+    def get(self, kind: str, name: str, *, own: bool = False) -> Any:
+        """The store ``kind``/``name``, opened now if it is not open. ``own`` (a key-value store
+        opened by this call): the daemon holds its writer lock until it closes, and compacts it
+        in the background (``kv.open``'s ``single_writer`` and ``compact_in_background``)."""
         with self._lock:
             found = self._open.get((kind, name))
             if found is None:
@@ -176,8 +177,8 @@ class Stores:
                 openers: dict[str, Callable[..., Any]] = {"logs": Log, "jobs": jobs.open, "kv": kv.open,
                                                           "forward": kv.open}  # fmt: skip
                 opener = openers[kind]
-                own = {"single_writer": True} if single_writer and kind == "kv" else {}
-                found = opener(path, durability=self.durability, **own)
+                owned = {"single_writer": True, "compact_in_background": True} if own and kind == "kv" else {}
+                found = opener(path, durability=self.durability, **owned)
                 self._open[(kind, name)] = found
             return found
 
