@@ -10,6 +10,10 @@ the JVM reader), for the Python data source (``format("logspool")``) and the JVM
 (``logspool.spark.load``). Also ``count()`` (no column read: Parquet reads no page, the JVM
 reader walks record headers) and a scan of the last tenth (``WHERE lsn >= 0.9 * rows``: Parquet
 skips by its statistics, the JVM reader by the filter pushed to the index), each against Parquet.
+Streams: the catch-up of the whole log as a backlog, an ``availableNow`` query from the earliest
+record that hands every record's payload length and lsn to Spark's ``noop`` sink, timed from
+``start()`` to its end (Spark's fixed costs of a query included), as rows/s against Parquet's
+scan rate, for the JVM stream (``logspool.spark.load_stream``) and the Python stream.
 The reads take turns run after run (one run of each, then the next round), so that a drift of
 the machine's speed falls on all of them alike. The load average is printed before and after.
 
@@ -113,7 +117,7 @@ def main() -> int:
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
-    from logspool.spark import jar, load, register
+    from logspool.spark import jar, load, load_stream, register
     from logspool.spark._partition import BATCH_ROWS
 
     spark = (
@@ -152,6 +156,22 @@ def main() -> int:
         def tail(df: Any) -> Callable[[], Any]:
             return scan(df.where(F.col("lsn") >= rows * 9 // 10))
 
+        def catch_up(jvm: bool) -> Callable[[], Any]:
+            def run() -> None:
+                checkpoint = tempfile.mkdtemp(prefix="cp-", dir=work)
+                query = (
+                    load_stream(spark, log_path, jvm=jvm, startingPosition="earliest")
+                    .selectExpr("length(payload) as size", "lsn")
+                    .writeStream.format("noop")
+                    .option("checkpointLocation", checkpoint)
+                    .trigger(availableNow=True)
+                    .start()
+                )
+                query.awaitTermination()
+                assert sum(p["numInputRows"] for p in query.recentProgress) == rows
+
+            return run
+
         load_before = os.getloadavg()
         parquet, jvm = spark.read.parquet(parquet_path), load(spark, log_path, jvm=True)
         jvm_unchecked = load(spark, log_path, jvm=True, verifyChecksums=False)
@@ -164,6 +184,7 @@ def main() -> int:
                 "count_jvm": count(jvm),
                 "tail_parquet": tail(parquet),
                 "tail_jvm": tail(jvm),
+                "catch_up_jvm": catch_up(True),
             },
             runs,
         )
@@ -173,6 +194,7 @@ def main() -> int:
             scan(spark.read.format("logspool").option("verifyChecksums", "false").load(log_path)), runs
         )
         prebuilt_s = timed(scan(spark.read.format("prebuilt").load()), runs)
+        catch_up_python_s = timed(catch_up(False), 1)  # 0.1x: one run after the warm-up
         data = spark.read.parquet(parquet_path).select("payload").cache()
         data.count()
         write_runs = max(1, runs // 2)
@@ -206,6 +228,10 @@ def main() -> int:
             "tail_tenth_parquet_s": turns["tail_parquet"],
             "tail_tenth_jvm_s": turns["tail_jvm"],
             "tail_tenth_jvm_ratio_to_parquet": turns["tail_parquet"] / turns["tail_jvm"],
+            "stream_catch_up_jvm_rows_per_s": rows / turns["catch_up_jvm"],
+            "stream_catch_up_jvm_ratio_to_parquet_scan": parquet_s / turns["catch_up_jvm"],
+            "stream_catch_up_python_rows_per_s": rows / catch_up_python_s,
+            "stream_catch_up_python_ratio_to_parquet_scan": parquet_s / catch_up_python_s,
             "python_source_ceiling_rows_per_s": rows / prebuilt_s,
             "python_source_ceiling_ratio_to_parquet": parquet_s / prebuilt_s,
             "write_parquet_rows_per_s": rows / write_parquet_s,
