@@ -452,6 +452,10 @@ class _StreamReader(_Scan, DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
         with self.open() as log:
+            if self.target is not None and start["lsn"] >= self.target:
+                # availableNow has read up to its target: the end is the start (as below, where
+                # min(target, head) <= start), found without info()'s parse of the newest segment.
+                return {"lsn": self._checked_start(start["lsn"], _first_lsn(log))}
             info = log.info()
             begin = self._checked_start(start["lsn"], info.first_lsn)
             head = info.next_lsn if self.target is None else min(self.target, info.next_lsn)
