@@ -278,6 +278,7 @@ class Store(FoldedStore[State, ops.Op], MutableMapping[str, ops.Value]):
             raise TypeError(f"compact_in_background must be True or False, not {compact_in_background!r}")
         self._compact_in_background = compact_in_background
         self._compactor: threading.Thread | None = None
+        self.single_writer = False  # (True once this handle holds the op log's writer lock)
         if memory_max is not None and (
             isinstance(memory_max, bool) or not isinstance(memory_max, int) or memory_max < 0
         ):
@@ -295,9 +296,9 @@ class Store(FoldedStore[State, ops.Op], MutableMapping[str, ops.Value]):
             fs=fs,
             clock=clock,
         )
-        self.single_writer = single_writer
         if single_writer:
             self._own_op_log(durability, lock_timeout_s)
+            self.single_writer = True
 
     def _own_op_log(self, durability: Durability, lock_timeout_s: float) -> None:
         """Hold the op log's writer lock until close: its handle (opened shared by the fold, and
@@ -441,6 +442,15 @@ class Store(FoldedStore[State, ops.Op], MutableMapping[str, ops.Value]):
         snap = SnapFile(self._fs, path)
         self._snap_files.add(snap)
         return snap
+
+    def _current(self) -> State:
+        """The state, current. A single writer's always is (every op of the op log is its own,
+        applied when it was written), so its reads skip the catch-up, a read of the op log's
+        tail and a look for a next segment (a seventh of a GET on the daemon's event loop)."""
+        if self.single_writer and not self._stale:
+            self._check_open()
+            return self._state
+        return super()._current()
 
     def _maybe_snapshot(self) -> None:
         """The fold's, or with ``compact_in_background`` the same in a thread of its own (one at
