@@ -17,7 +17,10 @@ How a connection is served (one ``asyncio.Protocol`` each):
   (``_Connection._execute``): reads on the event loop itself when the store's mutex is free;
   batches that write on the one ``Committer`` thread, which runs every batch queued from every
   connection as one decision of the store (one write) and one fsync (group commit); scans,
-  ranges and blocking reads in the server's thread pool.
+  ranges and blocking reads in the server's thread pool. The common cases skip the connection's
+  task (``_Connection._serve_now``, from ``data_received``): reads run at once, a plain GET from
+  one view of the batch; writes go to the committer and its round writes their replies (one
+  ``_deliver`` a round); a lone writer's round runs on the loop itself (``Committer.run_here``).
 - Durability: writes are decided without waiting for an fsync, then each store written is synced
   once, *before* any reply of those batches is written: an acknowledged write is on disk with
   ``durability="always"`` (the default), and a round of N SETs costs one fsync.
@@ -31,8 +34,10 @@ How a connection is served (one ``asyncio.Protocol`` each):
 - A blocked XREAD waits on the event loop (``_resp_streams.Tails``), holding no thread.
 - SIGTERM (``Server.stop``): stop reading, finish and answer the batch in hand, close.
 
-One file for the connection, the session and the committer (a little past 600 lines): the three
-share the batch's life (parse, place, run, sync, reply) and its bounds; the commands are apart.
+One file for the connection, the session and the committer (about 900 lines): the three share
+the batch's life (parse, place, run, sync, reply) and its bounds, and the fast paths of the
+second phase of issue 34 cross them (a connection's batch handed to a round, answered from it);
+the commands are apart. The committer (a third of it) is the part to move out next.
 """
 
 from __future__ import annotations
