@@ -141,8 +141,8 @@ class RespParser:
         """hiredis parses the complete multibulk commands from ``_pos`` on (see the module
         docstring). False if it took none: the Python parser goes on from ``_pos``."""
         start = self._pos
-        if end - start > _FAST_SIZE_MAX:
-            return False
+        if end - start > _FAST_SIZE_MAX or buf.find(b"*", start + 1, end) < 0:
+            return False  # (no second "*": one command, cheaper in Python than hiredis's fixed cost)
         chunk = bytes(buf[start:end])
         counts = _AGGREGATE_COUNT.findall(chunk)
         # (one command costs less in Python than hiredis's fixed cost and the checks below)
