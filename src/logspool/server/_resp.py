@@ -73,6 +73,7 @@ INPUT_PAUSE_SIZE = 1024 * 1024  # stop reading while this much waits to be parse
 OUTPUT_HIGH_SIZE = 1024 * 1024  # no command runs while more than this waits to be sent
 SCAN_CURSORS_MAX = 10_000  # SCAN cursors remembered (the oldest is forgotten first)
 _GET = (b"GET", b"get")  # (another spelling takes the common path)
+_SET = (b"SET", b"set")
 
 
 @dataclass
@@ -547,7 +548,7 @@ class Session:
         batch = _Batch(replies, [])
         self._caught_up = False
         view: View | None = None
-        gets = 0
+        gets = sets = 0
         try:
             for i, args in enumerate(cmds):
                 if size > BATCH_REPLY_SIZE_MAX:
@@ -562,6 +563,11 @@ class Session:
                         replies.append(got)
                         size += len(got)
                         continue
+                elif len(args) == 3 and args[0] in _SET and self.round is not None and self._plain_set(args):
+                    sets += 1
+                    replies.append(w.OK)
+                    size += 5
+                    continue
                 reply = self.execute(args)
                 if isinstance(reply, Block):
                     batch.block = reply
@@ -575,6 +581,8 @@ class Session:
         finally:
             if gets:
                 self.front.requests[b"GET"] += gets
+            if sets:
+                self.front.requests[b"SET"] += sets
             if sync:
                 self.sync()
         return batch
@@ -605,6 +613,32 @@ class Session:
             return None
         view.state.used(entry, view.now)
         return b"$%d\r\n%b\r\n" % (len(value), value)
+
+    def _plain_set(self, args: list[bytes]) -> bool:
+        """``SET key value`` (no option) in the committer's round, as ``_resp_strings._set`` runs
+        it (the same op, the same checks), without the command dispatch, the option parsing and
+        a context manager a SET (a fifth of its cost in the round). False, having done nothing,
+        for anything else (MULTI, before AUTH, a key that is not one, a value too large, a key
+        another owner locked): ``execute`` runs those and answers their errors."""
+        raw, value = args[1], args[2]
+        if self.multi is not None or not self.authed or not raw or len(raw) > limits.KV_KEY_SIZE_MAX:
+            return False
+        if len(value) > limits.KV_VALUE_SIZE_MAX:
+            return False
+        try:
+            key = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            return False
+        d = self.round
+        lock = d.state.lock_of(key, d.now)
+        if lock is not None and lock[0] != d.owner:
+            return False
+        self._wrote_kv = True
+        try:
+            d.set(key, value)
+        except (errors.LogspoolError, ValueError, TypeError):
+            return False  # (checked before any op is applied: execute answers the error)
+        return True
 
     def sync(self) -> None:
         """Make the batch's writes durable before its replies go out (see the module docstring)."""
