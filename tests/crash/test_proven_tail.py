@@ -32,12 +32,13 @@ def test_a_damaged_record_inside_an_fsynced_batch_is_reported_and_quarantined_ne
     tmp_path: Path,
 ) -> None:
     log = str(tmp_path / "A")
-    records = b"".join(b"record-%d\n" % i for i in range(1, 51))
+    # (zero-padded: "record-2" followed by a CRC byte 0x30 would read as "record-20")
+    records = b"".join(b"record-%03d\n" % i for i in range(1, 51))
     done = run_cli("append", log, stdin=records)  # one batch: 50 records, one fsync
     assert done.returncode == 0, done.stderr
     segment = _newest_segment(log)
     data = bytearray(segment.read_bytes())
-    at = data.index(b"record-20")
+    at = data.index(b"record-020")
     data[at + 4] ^= 0x01
     segment.write_bytes(bytes(data))
 
@@ -59,7 +60,7 @@ def test_a_damaged_record_inside_an_fsynced_batch_is_reported_and_quarantined_ne
         reader = handle.reader(start="earliest")
         got = {r.lsn: r.payload for r in reader}
         assert [(g.first_lsn, g.next_lsn) for g in reader.gaps] == [(19, 20)]
-    assert got == {i - 1: b"record-%d" % i for i in range(1, 51) if i != 20}
+    assert got == {i - 1: b"record-%03d" % i for i in range(1, 51) if i != 20}
     appended = run_cli("append", log, stdin=b"after\n")
     assert appended.returncode == 0 and b"lsns 50 to 50" in appended.stdout
     assert run_cli("verify", log).returncode == 0
