@@ -183,9 +183,9 @@ class ActiveSegment:
             ) from err
 
     def hold_for_life(self, timeout_s: float) -> None:
-        """Take the flock for the handle's life (``single_writer``), or raise LockedError."""
-        if not self._fs.lock(self.lock_fd, timeout_s):
-            raise LockedError(self._root, timeout_s)
+        """Take the flock for the handle's life (``single_writer``), or raise LockedError. (A
+        holder is asked to give it back, as for a write: ``take_flock``.)"""
+        self.take_flock(timeout_s)
         self.single = True
 
     def release_for_life(self) -> None:
