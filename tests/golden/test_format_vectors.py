@@ -895,3 +895,16 @@ def test_a_writer_seals_and_gaps_as_the_document_says(tmp_path: Path) -> None:
         offset == victim["offset"] and note == f"quarantine/{fmt.segment_name(victim['base'])}.{offset}.bad"
     )
     assert (work / note).read_bytes() == bytes(raw[offset : offset + 36 + victim["length"]])
+
+
+@pytest.mark.parametrize("single_writer", [False, True])
+def test_plain_appends_write_records_as_the_document_says(tmp_path: Path, single_writer: bool) -> None:
+    """The append's hot path frames a record itself (log/_writer.py, ``fmt.encode_record``
+    written out): what it writes decodes by the document's tables, checksums included."""
+    work = tmp_path / "log"
+    payloads = [b"p%d" % i * (i % 7) for i in range(300)]
+    with logspool.open(work, durability="os", single_writer=single_writer, index_interval=512) as log:
+        lsns = [log.append(p) for p in payloads]
+    content = spec.read_log(work)
+    assert lsns == list(range(300))
+    assert [(r["lsn"], r["payload"]) for r in content.records] == list(enumerate(payloads))

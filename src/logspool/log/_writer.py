@@ -41,6 +41,12 @@ from ._handle import HandleState
 from ._sync import Syncer
 
 _ZERO_HEADER = bytes(fmt.RECORD_HEADER_SIZE)  # what a writer finds at its end when nobody wrote
+# The hot path's framing and clock, looked up once (``fmt.encode_record``, written out: a call
+# fewer per append; tests/golden/test_spec_decoder.py reads what it writes with the spec's decoder).
+_pack_header = fmt.RECORD_HEADER.pack
+_pack_trailer = fmt.RECORD_TRAILER.pack
+_crc32 = fmt.crc32
+_time_ns = time.time_ns
 
 
 def checked_payloads(payloads: Iterable[object], size_max: int) -> list[bytes]:
@@ -162,11 +168,12 @@ class Writer:
         a = self._active
         single = a.single
         held = a.held  # (a hold: nobody else has written since this handle's last write)
-        waited = False if single or held else a.take_flock()
+        mine = single or held  # the flock is this handle's already: nobody else wrote
+        waited = False if mine else a.take_flock()
         try:
             if a.needs_recovery:
                 self._catch_up(None)
-            elif not single and not held:
+            elif not mine:
                 head = fs.pread(a.fd, fmt.RECORD_HEADER_SIZE, a.end)
                 if head != _ZERO_HEADER:
                     self._catch_up(head)
@@ -175,7 +182,7 @@ class Writer:
                     batch.extend(self.wq)
                     self.wq.clear()
             offset = a.end
-            now = time.time_ns()
+            now = _time_ns()
             if batch:
                 self._batch_first = a.next_lsn
                 lsn = a.write_records(
@@ -186,7 +193,8 @@ class Writer:
             else:
                 lsn = a.next_lsn
                 ts = now if now > a.last_ts else a.last_ts
-                rec = fmt.encode_record(lsn, ts, self._syncer.durable_lsn, data, flags)
+                body = _pack_header(len(data), flags, lsn, ts, self._syncer.durable_lsn) + data
+                rec = body + _pack_trailer(_crc32(body))  # (fmt.encode_record)
                 end = offset + len(rec)
                 if end > a.alloc_end:
                     a.write_at_end(rec, "writing records")
