@@ -17,7 +17,12 @@ RESP port (``logspool serve --resp``, durability "always") and redis-server (``a
 ``appendfsync always``), the two in turns (logspool, redis, logspool, redis...) so that both see
 the same machine; 100-byte values; the median of 3 runs each, and logspool's median as a
 fraction of redis's (issue 34's targets: SET x16 and x50 >= 1.0, GET -P 16 >= 0.8, GET and SET
-with one client >= 0.9). redis-benchmark's exit status and output are checked for errors.
+with one client >= 0.9), and each server's CPU time an op (user and system, from /proc: steadier
+than the rates on a shared machine). redis-benchmark's exit status and output are checked for
+errors. ``--cases set16,getp16,...`` runs some of them, ``--runs N`` takes the median of N, and
+``--versus SRC`` runs a third server, the logspool of another tree's ``src`` (``git archive
+COMMIT src | tar -x -C DIR``), in the same turns: a change measured against the commit before it
+on the same machine at the same time.
 ``--part memory``: the RSS of each server after 1,000,000 SETs of 100-byte values.
 """
 
