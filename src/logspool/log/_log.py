@@ -477,10 +477,10 @@ class Log:
         bases = list_segments(self._fs, self.path)
         segments = segment_infos(self.path, bases)
         next_lsn = bases[-1] if bases else 0
-        if bases:
-            probe = Reader(self.path, self._fs, self.record_size_max, start=bases[-1])
+        if bases:  # (the head: from the newest segment's last index entry, as a "latest" reader)
+            probe = Reader(self.path, self._fs, self.record_size_max, start="latest")
             try:
-                next_lsn = probe.skip_to_end()
+                next_lsn = probe.position
             finally:
                 probe.close()
         return LogInfo(
