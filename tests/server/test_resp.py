@@ -131,6 +131,11 @@ def test_strings_as_redis_answers_them(r: redis.Redis) -> None:
     assert r.append("s:ap", "ab") == 2 and r.append("s:ap", "cd") == 4 and r.strlen("s:ap") == 4
     assert r.getrange("s:ap", 1, -2) == b"bc" and r.getrange("s:ap", 5, 9) == b""
     assert r.setrange("s:ap", 6, "zz") == 8 and r.get("s:ap") == b"abcd\x00\x00zz"
+    # (read-modify-writes through Store.modify: a canonical integer is one again, a TTL is kept)
+    assert r.set("s:n", 10) and r.append("s:n", "5") == 3 and r.incr("s:n") == 106
+    assert r.set("s:t", "a", ex=100) and r.append("s:t", "b") == 2 and r.setrange("s:t", 2, "c") == 3
+    assert r.incrbyfloat("s:n", 0.5) == 106.5 and 0 < r.ttl("s:t") <= 100 and r.get("s:t") == b"abc"
+    assert r.setrange("s:new", 2, "x") == 3 and r.get("s:new") == b"\x00\x00x" and r.ttl("s:new") == -1
     assert r.mset({"s:m1": "1", "s:m2": "2"}) and r.mget(["s:m1", "s:m2", "s:none"]) == [b"1", b"2", None]
     assert r.exists("s:m1", "s:m2", "s:none") == 2
     assert r.delete("s:m1", "s:none") == 1 and r.unlink("s:m2") == 1 and r.exists("s:m1") == 0

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from logspool import kv
+from logspool import kv, limits
 from logspool.errors import (
     AppendError,
     CorruptionError,
@@ -486,6 +486,44 @@ def test_several_processes_add_without_losing_an_increment(tmp_path: Path) -> No
     with kv.open(path) as s:
         assert s["counter"] == 600
         assert s["last"] in {p.pid for p in procs}
+
+
+def test_modify_is_one_read_modify_write_that_keeps_the_expiry(store: kv.Store, clock: Clock) -> None:
+    assert store.modify("m", lambda v: v + 1, default=0) == 1  # created, without expiry
+    assert meta(store, "m").expire_at is None
+    store.set("t", b"ab", ttl=60)
+    before = meta(store, "t").expire_at
+    assert store.modify("t", lambda v: v + b"c") == b"abc"
+    assert store["t"] == b"abc" and meta(store, "t").expire_at == before
+    assert store.modify("t", lambda v: len(v)) == 3 and store["t"] == 3  # (any type back)
+
+    def fail(value: object) -> object:
+        raise RuntimeError("no")
+
+    with pytest.raises(RuntimeError, match="no"):
+        store.modify("t", fail)
+    assert store["t"] == 3  # nothing written
+    store.lock("t", "alice", 60)
+    seen: list[object] = []
+    with pytest.raises(KeyLockedError):
+        store.modify("t", seen.append)
+    assert seen == []  # (fn is not called)
+    assert store.modify("t", lambda v: v * 2, owner="alice") == 6
+    with pytest.raises(ValueError, match="over the limit"):
+        store.modify("big", lambda v: bytes(limits.KV_VALUE_SIZE_MAX + 1))
+    assert "big" not in store
+
+
+def test_modify_inside_a_decision_joins_it(store: kv.Store) -> None:
+    """The daemon's commit round: one decision, calls made within it are part of it."""
+    next_lsn = store.stats().next_lsn
+    with store._change(durable=False):
+        assert store.modify("a", lambda v: 1) == 1
+        assert store.modify("a", lambda v: v + 1) == 2  # sees the first: the same state
+        store.set("b", "x")
+    store._log.sync()
+    assert store["a"] == 2 and store["b"] == "x"
+    assert store.stats().next_lsn == next_lsn + 3  # three ops, one decision (no second decision)
 
 
 def _open_briefly(path: str, out: Any) -> None:

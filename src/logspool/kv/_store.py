@@ -289,6 +289,8 @@ class Store(FoldedStore[State, ops.Op], MutableMapping[str, ops.Value]):
             raise TypeError(f"compact_in_background must be True or False, not {compact_in_background!r}")
         self._compact_in_background = compact_in_background
         self._compactor: threading.Thread | None = None
+        # The decision under way (its writer, its time, its thread), under the mutex: see _change.
+        self._deciding: tuple[_Writer[State, ops.Op], int, int] | None = None
         self.single_writer = False  # (True once this handle holds the op log's writer lock)
         if memory_max is not None and (
             isinstance(memory_max, bool) or not isinstance(memory_max, int) or memory_max < 0
@@ -604,11 +606,22 @@ class Store(FoldedStore[State, ops.Op], MutableMapping[str, ops.Value]):
 
     @contextlib.contextmanager
     def _change(self, *, durable: bool = True) -> Iterator[tuple[_Writer[State, ops.Op], int]]:
-        """A decision at time ``now``, after removing (with EXPIRE ops) values that expired."""
+        """A decision at time ``now``, after removing (with EXPIRE ops) values that expired. On a
+        thread already inside a decision of this store, that decision (its ops written with the
+        outer one's, durable when it is): a call such as ``modify`` made within the daemon's
+        commit round is part of that round."""
+        outer = self._deciding
+        if outer is not None and outer[2] == threading.get_ident():
+            yield outer[0], outer[1]
+            return
         with self._decide(durable=durable) as w:
             now = self._clock()
             w.write_many([ops.Expire(k) for k in self._state.due(now, limits.KV_EXPIRE_BATCH)])
-            yield w, now
+            self._deciding = (w, now, threading.get_ident())
+            try:
+                yield w, now
+            finally:
+                self._deciding = None
 
     def _unlocked(self, key: str, owner: str | None, now: int) -> None:
         lock = self._state.lock_of(key, now)
@@ -693,6 +706,42 @@ class Store(FoldedStore[State, ops.Op], MutableMapping[str, ops.Value]):
 
     def _update(self, w: _Writer[State, ops.Op], entry: Entry, vtype: int, raw: bytes, now: int) -> None:
         w.write(ops.Update(entry.key, vtype, raw, max(now, entry.ts)))
+
+    def modify(
+        self,
+        key: str,
+        fn: Callable[[ops.Value], ops.Value],
+        *,
+        default: ops.Value = None,
+        owner: str | None = None,
+    ) -> ops.Value:
+        """Read-modify-write ``key`` in one decision (not ``update``, which is the mapping's: set
+        many keys): ``fn`` gets its value (``default`` if it holds none) and returns the new one,
+        which is set with the key's expiry and touch TTL kept (a key that held none is created
+        without). No process changes the key in between. Returns the new value. ``fn`` runs
+        under the writer lock: keep it short; what it raises is raised, nothing written.
+        KeyLockedError if another ``owner`` locked the key; ValueError if the new value is over
+        ``limits.KV_VALUE_SIZE_MAX``. Durable on return; on a thread inside another decision of
+        this store (the daemon's commit round), part of that one: written and durable with it.
+        Any thread or process."""
+        _text(key, "key")
+        with self._change() as (w, now):
+            self._unlocked(key, owner, now)
+            entry = self._state.live(key, now)
+            current = (
+                default
+                if entry is None
+                else ops.decode_value(entry.vtype, self._bytes(entry), f"{self.path}: {key!r}")
+            )
+            new = fn(current)
+            vtype, raw = ops.encode_value(new)
+            if len(raw) > limits.KV_VALUE_SIZE_MAX:
+                raise ValueError(f"value of {len(raw)} bytes is over the limit of {limits.KV_VALUE_SIZE_MAX}")
+            if entry is None:
+                w.write(ops.Set(key, vtype, raw, self._stamp(key, None, now) or now, 0, 0, False))
+            else:
+                self._update(w, entry, vtype, raw, now)
+            return new
 
     def add(self, key: str, amount: int | float = 1, *, owner: str | None = None) -> int | float:
         """Add ``amount`` to an integer or float value, atomically for every process; returns the

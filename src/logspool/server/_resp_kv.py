@@ -23,13 +23,15 @@ connection in one decision and calls ``sync`` once, before any of their replies 
 acknowledged write is durable (with the store's ``durability="always"``) and a round of N writes
 costs one fsync.
 
-This module reaches into ``kv.Store``'s decision machinery (``_change``, ``_state``, the op
-classes of ``kv._ops``): Redis's read-modify-write commands (APPEND, SETRANGE, SET GET,
-INCRBYFLOAT, EXPIRE, a transaction) must each be one decision, and the store's public calls
-offer no general read-modify-write. It writes only the ops of FORMAT.md §15 (SET, UPDATE,
-DELETE, TOUCH, RENAME, LOCK, UNLOCK), exactly as the store's own calls would, so every process
-folds them the same way. (A public ``Store.update(key, fn)`` would let this use the public
-API; noted in issue 34.)
+The read-modify-writes of a value's bytes (APPEND, SETRANGE, INCRBYFLOAT, LS.TRUNCATE) are the
+store's public ``Store.modify(key, fn)``, which joins the decision open on its thread (the
+commit round). The rest still reaches into ``kv.Store``'s decision machinery (``_change``,
+``_state``, the op classes of ``kv._ops``): a commit round of many connections' commands is one
+decision, and SET's options, EXPIRE, RENAME, locks and a transaction read entries and their
+times where the store's public calls offer no such view. It writes only the ops of FORMAT.md §15
+(SET, UPDATE, DELETE, TOUCH, RENAME, LOCK, UNLOCK), exactly as the store's own calls would, so
+every process folds them the same way. (What would let it use the public API alone: a public
+decision, ``with store.transaction()``, whose calls join it; issue 34.)
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from __future__ import annotations
 import contextlib
 import re
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from decimal import Decimal
 
 from .. import kv, limits
@@ -330,50 +332,52 @@ class RedisKV:
             d.write(ops.Update(key, ops.INTEGER, _INT.pack(result), max(d.now, entry.ts)))
         return result
 
+    # APPEND, SETRANGE, INCRBYFLOAT and LS.TRUNCATE are read-modify-writes of a value's bytes:
+    # ``Store.modify`` inside the decision ``d`` (it joins it), through the value's bytes as a
+    # Redis client sees them and back (a canonical integer is stored as an integer again).
+    def _modify(self, d: Decision, key: str, fn: Callable[[bytes], bytes]) -> bytes:
+        """The new bytes of ``key`` (``fn`` of its bytes, b"" if it holds none), stored."""
+        out: list[bytes] = []
+
+        def step(current: ops.Value) -> ops.Value:
+            value = fn(_python_to_bytes(current))
+            if len(value) > limits.KV_VALUE_SIZE_MAX:
+                raise RedisError(TOO_BIG)
+            out.append(value)
+            number = canonical_int(value) if len(value) <= 20 else None
+            return value if number is None else number
+
+        self.store.modify(key, step, default=b"", owner=d.owner)  # (on d's thread: joins d)
+        return out[0]
+
     def incrbyfloat(self, d: Decision, key: str, amount: float) -> bytes:
-        d.unlocked(key)
-        entry = d.live(key)
-        current = 0.0 if entry is None else parse_float(d.value(entry))
-        result = current + amount
-        if result != result or result in (float("inf"), float("-inf")):
-            raise RedisError("ERR increment would produce NaN or Infinity")
-        text = format_float(result)
-        if entry is None:
-            d.set(key, text)
-        else:
-            d.update(entry, text)
-        return text
+        def add(value: bytes) -> bytes:
+            result = (parse_float(value) if value or d.live(key) is not None else 0.0) + amount
+            if result != result or result in (float("inf"), float("-inf")):
+                raise RedisError("ERR increment would produce NaN or Infinity")
+            return format_float(result)
+
+        return self._modify(d, key, add)
 
     def append(self, d: Decision, key: str, data: bytes) -> int:
-        d.unlocked(key)
-        entry = d.live(key)
-        value = data if entry is None else d.value(entry) + data
-        if len(value) > limits.KV_VALUE_SIZE_MAX:
-            raise RedisError(TOO_BIG)
-        if entry is None:
-            d.set(key, value)
-        else:
-            d.update(entry, value)
-        return len(value)
+        return len(self._modify(d, key, lambda value: value + data))
 
     def setrange(self, d: Decision, key: str, offset: int, data: bytes) -> int:
         if offset < 0:
             raise RedisError("ERR offset is out of range")
         d.unlocked(key)
-        entry = d.live(key)
-        value = b"" if entry is None else d.value(entry)
         if not data:
-            return len(value)
+            entry = d.live(key)
+            return 0 if entry is None else len(d.value(entry))
         if offset + len(data) > limits.KV_VALUE_SIZE_MAX:
-            raise RedisError(TOO_BIG)
-        if len(value) < offset:
-            value += bytes(offset - len(value))
-        value = value[:offset] + data + value[offset + len(data) :]
-        if entry is None:
-            d.set(key, value)
-        else:
-            d.update(entry, value)
-        return len(value)
+            raise RedisError(TOO_BIG)  # (before the padding is allocated)
+
+        def put(value: bytes) -> bytes:
+            if len(value) < offset:
+                value += bytes(offset - len(value))
+            return value[:offset] + data + value[offset + len(data) :]
+
+        return len(self._modify(d, key, put))
 
     def expire(self, d: Decision, key: str, at_ns: int | None, cond: str | None = None) -> bool:
         """Set (or with None remove) ``key``'s expiry; Redis's NX, XX, GT, LT conditions."""
@@ -459,11 +463,9 @@ class RedisKV:
         if not 0 <= size <= limits.KV_VALUE_SIZE_MAX:
             raise RedisError("ERR size is out of range")
         d.unlocked(key)
-        entry = d.live(key)
-        if entry is None:
+        if d.live(key) is None:
             raise RedisError("ERR no such key")
-        value = d.value(entry)
-        d.update(entry, value[:size] + bytes(max(0, size - len(value))))
+        self._modify(d, key, lambda value: value[:size] + bytes(max(0, size - len(value))))
         return size
 
 
