@@ -780,6 +780,9 @@ class Committer:
         self._written_at = 0.0
         self._shared_until = 0.0  # until then, writes go to the thread (run_here)
         self.rounds_here = 0  # rounds run on the loop (INFO)
+        # Where the rounds' time went (INFO, seconds): the decisions (the commands and the write),
+        # the fsyncs, and the commit delay's waits for the rest of a group.
+        self.decide_s = self.sync_s = self.delay_s = 0.0
         self._thread = threading.Thread(target=self._run, name="logspool-resp-committer", daemon=True)
         self._thread.start()
 
@@ -820,12 +823,14 @@ class Committer:
                 # COMMIT_DELAY_S, so that one fsync covers them too. A lone writer never waits.
                 if self._last_round > len(self._queue) and not self._stopping:
                     self._wanted = self._last_round
-                    deadline = time.monotonic() + self.COMMIT_DELAY_S
+                    began = time.monotonic()
+                    deadline = began + self.COMMIT_DELAY_S
                     for _ in range(self._last_round):  # bounded: each turn one arrives, or time's up
                         left = deadline - time.monotonic()
                         if left <= 0 or len(self._queue) >= self._last_round:
                             break
                         self._cond.wait(left)
+                    self.delay_s += time.monotonic() - began
                 self._wanted = 1 << 30  # (a round runs: the next is taken when it ends)
                 round_ = [self._queue.popleft()]
                 commands = len(round_[0][1])
@@ -858,6 +863,7 @@ class Committer:
         try:
             # One decision for the whole round: one writer lock, one catch-up, one write of
             # every op (each command is still atomic: they run one after another inside it).
+            started = time.perf_counter()
             with self.front.kv.decide() as d:
                 for session, cmds, fut in round_:
                     d.owner = session.name  # (locks are checked against each connection's name)
@@ -871,7 +877,10 @@ class Committer:
                     kv_written, logs_written = session.take_writes()
                     wrote_kv |= kv_written
                     logs.update(logs_written)
+            decided = time.perf_counter()
             sync_writes(self.front, wrote_kv, logs)  # before any reply of the round is sent
+            self.decide_s += decided - started
+            self.sync_s += time.perf_counter() - decided
         except Exception as err:  # the write or the fsync failed: nothing here is acknowledged
             _logger.error("RESP commit round failed: %s", err)
             failed = w.error(f"ERR the write failed, the commands may or may not be applied: {err}")

@@ -274,7 +274,10 @@ def _info(s: Session, args: list[bytes]) -> bytes:
                   ("total_net_output_bytes", c.bytes_out), ("total_error_replies", c.errors),
                   ("logspool_commit_rounds", committer.rounds if committer else 0),
                   ("logspool_commit_batches", committer.batches if committer else 0),
-                  ("logspool_commit_rounds_on_loop", committer.rounds_here if committer else 0)],
+                  ("logspool_commit_rounds_on_loop", committer.rounds_here if committer else 0),
+                  ("logspool_commit_decide_us", int(committer.decide_s * 1e6) if committer else 0),
+                  ("logspool_commit_sync_us", int(committer.sync_s * 1e6) if committer else 0),
+                  ("logspool_commit_delay_us", int(committer.delay_s * 1e6) if committer else 0)],
         "keyspace": [("db0", f"keys={keys},expires=0,avg_ttl=0")] if keys else [],
     }  # fmt: skip
     wanted = {a.decode(errors="replace").lower() for a in args[1:]}
