@@ -150,6 +150,18 @@ def _ranges(partitions: Sequence[InputPartition]) -> str:
     return ";".join(out)
 
 
+def _local_only(options: dict[str, str], jvm: bool | None) -> bool | None:
+    """The JVM reader reads local files only: a log the daemon serves (``server``) is read by the
+    Python source, whose tasks read it over the network."""
+    if "server" not in options:
+        return jvm
+    if jvm:
+        raise JvmError(
+            "the JVM reader reads local log directories only; with server the Python source reads (jvm=False)"
+        )
+    return False
+
+
 def load(
     spark: SparkSession,
     path: str,
@@ -169,6 +181,7 @@ def load(
     text = {str(k): str(v).lower() if isinstance(v, bool) else str(v) for k, v in options.items()}
     lowered = _options({**text, "path": path}, "batch read")  # checked as format("logspool") checks
     decode = lowered.get("decode", "binary")
+    jvm = _local_only(lowered, jvm)
     if schema is None:
         fixed = LogspoolDataSource(lowered).schema()  # the Python source's errors for bad decodes
     elif decode != "json":
@@ -276,6 +289,7 @@ def load_stream(
     text = {str(k): str(v).lower() if isinstance(v, bool) else str(v) for k, v in options.items()}
     lowered = _options({**text, "path": path}, "stream read")
     decode = lowered.get("decode", "binary")
+    jvm = _local_only(lowered, jvm)
     if schema is None:
         fixed = LogspoolDataSource(lowered).schema()
     elif decode != "json":

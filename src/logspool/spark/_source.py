@@ -64,6 +64,7 @@ from .._fs import REAL, replace_file
 from ..errors import DataLossError, LogspoolError
 from ..log import Log
 from ..log._directory import list_segments
+from . import _daemon
 from . import _partition as part
 
 NAME = "logspool"
@@ -89,14 +90,14 @@ def _lower(options: Any) -> dict[str, str]:
 # The options each use of the source takes (in their documented spelling; Spark hands them in
 # lower case). Anything else is refused with the list, so a typo or another source's option
 # never passes silently (issue 28).
-_COMMON = ("path", "decode", "verifyChecksums", "maxPartitionBytes")
+_COMMON = ("path", "decode", "verifyChecksums", "maxPartitionBytes", *_daemon.SERVER_OPTIONS)
 _KNOWN = {
     "batch read": (*_COMMON, "startingPosition", "endingPosition", "startingTimestamp", "endingTimestamp",
                    "failOnDataLoss", "jvmMapBytes"),
     "stream read": (*_COMMON, "startingPosition", "startingTimestamp", "maxRecordsPerTrigger",
                     "maxBytesPerTrigger", "failOnDataLoss", "subscriber"),
-    "batch write": ("path",),
-    "stream write": ("path", "checkpointLocation", "queryName"),
+    "batch write": ("path", *_daemon.SERVER_OPTIONS),
+    "stream write": ("path", "checkpointLocation", "queryName", *_daemon.SERVER_OPTIONS),
 }  # fmt: skip
 # Kafka's names for the same thing: taken as aliases, with Kafka's values where ours are the same.
 _KAFKA_ALIASES = {
@@ -146,6 +147,12 @@ def _options(raw: Any, use: str) -> dict[str, str]:
             raise OptionError(
                 f"unknown option {name!r} for a {use} of a log; the options are: {', '.join(known)}"
             )
+    if "server" not in options:
+        for name in _daemon.SERVER_OPTIONS[1:]:
+            if name.lower() in options:
+                raise OptionError(
+                    f"option {name} is for a log the daemon serves: give server too (HOST:PORT)"
+                )
     return options
 
 
@@ -260,18 +267,22 @@ class LogspoolDataSource(DataSource):
                 "option decode=json needs the payload's schema: spark.read.schema(...) with the JSON "
                 "fields (and any of lsn, timestamp, segment, offset)"
             )
+        served = "server" in _lower(self.options)  # the daemon's records name no segment or offset
         return StructType(
             [
                 StructField("lsn", LongType(), False),
                 StructField("timestamp", TimestampType(), False),
                 StructField("payload", StringType() if decode == "string" else BinaryType(), False),
-                StructField("segment", LongType(), False),
-                StructField("offset", LongType(), False),
+                StructField("segment", LongType(), served),
+                StructField("offset", LongType(), served),
             ]
         )
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return _BatchReader(_options(self.options, "batch read"), schema)
+        options = _options(self.options, "batch read")
+        if "server" in options:
+            return _daemon.BatchReader(options, schema)
+        return _BatchReader(options, schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         return _StreamReader(_options(self.options, "stream read"), schema)

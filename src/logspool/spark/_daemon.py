@@ -1,0 +1,322 @@
+"""The ``logspool`` Spark source over a log the daemon serves: ``.option("server", "HOST:PORT")``.
+
+Executors need only a network route to the daemon (``logspool serve``), as with Kafka: nothing
+is read from or written to a shared file system. What the driver and the tasks do:
+
+- **Batch reads.** The driver asks LOG_INFO for ``first_lsn``, ``next_lsn`` and ``size`` and cuts
+  the lsns into spans of about ``maxPartitionBytes`` each (by the log's mean record size: the
+  reply names no segment bases, so spans cannot follow segments). Each task connects, reads its
+  span with LOG_READ pages, several pages in flight at once (lsns are dense: page ``k`` starts at
+  ``start + k * page``), and checks that every page starts where the last one ended.
+- **Streams.** Offsets are ``{"lsn": N}`` as for a local log (a checkpoint may not move between
+  the two: the lsns are the daemon's log's). The head is LOG_INFO's ``next_lsn``.
+- **Writes.** Each task sends its rows with LOG_FORWARD as the producer
+  ``spark:IDENTITY:PARTITION`` at source positions ``EPOCH << 32 | row``: the daemon keeps, per
+  producer, the position below which it has every record, and drops what a retried task sends
+  again. IDENTITY is a batch write's own id, or a streaming query's id; EPOCH is 0 for a batch
+  write, the batch id for a stream. docs/SPARK.md says which guarantee this gives.
+
+The segment and offset columns are null: LOG_READ's records carry lsn, timestamp and payload
+only.
+"""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSourceReader,
+    InputPartition,
+)
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import StructType, TimestampType
+
+from .. import _wire as wire
+from ..client import Client, connect
+from ..errors import DataLossError, RemoteError
+from . import _partition as part
+
+# The options only a read or write through the daemon takes (in their documented spelling).
+SERVER_OPTIONS = ("server", "log", "token", "tokenFile", "tls", "tlsCaFile")
+PAGE_COUNT_MAX = 10_000  # records per LOG_READ: the daemon's most (READ_LIMIT_MAX)
+PAGE_BYTES = 4 * 1024 * 1024  # the daemon's default bytes_max of a LOG_READ page
+PAGES_IN_FLIGHT = 4  # LOG_READ requests a task keeps sent ahead (pipelined on one connection)
+FORWARD_BYTES = 4 * 1024 * 1024  # payload bytes per LOG_FORWARD (the frame's most is 16 MiB)
+ROW_BITS = 32  # a producer's source position: epoch << ROW_BITS | row (rows per task < 2^32)
+TIMEOUT_S = 30.0  # connect and reply timeout of the tasks' and the driver's connections
+
+
+def _option_error(message: str) -> Exception:
+    from ._source import OptionError  # (imported here: _source imports this module)
+
+    return OptionError(message)
+
+
+# --- where the log is ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Remote:
+    """The daemon and the log's name on it, as the driver read the options: pickled into every
+    task (the token too, read once from ``tokenFile`` by the driver: executors may not have it)."""
+
+    address: str
+    name: str
+    token: str | None
+    tls: bool
+    ca_file: str | None
+
+    @property
+    def where(self) -> str:
+        """How errors name the log: ``HOST:PORT/NAME``."""
+        return f"{self.address}/{self.name}"
+
+    def connect(self, role: str) -> Client:
+        """A connection to the daemon; ``role`` ("the driver", "partition 3") is in the error
+        raised when the daemon cannot be reached, with the address and the reason."""
+        context: ssl.SSLContext | None = None
+        if self.tls:
+            try:
+                context = ssl.create_default_context(cafile=self.ca_file)
+            except (OSError, ssl.SSLError) as err:
+                raise RemoteError(
+                    self.address, "TLSError", f"{role}: tlsCaFile {self.ca_file}: {err}"
+                ) from err
+        try:
+            return connect(self.address, token=self.token, ssl_context=context, timeout=TIMEOUT_S,
+                           reconnect=False)  # fmt: skip
+        except OSError as err:  # refused, unreachable, no route, timed out, TLS handshake failed
+            raise RemoteError(
+                self.address,
+                "Unreachable",
+                f"{role} cannot reach the daemon serving the log {self.name!r} at {self.address}: {err} "
+                "(every executor, not only the driver, needs a network route to the daemon)",
+            ) from None
+
+
+def remote(options: dict[str, str]) -> Remote:
+    """The daemon and log the options name (``server``, ``log`` or the load/save argument,
+    ``token`` or ``tokenFile``, ``tls``, ``tlsCaFile``); OptionError if they do not add up."""
+    from ._source import _flag
+
+    address = options["server"]
+    try:
+        from ..client import parse_address
+
+        parse_address(address)
+    except ValueError as err:
+        raise _option_error(f"option server: {err}") from None
+    name = options.get("log")
+    path = options.get("path")
+    if name and path and path != name:
+        raise _option_error(
+            f"give the log's name as option log or as load(NAME)/save(NAME), not both ({name!r}, {path!r})"
+        )
+    name = name or path
+    if not name:
+        raise _option_error("option server: name the log on the daemon: .option('log', NAME) or load(NAME)")
+    if "token" in options and "tokenfile" in options:
+        raise _option_error("give token or tokenFile, not both")
+    token = options.get("token")
+    if "tokenfile" in options:
+        try:
+            with open(options["tokenfile"], encoding="utf-8") as f:
+                token = f.read().strip()
+        except OSError as err:
+            raise _option_error(f"option tokenFile: {err}") from None
+    ca_file = options.get("tlscafile")
+    tls = _flag(options, "tls", ca_file is not None)
+    if ca_file is not None and not tls:
+        raise _option_error("option tlsCaFile is for tls=true")
+    return Remote(address, name, token, tls, ca_file)
+
+
+def refuse_local_only(options: dict[str, str]) -> None:
+    """The local options that mean nothing with ``server``: OptionError naming why."""
+    why = {
+        "jvmmapbytes": "the JVM reader reads local files only; with server the Python reader reads",
+        "subscriber": "the protocol has no subscriber commands: the query's checkpoint keeps its place",
+    }
+    for name, reason in why.items():
+        if name in options:
+            raise _option_error(f"option {name} does not apply with server: {reason}")
+    if options.get("verifychecksums", "true").lower() == "false":
+        raise _option_error(
+            "option verifyChecksums=false does not apply with server: the daemon checks every record it reads"
+        )
+
+
+def _info(client: Client, remote: Remote) -> dict[str, Any]:
+    return dict(client.log(remote.name).info())
+
+
+def lsn_at(client: Client, remote: Remote, at: datetime) -> int:
+    """The first lsn whose timestamp is at or after ``at`` (the head if none), by the daemon's
+    time index (LOG_READ with ``since``)."""
+    records, nxt = client.log(remote.name).read_page("earliest", limit=1, since=at.timestamp())
+    return records[0].lsn if records else int(nxt)
+
+
+# --- reading -------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Span(InputPartition):
+    """lsns ``start`` (inclusive) to ``end`` (exclusive) of the log, read as pages of ``page``."""
+
+    start: int
+    end: int
+    page: int
+
+
+def plan(info: dict[str, Any], start: int, end: int, partition_size: int) -> list[Span]:
+    """Cut lsns [start, end) into spans of about ``partition_size`` bytes each, by the log's mean
+    record size (LOG_INFO's size over its record count); pages hold about 4 MiB each."""
+    if start >= end:
+        return []
+    count = max(1, int(info["next_lsn"]) - int(info["first_lsn"]))
+    record_size = max(1, int(info["size"]) // count)  # headers and segment headers included
+    per_span = max(1, partition_size // record_size)
+    page = max(1, min(PAGE_COUNT_MAX, PAGE_BYTES // record_size))
+    return [Span(a, min(a + per_span, end), page) for a in range(start, end, per_span)]
+
+
+def read_span(
+    client: Client, remote: Remote, span: Span, role: str
+) -> Iterator[tuple[list[int], list[int], list[bytes]]]:
+    """(lsns, timestamps in ns, payloads) of every record of ``span``, a page or more at a time.
+    Raises DataLossError if the records are gone (retention removed them after the planning)."""
+    pos = span.start
+    for _ in range(span.end - span.start + 1):  # bounded: each turn moves on by a record or more
+        if pos >= span.end:
+            return
+        starts = [s for s in range(pos, span.end, span.page)][:PAGES_IN_FLIGHT]
+        calls = [(wire.LOG_READ, {"name": remote.name, "start": s, "limit": min(span.page, span.end - s)})
+                 for s in starts]  # fmt: skip
+        for s, reply in zip(starts, client.pipeline(calls), strict=True):
+            if isinstance(reply, Exception):
+                if isinstance(reply, RemoteError) and reply.kind == "ConnectionLost":
+                    raise RemoteError(remote.address, "ConnectionLost", f"{role}: {reply.message}") from reply
+                raise reply
+            if s != pos:
+                break  # the page before was short (bytes_max): ask again from where it ended
+            records = reply["records"]
+            if not records or records[0][0] != pos:
+                found = records[0][0] if records else int(reply["next"])
+                raise DataLossError(remote.where, None, pos, found)
+            records = [r for r in records if r[0] < span.end]
+            yield [r[0] for r in records], [r[1] for r in records], [r[2] for r in records]
+            pos = records[-1][0] + 1
+    raise AssertionError(f"{remote.where}: span {span} read past its length")
+
+
+def arrow_batch(schema: StructType, decode: str, lsns: list[int], stamps: list[int],
+                payloads: list[bytes]) -> pa.RecordBatch:  # fmt: skip
+    """The rows as the local read builds them, with segment and offset null."""
+    from ._source import _TIMESTAMP_US
+
+    arrow_schema = to_arrow_schema(schema, timezone="UTC")
+    columns: dict[str, Any] = {
+        "lsn": lsns,
+        # nanoseconds to Spark's microseconds: truncation is the intent (safe=False)
+        "timestamp": pa.array(stamps, pa.timestamp("ns", tz="UTC")).cast(_TIMESTAMP_US, safe=False),
+        "segment": pa.nulls(len(lsns), pa.int64()),
+        "offset": pa.nulls(len(lsns), pa.int64()),
+    }
+    if decode == "json":
+        json_fields = [f.name for f in schema.fields if f.name not in part.META_COLUMNS]
+        converters = {
+            f.name: part.iso_to_datetime for f in schema.fields if isinstance(f.dataType, TimestampType)
+        }
+        columns.update(zip(json_fields, part.decode_json(payloads, json_fields, converters), strict=True))
+    elif decode == "string":
+        columns["payload"] = [p.decode("utf-8", "replace") for p in payloads]
+    else:
+        columns["payload"] = payloads
+    arrays = [
+        columns[f.name] if isinstance(columns[f.name], pa.Array) else pa.array(columns[f.name], f.type)
+        for f in arrow_schema
+    ]
+    return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
+
+
+class _RemoteScan:
+    """What the batch and streaming readers over the daemon share."""
+
+    def __init__(self, options: dict[str, str], schema: StructType) -> None:
+        from ._source import DECODES, PARTITION_SIZE_DEFAULT, _positive
+
+        refuse_local_only(options)
+        self.remote = remote(options)
+        self.schema = schema
+        self.partition_size = _positive(options, "maxPartitionBytes") or PARTITION_SIZE_DEFAULT
+        self.decode = options.get("decode", "binary")
+        if self.decode not in DECODES:
+            raise _option_error(f"option decode: expected one of {', '.join(DECODES)}, not {self.decode!r}")
+
+    def info(self) -> dict[str, Any]:
+        with self.remote.connect("the driver") as client:
+            return _info(client, self.remote)
+
+    def plan(self, start: int, end: int, info: dict[str, Any] | None = None) -> list[Span]:
+        return plan(info if info is not None else self.info(), start, end, self.partition_size)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if not isinstance(partition, Span):
+            return  # Spark plans one empty partition when partitions() returned none
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        role = f"partition {ctx.partitionId()}" if ctx is not None else "a task"
+        lsns: list[int] = []
+        stamps: list[int] = []
+        payloads: list[bytes] = []
+        with self.remote.connect(role) as client:
+            for a, b, c in read_span(client, self.remote, partition, role):
+                lsns += a
+                stamps += b
+                payloads += c
+                if len(lsns) >= part.BATCH_ROWS:
+                    yield arrow_batch(self.schema, self.decode, lsns, stamps, payloads)
+                    lsns, stamps, payloads = [], [], []
+        if lsns:
+            yield arrow_batch(self.schema, self.decode, lsns, stamps, payloads)
+
+
+class BatchReader(_RemoteScan, DataSourceReader):
+    """A batch read of a log on the daemon: the local read's options and rules where they apply."""
+
+    def __init__(self, options: dict[str, str], schema: StructType) -> None:
+        from ._source import _flag, _position, _time
+
+        super().__init__(options, schema)
+        start = _position(options, "startingPosition", ("earliest", "latest"))
+        end = _position(options, "endingPosition", ("latest",))
+        start_ts = _time(options, "startingTimestamp")
+        end_ts = _time(options, "endingTimestamp")
+        if start is not None and start_ts is not None:
+            raise _option_error("give startingPosition or startingTimestamp, not both")
+        if end is not None and end_ts is not None:
+            raise _option_error("give endingPosition or endingTimestamp, not both")
+        with self.remote.connect("the driver") as client:
+            self.log_info = _info(client, self.remote)
+            first, head = int(self.log_info["first_lsn"]), int(self.log_info["next_lsn"])
+            lo = first
+            if start == "latest":
+                lo = head
+            elif isinstance(start, int):
+                if start < first and _flag(options, "failOnDataLoss", True):
+                    raise DataLossError(self.remote.where, "spark", start, first)
+                lo = max(start, first)
+            elif start_ts is not None:
+                lo = lsn_at(client, self.remote, start_ts)
+            hi = head
+            if isinstance(end, int):
+                hi = min(end, head)
+            elif end_ts is not None:
+                hi = lsn_at(client, self.remote, end_ts)
+        self.start, self.end = lo, hi
+
+    def partitions(self) -> Sequence[InputPartition]:
+        return self.plan(self.start, self.end, self.log_info)
