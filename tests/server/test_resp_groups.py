@@ -34,6 +34,7 @@ from redis.retry import Retry
 import logspool
 from logspool._fs import REAL
 from logspool._subscribers import Checkpoints
+from logspool.server._resp_group_commands import _position
 from logspool.server._resp_groups import GroupStore
 from tests.crash.faultfs import FaultFS, PowerLoss, materialize
 from tests.server.conftest import Daemon
@@ -540,6 +541,44 @@ def test_a_power_loss_at_any_write_keeps_replies_and_the_checkpoint_below_the_gr
             if g is not None and "g" in floors:
                 assert floors["g"] <= g.floor(), (crash_at, floors, g.floor())
     assert crashes > 50
+
+
+def test_a_power_loss_never_leaves_a_group_ahead_of_its_log(tmp_path: Path) -> None:
+    """An XADD's record is in the page cache before its round's fsync, and a '>' read or an
+    XGROUP CREATE '$' meanwhile sees it. The group's op must not be durable before the record:
+    a power cut would leave the group past the log's end, and the entries appended after the
+    restart under the lost lsns would never reach it. In the strict disk state (only what was
+    fsynced), every position a group reached is within the log."""
+    data = tmp_path / "data"
+    with logspool.open(data / "logs" / "s") as log:
+        for n in range(5):
+            log.append(b"e%d" % n)
+    (data / "groups").mkdir()
+    fs = FaultFS(str(data))
+    log = logspool.open(data / "logs" / "s", fs=fs)
+    store = GroupStore(str(data / "groups" / "s"), log, "always", fs=fs)
+    try:
+        store.create("g", 0, (0, 0))
+        assert len(store.deliver(log, "g", "s", "c", 10, False, 1 << 20)) == 5
+        with log.exclusive(sync=False) as tail:  # as XADD appends, its fsync still to come
+            tail.append_many([b"late"])
+        assert [lsn for lsn, _, _ in store.deliver(log, "g", "s", "c", 10, False, 1 << 20)] == [5]
+        assert store.create("h", *_position(log, None))  # XGROUP CREATE h '$'
+        state = next(fs.crash_states(random.Random(34), 1))
+    finally:
+        store.close()
+        log.close()
+        fs.release()
+    after = tmp_path / "after"
+    materialize(state, str(after))
+    with logspool.open(after / "logs" / "s") as log:
+        end = log.info().next_lsn
+        store = GroupStore(str(after / "groups" / "s"), log, "always")
+        try:
+            positions = {name: g.next_lsn for name, g in store.groups()}
+        finally:
+            store.close()
+    assert positions.keys() == {"g", "h"} and all(p <= end for p in positions.values()), (positions, end)
 
 
 def _copy(source: Path, target: Path) -> Path:

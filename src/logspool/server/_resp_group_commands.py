@@ -66,7 +66,11 @@ def _store(s: Session, raw_key: bytes, group: str, command: str = "") -> tuple[L
 
 
 def _position(log: Log, eid: Id | None) -> tuple[int, Id]:
-    """The next lsn and last id of a group set to ``eid`` (None, ``$``: the end of the log)."""
+    """The next lsn and last id of a group set to ``eid`` (None, ``$``: the end of the log).
+    The log is made durable first: the end it finds may hold an XADD whose fsync is still to
+    come, and a group whose position a power cut left past the log's end would never read the
+    entries appended there after the restart."""
+    log.sync()
     if eid is None:
         last, next_lsn = last_id(log)
         return next_lsn, last

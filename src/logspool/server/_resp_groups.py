@@ -350,6 +350,12 @@ class GroupStore(FoldedStore[GroupState, Op]):
                 while len(self._readers) > READERS_KEPT_MAX:  # the least recently used goes
                     self._readers.pop(next(iter(self._readers))).close()
             if records:
+                if self._always:
+                    # The records may be an XADD's whose fsync is still to come (a reader sees
+                    # the page cache): durable before the op that delivers them can be, or a
+                    # power cut could leave the group past the log's end, and the entries
+                    # appended under the lost lsns after the restart would never reach it.
+                    log.sync()
                 lsn, ms, _ = records[-1]
                 w.write({"op": "deliver", "g": name, "c": consumer, "at": at,
                          "ids": [[m, n] for n, m, _ in records], "next": lsn + 1, "last": [ms, lsn],
@@ -453,6 +459,8 @@ class GroupStore(FoldedStore[GroupState, Op]):
             if consumer not in g.consumers:
                 self._check_consumers(g)
             if items or drop or new_last is not None or consumer not in g.consumers:
+                if self._always and (items or new_last is not None):
+                    log.sync()  # (what it read of the log durable before the op: see ``deliver``)
                 self._lower(name, min([g.floor()] + [item[0] for item in items]))  # (FORCE)
                 w.write({"op": "claim", "g": name, "c": consumer, "at": at, "items": items, "drop": drop,
                          "last": None if new_last is None else list(new_last),
