@@ -57,7 +57,7 @@ from .._fold import MARKER, FoldedStore
 from .._fs import REAL, FileSystem
 from .._reader import Reader
 from .._subscribers import Checkpoints
-from ..errors import CorruptionError, PositionError, SubscriberNotFoundError
+from ..errors import CorruptionError, FailedError, PositionError, SubscriberNotFoundError
 from ..log import Durability, Log
 from ..log._directory import list_segments
 from ._resp_group_state import (
@@ -206,7 +206,8 @@ class GroupStore(FoldedStore[GroupState, Op]):
         passes the start of a segment since the last fsync is written twice, fsynced, so that
         both slots hold it and retention may remove what it frees at once; any other raise is
         written to the page cache only (a power cut takes it back to the last fsynced position,
-        which is lower: safe)."""
+        which is lower: safe). Without ``durability="always"``, the op log is fsynced before
+        such a checkpoint (once a segment, not once an op)."""
         if token is None:
             return
         g, lowers, floor = token
@@ -218,10 +219,15 @@ class GroupStore(FoldedStore[GroupState, Op]):
             durable_lsn = self._cp_durable.get(name, -1)
             try:
                 passes = any(durable_lsn < base <= floor for base in list_segments(self._fs, self.log_path))
+                if passes and not self._always:
+                    # Without "always" the op is not fsynced yet: it must be before a durable
+                    # checkpoint that rests on it (a power cut would leave the checkpoint above
+                    # entries still pending, or a subscriber with no group).
+                    self._log.sync()
                 self._write_checkpoint(name, g, durable=passes, lsn=floor)
                 if passes:
                     self._write_checkpoint(name, g, durable=True, lsn=floor)  # (the second slot)
-            except OSError as err:  # the op is durable and answered; a lower checkpoint is safe
+            except (OSError, FailedError) as err:  # the op is made and answered; a lower checkpoint is safe
                 _logger.error("%s: group %r: its checkpoint was not raised: %s", self.path, name, err)
 
     def _group(self, name: str, key: str, command: str = "") -> Group:
