@@ -185,6 +185,8 @@ def test_claiming_entries_left_idle(r: redis.Redis) -> None:
     assert nxt == ids[2] and [eid for eid, _ in claimed] == [ids[1]] and deleted == []
     nxt, claimed, deleted = r.xautoclaim("work", "g", "carol", 50, nxt)
     assert nxt == b"0-0" and [eid for eid, _ in claimed] == [ids[2]] and deleted == []
+    # a COUNT past logspool's bound claims at most the bound (a cursor says where to go on)
+    assert r.xautoclaim("work", "g", "carol", 60_000, "0-0", count=100_000, justid=True) == []
     # JUSTID: ids only, and no delivery counted; RETRYCOUNT sets the count; FORCE makes an entry pending
     assert r.xclaim("work", "g", "dave", 0, [ids[1]], justid=True) == [ids[1]]
     assert r.xpending_range("work", "g", ids[1], ids[1], 1)[0]["times_delivered"] == 2
@@ -396,7 +398,10 @@ def test_bad_names_and_ids_are_errors_and_the_connection_stays(r: redis.Redis, d
         (lambda: r.xgroup_create("nostream", "g"), "requires the key to exist"),
         (lambda: r.xgroup_create("named", "g2", id="12-x"), "Invalid stream ID"),
         (lambda: r.xgroup_create("nostream", "g", id="x", mkstream=True), "Invalid stream ID"),
-        (lambda: r.xgroup_setid("named", "missing", "0"), "NOGROUP"),
+        (
+            lambda: r.xgroup_setid("named", "missing", "0"),
+            "^NOGROUP No such consumer group 'missing' for key name 'named'$",
+        ),
         (lambda: r.xreadgroup("ok", "c", {"../up": ">"}), "log names"),
         (lambda: r.xreadgroup("missing", "c", {"named": ">"}), "NOGROUP"),
         (lambda: r.xreadgroup("ok", "c", {"nostream": ">"}), "NOGROUP"),

@@ -152,11 +152,11 @@ def _xgroup(s: Session, args: list[bytes]) -> bytes:
         return w.integer(int(destroyed))
     if store is None:
         raise NoGroupError(missing)
-    if sub == b"SETID":
-        store.set_id(group, name, *position)
-        return w.OK
-    consumer = consumer_name(args[4])
+    consumer = consumer_name(args[4]) if sub != b"SETID" else ""
     try:
+        if sub == b"SETID":
+            store.set_id(group, name, *position)
+            return w.OK
         if sub == b"CREATECONSUMER":
             return w.integer(int(store.add_consumer(group, name, consumer)))
         return w.integer(store.remove_consumer(group, name, consumer))
@@ -440,8 +440,10 @@ def _xautoclaim(s: Session, args: list[bytes]) -> bytes:
         option = args[i].upper()
         if option == b"COUNT" and i + 1 < len(args):
             count = _int(args[i + 1])
-            if not 1 <= count <= STREAM_REPLY_COUNT_MAX:
-                raise RedisError(f"ERR COUNT must be > 0 (and at most {STREAM_REPLY_COUNT_MAX} here)")
+            if count < 1:
+                raise RedisError("ERR COUNT must be > 0")
+            # (more is looked at no further than the bound: the reply's cursor says where to go on)
+            count = min(count, STREAM_REPLY_COUNT_MAX)
             i += 2
         elif option == b"JUSTID":
             justid = True
