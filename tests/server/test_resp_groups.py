@@ -35,7 +35,7 @@ import logspool
 from logspool._fs import REAL
 from logspool._subscribers import Checkpoints
 from logspool.server._resp_group_commands import _position
-from logspool.server._resp_groups import GroupStore
+from logspool.server._resp_groups import READERS_KEPT_MAX, Groups, GroupStore
 from tests.crash.faultfs import FaultFS, PowerLoss, materialize
 from tests.server.conftest import Daemon
 
@@ -457,6 +457,38 @@ def test_redis_cli_and_resp3(daemon: Daemon) -> None:
     assert fields == {b"payload": b"three"}
     assert r3.xinfo_stream("clis")["groups"] == 1 and lsn(eid3) == 1
     r3.close()
+
+
+# --- bounds ---------------------------------------------------------------------------------------
+def test_readers_kept_for_groups_are_bounded_over_the_daemon(tmp_path: Path) -> None:
+    """A '>' read keeps its group's reader open for the next one (each holds a file open). With
+    a bound per stream, 1,024 streams of 100 groups would hold ~100,000 files, past the fd limit
+    of the process; the bound is the daemon's: readers past it are closed, least recent first,
+    and a group whose reader was closed reads on where it was."""
+    data = tmp_path / "data"
+    (data / "groups").mkdir(parents=True)
+    groups = Groups(str(data), "os")
+    logs = [logspool.open(data / "logs" / f"s{i}", durability="os") for i in range(5)]
+    try:
+        for log in logs:
+            log.append_many([b"a", b"b"])
+        names = [f"g{j}" for j in range(64)]
+        for i, log in enumerate(logs):
+            store = groups.store(f"s{i}", log, create=True)
+            assert store is not None
+            for name in names:
+                store.create(name, 0, (0, 0))
+                assert len(store.deliver(log, name, f"s{i}", "c", 1, False, 1 << 20)) == 1
+        assert len(groups.readers) == READERS_KEPT_MAX < 5 * 64
+        # s0's readers were the first closed: its groups read on where they were
+        store = groups.store("s0", logs[0], create=False)
+        assert store is not None
+        assert [n for n, _, _ in store.deliver(logs[0], "g0", "s0", "c", 5, False, 1 << 20)] == [1]
+    finally:
+        groups.close()
+        for log in logs:
+            log.close()
+    assert len(groups.readers) == 0
 
 
 # --- power loss -----------------------------------------------------------------------------------

@@ -49,6 +49,7 @@ import json
 import logging
 import os
 import threading
+from collections import OrderedDict
 from collections.abc import Iterator
 from typing import Any
 
@@ -82,8 +83,47 @@ from ._resp_streams import Record, lsn_after, read_after, read_lsns, reader_at
 _logger = logging.getLogger("logspool.server.resp")
 
 GROUPS_DIR = "groups"  # under the data directory: DATA/groups/<stream>/
-READERS_KEPT_MAX = 64  # readers kept open for '>' reads, per stream (each holds a file open)
+# Readers kept open for '>' reads, over all the streams of the daemon (each holds a file open:
+# per stream, 1,024 streams of 100 groups would hold ~100,000 files, past the fd limit).
+READERS_KEPT_MAX = 256
 Token = tuple[Group, int, int]  # a decision's group, lowerings counted so far, floor it left
+
+
+# --- readers kept for '>' reads ---------------------------------------------------------------------
+class KeptReaders:
+    """Each group's reader where its last '>' read left it (a new reader parses a chunk of the
+    segment to find its position: most of a one-entry read's cost), at most ``size_max`` over
+    every store that shares this, the least recently used closed first. A reader taken is its
+    taker's alone until it is kept again. Any thread."""
+
+    def __init__(self, size_max: int = READERS_KEPT_MAX) -> None:
+        self.size_max = size_max
+        self._lock = threading.Lock()
+        self._kept: OrderedDict[tuple[object, str], Reader] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._kept)
+
+    def take(self, owner: object, name: str) -> Reader | None:
+        with self._lock:
+            return self._kept.pop((owner, name), None)
+
+    def keep(self, owner: object, name: str, reader: Reader) -> None:
+        with self._lock:
+            old = self._kept.pop((owner, name), None)
+            self._kept[(owner, name)] = reader
+            gone = [self._kept.popitem(last=False)[1] for _ in range(max(0, len(self._kept) - self.size_max))]
+        for other in [old, *gone]:  # (not in use: a reader in use is not kept)
+            if other is not None and other is not reader:
+                other.close()
+
+    def drop(self, owner: object, name: str | None = None) -> None:
+        """Close ``owner``'s reader of group ``name`` (None: all of its readers)."""
+        with self._lock:
+            keys = [k for k in self._kept if k[0] is owner and (name is None or k[1] == name)]
+            gone = [self._kept.pop(k) for k in keys]
+        for reader in gone:
+            reader.close()
 
 
 # --- the store ------------------------------------------------------------------------------------
@@ -99,9 +139,13 @@ class GroupStore(FoldedStore[GroupState, Op]):
     WHAT = "consumer group store"
     SNAPSHOT_SIZE_MAX = SNAPSHOT_SIZE_MAX
 
-    def __init__(self, path: str, log: Log, durability: Durability, *, fs: FileSystem | None = None) -> None:
+    def __init__(
+        self, path: str, log: Log, durability: Durability, *, fs: FileSystem | None = None,
+        readers: KeptReaders | None = None,
+    ) -> None:  # fmt: skip
         """Open (or create) the groups of the stream ``log`` at ``path``; ``fs``: the I/O seam
-        for the store and the checkpoints (the log has its own), for fault injection."""
+        for the store and the checkpoints (the log has its own), for fault injection;
+        ``readers``: where its '>' readers are kept (shared by the daemon's stores)."""
         self._open_store(
             path,
             create=True,
@@ -119,7 +163,7 @@ class GroupStore(FoldedStore[GroupState, Op]):
         self._cp: dict[str, int] = {}  # each group's checkpoint as last written
         self._cp_durable: dict[str, int] = {}  # each group's checkpoint as last fsynced
         self._lowers: dict[str, int] = {}  # ops that lowered each group's floor (``_lower``)
-        self._readers: dict[str, Reader] = {}  # each group's reader for '>', least recent first
+        self._readers = KeptReaders() if readers is None else readers
         try:
             with self._mutex:
                 self._catch_up()
@@ -138,9 +182,7 @@ class GroupStore(FoldedStore[GroupState, Op]):
         with self._mutex:
             super().close()
             self._checkpoints.close()
-            for reader in self._readers.values():
-                reader.close()
-            self._readers.clear()
+            self._readers.drop(self)
 
     # --- FoldedStore's hooks ------------------------------------------------------------------------
     def _new_state(self, snapshot: bytes | None, path: str) -> GroupState:
@@ -283,9 +325,7 @@ class GroupStore(FoldedStore[GroupState, Op]):
                 self._checkpoints.remove(name)  # before the op (see the module docstring)
             self._cp.pop(name, None)
             self._cp_durable.pop(name, None)
-            reader = self._readers.pop(name, None)
-            if reader is not None:
-                reader.close()
+            self._readers.drop(self, name)
             w.write({"op": "destroy", "g": name})
         return True
 
@@ -344,7 +384,7 @@ class GroupStore(FoldedStore[GroupState, Op]):
                 count = min(count, room)
             # A reader kept per group, where the last delivery left it: a new reader parses a
             # chunk of the segment to find its position (most of a one-entry read's cost).
-            reader = reader_at(log, g.next_lsn, self._readers.pop(name, None))
+            reader = reader_at(log, g.next_lsn, self._readers.take(self, name))
             try:
                 try:
                     records = read_after(reader, count, size_max)
@@ -352,9 +392,7 @@ class GroupStore(FoldedStore[GroupState, Op]):
                     reader = reader_at(log, g.next_lsn, reader)
                     records = read_after(reader, count, size_max)
             finally:
-                self._readers[name] = reader
-                while len(self._readers) > READERS_KEPT_MAX:  # the least recently used goes
-                    self._readers.pop(next(iter(self._readers))).close()
+                self._readers.keep(self, name, reader)
             if records:
                 if self._always:
                     # The records may be an XADD's whose fsync is still to come (a reader sees
@@ -538,6 +576,7 @@ class Groups:
         self.durability = durability
         self._open: dict[str, GroupStore] = {}
         self._lock = threading.Lock()
+        self.readers = KeptReaders()  # (shared by the stores: one bound for the daemon)
 
     def store(self, name: str, log: Log, *, create: bool) -> GroupStore | None:
         """The groups of the stream ``name`` (a valid log name, checked by the caller), or None
@@ -555,7 +594,7 @@ class Groups:
             if not os.path.isdir(root):
                 os.makedirs(root, exist_ok=True)
                 REAL.fsync_dir(self.data)  # the new directory's name must survive a power cut
-            found = self._open[name] = GroupStore(path, log, self.durability)
+            found = self._open[name] = GroupStore(path, log, self.durability, readers=self.readers)
             return found
 
     def close(self) -> None:
