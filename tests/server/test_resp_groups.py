@@ -460,6 +460,33 @@ def test_redis_cli_and_resp3(daemon: Daemon) -> None:
 
 
 # --- bounds ---------------------------------------------------------------------------------------
+def test_group_replies_are_bounded_in_bytes(r: redis.Redis) -> None:
+    """Entries of 15 MiB: a reply of XREADGROUP ('>' or history), XCLAIM, XAUTOCLAIM, XRANGE,
+    XREVRANGE or XREAD holds at most 32 MiB of payloads (one entry at least), the rest left for the next call, so that it
+    stays under the connection's 64 MiB output bound (past it the connection is closed, and
+    entries read with '>' would stay pending for a consumer that never saw them)."""
+    r.xgroup_create("big", "g", id="0", mkstream=True)
+    blob = b"x" * (15 << 20)
+    ids = [r.xadd("big", {"payload": blob}) for _ in range(5)]
+    connection = r.client_id()
+    assert ids_of(r.xreadgroup("g", "c", {"big": ">"}, count=10)) == ids[:2]
+    assert ids_of(r.xreadgroup("g", "c", {"big": ">"}, count=10)) == ids[2:4]
+    assert ids_of(r.xreadgroup("g", "c", {"big": ">"}, count=10)) == ids[4:]
+    assert ids_of(r.xreadgroup("g", "c", {"big": "0"})) == ids[:2]  # its history, from the start
+    assert ids_of(r.xreadgroup("g", "c", {"big": ids[1]})) == ids[2:4]  # and on from the last
+    assert [eid for eid, _ in r.xclaim("big", "g", "d", 0, ids)] == ids[:2]
+    assert r.xclaim("big", "g", "d", 0, ids[2:], justid=True) == ids[2:4]
+    nxt, claimed, deleted = r.xautoclaim("big", "g", "e", 0, "0-0", count=10)
+    assert [eid for eid, _ in claimed] == ids[:2] and nxt == ids[2] and deleted == []
+    assert claimed[0][1] == {b"payload": blob}
+    # the stream reads too: XRANGE, XREVRANGE (newest first), XREAD
+    assert [eid for eid, _ in r.xrange("big", count=10)] == ids[:2]
+    assert [eid for eid, _ in r.xrevrange("big", count=10)] == ids[:2:-1]
+    assert [eid for eid, _ in r.xread({"big": "0"}, count=10)[0][1]] == ids[:2]
+    assert r.client_id() == connection  # one connection throughout
+    assert r.xpending("big", "g")["pending"] == 5
+
+
 def test_readers_kept_for_groups_are_bounded_over_the_daemon(tmp_path: Path) -> None:
     """A '>' read keeps its group's reader open for the next one (each holds a file open). With
     a bound per stream, 1,024 streams of 100 groups would hold ~100,000 files, past the fd limit

@@ -221,16 +221,21 @@ def _xreadgroup(s: Session, args: list[bytes]) -> bytes | Block:
 
     def now() -> bytes | None:
         found: list[tuple[bytes, bytes]] = []
+        left = STREAM_REPLY_BYTES_MAX  # (over the streams: a stream past it is left for the next call)
         for name, after in wanted_ids:
+            if left <= 0:
+                break
             log, store = stores[name]
             if after is None:
-                records = store.deliver(log, group, name, consumer, count, noack, STREAM_REPLY_BYTES_MAX)
+                records = store.deliver(log, group, name, consumer, count, noack, left)
                 if records:
                     entries = [((ms, lsn), payload) for lsn, ms, payload in records]
                     found.append((w.bulk(name.encode()), _entries(s, entries)))
+                    left -= sum(len(payload) for _, _, payload in records)
             else:
-                history = store.history(log, group, name, consumer, after, count)
+                history = store.history(log, group, name, consumer, after, count, left)
                 found.append((w.bulk(name.encode()), _entries(s, history)))  # (even if empty: Redis)
+                left -= sum(len(payload or b"") for _, payload in history)
         if not found:
             return None
         if s.proto == 3:

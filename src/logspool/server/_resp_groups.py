@@ -78,7 +78,7 @@ from ._resp_group_state import (
     now_ms,
 )
 from ._resp_kv import RedisError
-from ._resp_streams import Record, lsn_after, read_after, read_lsns, reader_at
+from ._resp_streams import STREAM_REPLY_BYTES_MAX, Record, lsn_after, read_after, read_lsns_upto, reader_at
 
 _logger = logging.getLogger("logspool.server.resp")
 
@@ -416,10 +416,11 @@ class GroupStore(FoldedStore[GroupState, Op]):
         return records
 
     def history(
-        self, log: Log, name: str, key: str, consumer: str, after: Id, count: int
+        self, log: Log, name: str, key: str, consumer: str, after: Id, count: int, size_max: int
     ) -> list[tuple[Id, bytes | None]]:
         """XREADGROUP with an id: ``consumer``'s pending entries after ``after`` (None for one
-        the log no longer holds); each one found counts as delivered again."""
+        the log no longer holds), with at most ``size_max`` bytes of payloads (but one at
+        least); each one found counts as delivered again."""
         with self._decide() as w:
             g = self._group(name, key, " in XREADGROUP with GROUP option")
             at = now_ms()
@@ -430,7 +431,9 @@ class GroupStore(FoldedStore[GroupState, Op]):
                     ids.append((entry.ms, lsn))
                     if len(ids) >= count:
                         break
-            found = read_lsns(log, [lsn for _, lsn in ids])
+            found, stop = read_lsns_upto(log, [lsn for _, lsn in ids], size_max)
+            if stop is not None:  # (the rest in the next call: the client goes on from the last)
+                ids = [eid for eid in ids if eid[1] < stop]
             again = [lsn for ms, lsn in ids if found.get(lsn, (-1,))[0] == ms]
             if again:
                 w.write({"op": "redeliver", "g": name, "c": consumer, "at": at, "lsns": again})
@@ -476,11 +479,13 @@ class GroupStore(FoldedStore[GroupState, Op]):
             at = now_ms()
             when = at if delivered_ms is None or not 0 <= delivered_ms <= at else delivered_ms
             wanted = list(dict.fromkeys(ids))
-            found = read_lsns(log, [lsn for _, lsn in wanted])
+            found, stop = read_lsns_upto(log, [lsn for _, lsn in wanted], STREAM_REPLY_BYTES_MAX)
             items: list[list[Any]] = []
             drop: list[int] = []
             out: list[tuple[Id, bytes]] = []
             for ms, lsn in wanted:
+                if stop is not None and lsn >= stop:
+                    continue  # (not looked at: the reply's bytes are bounded; it stays as it is)
                 entry = g.pending_id((ms, lsn))
                 rec = found.get(lsn)
                 if rec is None or rec[0] != ms:
@@ -531,22 +536,33 @@ class GroupStore(FoldedStore[GroupState, Op]):
             at = now_ms()
             first = log.info().first_lsn
             i = g.ids_from(start)
-            items: list[list[Any]] = []
-            deleted: list[Id] = []
+            looked: list[int] = []  # the entries it claims or finds gone, in order
             seen = 0
             for lsn in g.order[i : i + count * 10]:
-                if count <= 0:
+                if len(looked) >= count:
                     break
                 seen += 1
-                entry = g.pel[lsn]
-                if lsn < first:
-                    deleted.append((entry.ms, lsn))
-                    count -= 1
-                elif not min_idle_ms or at - entry.delivered_ms >= min_idle_ms:
-                    items.append([lsn, entry.ms, at, entry.count if justid else entry.count + 1])
-                    count -= 1
+                if lsn < first or not min_idle_ms or at - g.pel[lsn].delivered_ms >= min_idle_ms:
+                    looked.append(lsn)
             rest = g.order[i + seen : i + seen + 1]
             next_start = (g.pel[rest[0]].ms, rest[0]) if rest else (0, 0)
+            # The records, read here (what is gone leaves the PEL), payloads bounded in bytes:
+            # past the bound, the rest waits for the next call (the cursor points at it).
+            found, stop = read_lsns_upto(log, [lsn for lsn in looked if lsn >= first], STREAM_REPLY_BYTES_MAX)
+            if stop is not None:
+                looked = [lsn for lsn in looked if lsn < stop]
+                next_start = (g.pel[stop].ms, stop)
+            items: list[list[Any]] = []
+            deleted: list[Id] = []
+            claimed: list[tuple[Id, bytes | None]] = []
+            for lsn in looked:
+                entry = g.pel[lsn]
+                rec = found.get(lsn)
+                if rec is None or rec[0] != entry.ms:
+                    deleted.append((entry.ms, lsn))
+                else:
+                    items.append([lsn, entry.ms, at, entry.count if justid else entry.count + 1])
+                    claimed.append(((entry.ms, lsn), None if justid else rec[1]))
             if consumer not in g.consumers:
                 self._check_consumers(g)
             if items or deleted or consumer not in g.consumers:
@@ -559,11 +575,6 @@ class GroupStore(FoldedStore[GroupState, Op]):
             self._raise(name, token)
         else:
             self.settle()
-        found = {} if justid else read_lsns(log, [item[0] for item in items])
-        claimed: list[tuple[Id, bytes | None]] = []
-        for lsn, ms, _, _ in items:
-            rec = found.get(lsn)
-            claimed.append(((ms, lsn), rec[1] if rec is not None and rec[0] == ms else None))
         return next_start, claimed, deleted
 
 

@@ -27,6 +27,7 @@ payload that starts with the magic but does not decode exactly is read as a raw 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import os
 import struct
@@ -51,7 +52,13 @@ ID_MAX = (1 << 64) - 1
 # Entries one XREAD or XRANGE reply holds at most (XREAD continues from its last id; an XRANGE
 # without COUNT over more entries is answered with an error that says to give COUNT).
 STREAM_REPLY_COUNT_MAX = 10_000
-STREAM_REPLY_BYTES_MAX = 64 * 1024 * 1024
+# Payload bytes of one reply of a stream (XRANGE, XREAD) or of a consumer group reply over its
+# streams (XREADGROUP, XCLAIM, XAUTOCLAIM): an entry that would pass it waits for the next call
+# (but a reply holds at least one), so that a reply stays under the connection's 64 MiB output
+# bound (RespOptions.output_size_max: a reply past it closes the connection, and with
+# XREADGROUP '>' the entries stay pending for a consumer that never saw them). 32 MiB + a
+# 16 MiB record + framing is below it.
+STREAM_REPLY_BYTES_MAX = 32 * 1024 * 1024
 SEALED_LAST_MAX = 4096  # sealed segments whose last id MINID trimming remembers
 # Blocked XREADs on a log that has no inotify watch (no inotify, or the log does not exist yet)
 # look again this often.
@@ -300,9 +307,11 @@ class Streams:
                     continue
                 if rid > end or (end_excl and rid == end):
                     break
-                out.append((format_id(rec.timestamp, rec.lsn), decode_fields(rec.payload)))
                 size += len(rec.payload)
-                if len(out) >= count or size >= STREAM_REPLY_BYTES_MAX:
+                if out and size > STREAM_REPLY_BYTES_MAX:
+                    break  # (the client goes on from the last id)
+                out.append((format_id(rec.timestamp, rec.lsn), decode_fields(rec.payload)))
+                if len(out) >= count:
                     break
         finally:
             reader.close()  # type: ignore[attr-defined]
@@ -324,12 +333,16 @@ class Streams:
             finally:
                 probe.close()
         out: list[Entry] = []
+        out_size = 0  # payload bytes in ``out``
         window = max(count, 16)
         for _ in range(64):  # bounded: the window doubles each turn
             lo = max(info.first_lsn, hi - window + 1)
             if hi < lo:
                 break
-            chunk: list[Entry] = []
+            # The chunk keeps its newest entries only: as many as the reply still takes, and no
+            # more payload bytes than it still takes (one entry at least), so memory stays bounded.
+            chunk: collections.deque[tuple[Entry, int]] = collections.deque()
+            chunk_size = 0
             done = False
             try:
                 reader = log.reader(lo)
@@ -345,10 +358,21 @@ class Streams:
                     if rid < start or (start_excl and rid == start):
                         done = True
                         continue
-                    chunk.append((format_id(rec.timestamp, rec.lsn), decode_fields(rec.payload)))
+                    chunk.append(
+                        ((format_id(rec.timestamp, rec.lsn), decode_fields(rec.payload)), len(rec.payload))
+                    )
+                    chunk_size += len(rec.payload)
+                    while len(chunk) > 1 and (
+                        len(out) + len(chunk) > count or out_size + chunk_size > STREAM_REPLY_BYTES_MAX
+                    ):
+                        chunk_size -= chunk.popleft()[1]
+                        done = True  # (what it dropped is older than what it keeps: the reply ends here)
             finally:
                 reader.close()
-            out += reversed(chunk)
+            if out and out_size + chunk_size > STREAM_REPLY_BYTES_MAX:
+                break
+            out += [entry for entry, _ in reversed(chunk)]
+            out_size += chunk_size
             if len(out) >= count or done or lo <= info.first_lsn:
                 break
             hi = lo - 1
@@ -372,9 +396,11 @@ class Streams:
             size = 0
             try:
                 for rec in reader:
-                    out.append((format_id(rec.timestamp, rec.lsn), decode_fields(rec.payload)))
                     size += len(rec.payload)
-                    if len(out) >= count or size >= STREAM_REPLY_BYTES_MAX:
+                    if out and size > STREAM_REPLY_BYTES_MAX:
+                        break  # (the client goes on from the last id)
+                    out.append((format_id(rec.timestamp, rec.lsn), decode_fields(rec.payload)))
+                    if len(out) >= count:
                         break
             finally:
                 reader.close()
@@ -390,17 +416,19 @@ class Streams:
 
 # --- reading records by lsn (the consumer groups' reads) ---------------------------------------------
 def read_after(reader: Reader, count: int, size_max: int) -> list[Record]:
-    """Up to ``count`` records from the reader's position on, not waiting."""
+    """Up to ``count`` records from the reader's position on, not waiting, with at most
+    ``size_max`` bytes of payloads (but at least one record). The reader may be left past the
+    last record returned (the caller seeks it)."""
     out: list[Record] = []
     size = 0
     for _ in range(count):
         rec = reader.next(timeout=0)
         if rec is None:
             break
-        out.append((rec.lsn, rec.timestamp // 1_000_000, rec.payload))
         size += len(rec.payload)
-        if size >= size_max:
+        if out and size > size_max:
             break
+        out.append((rec.lsn, rec.timestamp // 1_000_000, rec.payload))
     return out
 
 
@@ -424,8 +452,17 @@ def reader_at(log: Log, lsn: int, reader: Reader | None) -> Reader:
 
 def read_lsns(log: Log, lsns: list[int]) -> dict[int, tuple[int, bytes]]:
     """The records at these lsns that the log still holds: lsn -> (ms, payload)."""
+    return read_lsns_upto(log, lsns, None)[0]
+
+
+def read_lsns_upto(
+    log: Log, lsns: list[int], size_max: int | None
+) -> tuple[dict[int, tuple[int, bytes]], int | None]:
+    """As ``read_lsns``, in lsn order, stopping before the payloads read would pass ``size_max``
+    bytes (after one at least). Also returns the first lsn not looked at (None: none was left)."""
     out: dict[int, tuple[int, bytes]] = {}
     reader = None
+    size = 0
     try:
         for lsn in sorted(set(lsns)):
             try:
@@ -437,11 +474,14 @@ def read_lsns(log: Log, lsns: list[int]) -> dict[int, tuple[int, bytes]]:
                 continue  # removed by retention (or past the end)
             rec = reader.next(timeout=0)
             if rec is not None and rec.lsn == lsn:
+                size += len(rec.payload)
+                if size_max is not None and out and size > size_max:
+                    return out, lsn
                 out[lsn] = (rec.timestamp // 1_000_000, rec.payload)
     finally:
         if reader is not None:
             reader.close()
-    return out
+    return out, None
 
 
 def last_id(log: Log) -> tuple[Id, int]:
