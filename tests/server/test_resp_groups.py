@@ -462,9 +462,10 @@ def test_redis_cli_and_resp3(daemon: Daemon) -> None:
 # --- bounds ---------------------------------------------------------------------------------------
 def test_group_replies_are_bounded_in_bytes(r: redis.Redis) -> None:
     """Entries of 15 MiB: a reply of XREADGROUP ('>' or history), XCLAIM, XAUTOCLAIM, XRANGE,
-    XREVRANGE or XREAD holds at most 32 MiB of payloads (one entry at least), the rest left for the next call, so that it
-    stays under the connection's 64 MiB output bound (past it the connection is closed, and
-    entries read with '>' would stay pending for a consumer that never saw them)."""
+    XREVRANGE or XREAD holds at most 32 MiB of payloads (one entry at least), the rest left for
+    the next call, so that it stays under the connection's 64 MiB output bound (past it the
+    connection is closed, and entries read with '>' would stay pending for a consumer that
+    never saw them)."""
     r.xgroup_create("big", "g", id="0", mkstream=True)
     blob = b"x" * (15 << 20)
     ids = [r.xadd("big", {"payload": blob}) for _ in range(5)]
