@@ -488,6 +488,24 @@ def test_group_replies_are_bounded_in_bytes(r: redis.Redis) -> None:
     assert r.xpending("big", "g")["pending"] == 5
 
 
+def test_xinfo_stream_full_lists_a_bounded_number_of_pending_entries(r: redis.Redis) -> None:
+    """XINFO STREAM FULL COUNT 0 lists every PEL entry of every group and consumer in Redis:
+    here at most 10,000 over the reply (100 groups of 100,000 would be 20,000,000 rows built in
+    memory); the counts stay exact."""
+    r.xgroup_create("full", "g1", id="0", mkstream=True)
+    r.xgroup_create("full", "g2", id="0")
+    pipe = r.pipeline(transaction=False)
+    for i in range(6_000):
+        pipe.xadd("full", {"payload": b"%d" % i})
+    pipe.execute()
+    for group in ("g1", "g2"):
+        assert len(ids_of(r.xreadgroup(group, "c", {"full": ">"}, count=10_000))) == 6_000
+    groups = r.execute_command("XINFO", "STREAM", "full", "FULL", "COUNT", "0")[b"groups"]
+    rows = sum(len(g[b"pending"]) + sum(len(c[b"pending"]) for c in g[b"consumers"]) for g in groups)
+    assert rows == 10_000 and [g[b"pel-count"] for g in groups] == [6_000, 6_000]
+    assert len(groups[0][b"pending"]) == 6_000  # in order: the first group's first
+
+
 def test_readers_kept_for_groups_are_bounded_over_the_daemon(tmp_path: Path) -> None:
     """A '>' read keeps its group's reader open for the next one (each holds a file open). With
     a bound per stream, 1,024 streams of 100 groups would hold ~100,000 files, past the fd limit

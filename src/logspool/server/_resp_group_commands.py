@@ -579,19 +579,30 @@ def _xinfo_stream(s: Session, log: Log, store: GroupStore | None, options: list[
     wanted = STREAM_REPLY_COUNT_MAX if count == 0 else min(count, STREAM_REPLY_COUNT_MAX)
     entries = streams.forward(log, (0, 0), False, (ID_MAX, ID_MAX), False, wanted)
     pairs.append((b"entries", w.array([w.array([w.bulk(e), w.bulks(f)]) for e, f in entries])))
+    rows_left = [FULL_PEL_ROWS_MAX]  # (over the reply's groups and consumers)
     with store.lock if store is not None else contextlib.nullcontext():
         groups = (
-            [] if store is None else [_full_group(s, n, g, wanted, info.next_lsn) for n, g in store.groups()]
+            []
+            if store is None
+            else [_full_group(s, n, g, wanted, info.next_lsn, rows_left) for n, g in store.groups()]
         )
     pairs.append((b"groups", w.array(groups)))
     return _map(s, pairs)
 
 
-def _full_group(s: Session, name: str, g: Group, wanted: int, head: int) -> bytes:
-    """XINFO STREAM FULL's map of one group (the caller holds the store's lock)."""
+# PEL entries one XINFO STREAM FULL reply lists, over its groups and their consumers: with COUNT
+# 0 (all) 100 groups of 100,000 pending entries would be ~20,000,000 rows built in memory.
+FULL_PEL_ROWS_MAX = STREAM_REPLY_COUNT_MAX
+
+
+def _full_group(s: Session, name: str, g: Group, wanted: int, head: int, rows_left: list[int]) -> bytes:
+    """XINFO STREAM FULL's map of one group (the caller holds the store's lock), with at most
+    ``rows_left[0]`` PEL entries in its lists (taken from it)."""
+    shown = min(wanted, rows_left[0], len(g.order))
+    rows_left[0] -= shown
     pel = [w.array([w.bulk(_id_text((g.pel[n].ms, n))), w.bulk(consumer_bytes(g.pel[n].consumer)),
                     w.integer(g.pel[n].delivered_ms), w.integer(g.pel[n].count)])
-           for n in g.order[:wanted]]  # fmt: skip
+           for n in g.order[:shown]]  # fmt: skip
     held: dict[str, list[int]] = {}  # each consumer's first pending lsns: one pass over the PEL
     for n in g.order:
         mine = held.setdefault(g.pel[n].consumer, [])
@@ -599,8 +610,10 @@ def _full_group(s: Session, name: str, g: Group, wanted: int, head: int) -> byte
             mine.append(n)
     consumers = []
     for c, v in sorted(g.consumers.items()):
+        mine = held.get(c, [])[: rows_left[0]]
+        rows_left[0] -= len(mine)
         own = [w.array([w.bulk(_id_text((g.pel[n].ms, n))), w.integer(g.pel[n].delivered_ms),
-                        w.integer(g.pel[n].count)]) for n in held.get(c, [])]  # fmt: skip
+                        w.integer(g.pel[n].count)]) for n in mine]  # fmt: skip
         consumers.append(_map(s, [(b"name", w.bulk(consumer_bytes(c))), (b"seen-time", w.integer(v.seen_ms)),
                                   (b"active-time", w.integer(v.active_ms)),
                                   (b"pel-count", w.integer(v.pending)),
