@@ -479,10 +479,17 @@ class GroupStore(FoldedStore[GroupState, Op]):
             at = now_ms()
             when = at if delivered_ms is None or not 0 <= delivered_ms <= at else delivered_ms
             wanted = list(dict.fromkeys(ids))
-            found, stop = read_lsns_upto(log, [lsn for _, lsn in wanted], STREAM_REPLY_BYTES_MAX)
+            # Only the records it may claim are read: the pending ids, and with FORCE as many
+            # others as the PEL has room for (a million ids of nothing cost no million seeks).
+            room = min(PENDING_MAX - len(g.pel), PENDING_STREAM_MAX - self._state.pending())
+            look = [lsn for ms, lsn in wanted if g.pending_id((ms, lsn)) is not None]
+            if force:
+                look += [lsn for ms, lsn in wanted if g.pending_id((ms, lsn)) is None][: max(room, 0)]
+            found, stop = read_lsns_upto(log, look, STREAM_REPLY_BYTES_MAX)
             items: list[list[Any]] = []
             drop: list[int] = []
             out: list[tuple[Id, bytes]] = []
+            forced = 0
             for ms, lsn in wanted:
                 if stop is not None and lsn >= stop:
                     continue  # (not looked at: the reply's bytes are bounded; it stays as it is)
@@ -493,9 +500,9 @@ class GroupStore(FoldedStore[GroupState, Op]):
                         drop.append(lsn)
                     continue
                 if entry is None:
-                    room = min(PENDING_MAX - len(g.pel), PENDING_STREAM_MAX - self._state.pending())
-                    if not force or len(items) >= room:
+                    if not force or forced >= room:
                         continue
+                    forced += 1
                     count = 1  # (Redis's count for a PEL entry FORCE makes, before this claim)
                 elif min_idle_ms and at - entry.delivered_ms < min_idle_ms:
                     continue
