@@ -8,10 +8,13 @@ retention ``consumed`` waits for it), that XTRIM and XADD's MAXLEN/MINID with ``
 segments through retention while exact trims are refused, that XADD takes the explicit ids it
 can honour and refuses the others with Redis's errors, that a blocked XREADGROUP holds no thread
 and wakes on an append by another process, and that bad names and ids are errors on a
-connection that stays. Last, in-process through the I/O seam (tests/crash/faultfs.py), a power
-cut at each write of a run of group changes: the group is as the last change that returned left
-it (or the one under way), and its checkpoint is never above what it still needs. Waits are
-bounded polls on a condition, never sleeps as proof."""
+connection that stays, and that replies and the files held open stay within their bounds
+(large entries, a full XINFO STREAM FULL, groups on many streams). Last, in-process through the
+I/O seam (tests/crash/faultfs.py), a power cut at each write of a run of group changes: the
+group is as the last change that returned left it (or the one under way), and its checkpoint is
+never above what it still needs; nor is a group ever durable past its log's end (a '>' read of
+an XADD not yet fsynced), nor, without "always", a checkpoint before the op it rests on. Waits
+are bounded polls on a condition, never sleeps as proof."""
 
 from __future__ import annotations
 
