@@ -244,6 +244,61 @@ def test_a_kill_and_restart_keeps_positions_and_pending_entries(tmp_path: Path) 
         d.kill()
 
 
+def test_a_kill_under_concurrent_consumers_loses_no_entry_and_delivers_none_twice(tmp_path: Path) -> None:
+    """Four consumers read with '>' and ack every other entry, at once, until kill -9. After the
+    restart: no entry whose XACK was answered is pending; every entry delivered and not acked
+    is pending; and reading on with '>' gives exactly the entries never delivered: none is lost,
+    none comes twice."""
+    d = Daemon(tmp_path / "data", resp=True).start()
+    try:
+        setup = client(d.resp_port)
+        setup.xgroup_create("k", "g", id="0", mkstream=True)
+        pipe = setup.pipeline(transaction=False)
+        for i in range(3_000):
+            pipe.xadd("k", {"payload": b"%d" % i})
+        every = set(pipe.execute())
+        setup.close()
+        delivered: list[bytes] = []  # each '>' reply received
+        acked: set[bytes] = set()  # each XACK answered
+        sent: set[bytes] = set()  # each XACK sent (answered or not)
+        lock = threading.Lock()
+
+        def consume(name: str) -> None:
+            c = client(d.resp_port)
+            with contextlib.suppress(redis.ConnectionError):
+                for _ in range(10_000):  # bounded: the kill ends it long before
+                    got = ids_of(c.xreadgroup("g", name, {"k": ">"}, count=5))
+                    if not got:
+                        break
+                    with lock:
+                        delivered.extend(got)
+                        sent.update(got[::2])
+                    c.xack("k", "g", *got[::2])
+                    with lock:
+                        acked.update(got[::2])
+            c.close()
+
+        threads = [threading.Thread(target=consume, args=(f"c{i}",)) for i in range(4)]
+        for t in threads:
+            t.start()
+        wait_for(lambda: len(delivered) >= 600)
+        d.kill()
+        for t in threads:
+            t.join(30)
+        assert len(delivered) == len(set(delivered)) < len(every)  # (it was cut mid-way)
+        d.start()
+        r = client(d.resp_port)
+        pending = {row["message_id"] for row in r.xpending_range("k", "g", "-", "+", 10_000)}
+        assert not pending & acked
+        assert set(delivered) - sent <= pending
+        rest = ids_of(r.xreadgroup("g", "after", {"k": ">"}, count=10_000))
+        assert not set(rest) & (set(delivered) | pending)  # none twice
+        assert set(rest) | set(delivered) | pending == every  # none lost
+        r.close()
+    finally:
+        d.kill()
+
+
 def test_retention_consumed_waits_for_the_group(r: redis.Redis, daemon: Daemon) -> None:
     path = daemon.data / "logs" / "metered"
     with logspool.open(path, segment_size_max=4096) as log:  # small segments, so several of them
