@@ -564,6 +564,25 @@ def test_xinfo_stream_full_lists_a_bounded_number_of_pending_entries(r: redis.Re
     assert len(groups[0][b"pending"]) == 6_000  # in order: the first group's first
 
 
+def test_a_bound_met_on_a_later_stream_does_not_hide_what_the_first_delivered(r: redis.Redis) -> None:
+    """XREADGROUP '>' on two streams, the second one's group at its bound of consumers: the
+    entries of the first are pending for the consumer once read, so the reply holds them (an
+    error would leave them pending for a consumer that never saw them); the next read, with
+    nothing new on the first, answers the error."""
+    r.xgroup_create("first", "g", id="0", mkstream=True)
+    r.xgroup_create("crowded", "g", id="0", mkstream=True)
+    pipe = r.pipeline(transaction=False)
+    for i in range(1_000):
+        pipe.xgroup_createconsumer("crowded", "g", f"c{i}")
+    assert all(pipe.execute())
+    eid = r.xadd("first", {"payload": "x"})
+    reply = r.xreadgroup("g", "newcomer", {"first": ">", "crowded": ">"})
+    assert [(name, ids_of([[name, entries]])) for name, entries in reply] == [(b"first", [eid])]
+    with pytest.raises(redis.ResponseError, match="at most 1000 consumers"):
+        r.xreadgroup("g", "newcomer", {"first": ">", "crowded": ">"})
+    assert r.xpending("first", "g")["pending"] == 1
+
+
 def test_readers_kept_for_groups_are_bounded_over_the_daemon(tmp_path: Path) -> None:
     """A '>' read keeps its group's reader open for the next one (each holds a file open). With
     a bound per stream, 1,024 streams of 100 groups would hold ~100,000 files, past the fd limit
