@@ -162,3 +162,200 @@ def test_a_task_that_cannot_reach_the_daemon_fails_naming_the_address_and_why(
     # the driver's own attempt says the same of itself
     with pytest.raises(Exception, match=f"the driver cannot reach the daemon .* at 127.0.0.1:{port}"):
         spark.read.format("logspool").option("server", f"127.0.0.1:{port}").load("events").count()
+
+
+def stream_to_parquet(
+    spark: Any, address: str, name: str, out: Path, checkpoint: Path, **options: str
+) -> Any:
+    query = (
+        spark.readStream.format("logspool")
+        .option("server", address)
+        .options(**{"startingPosition": "earliest", **options})
+        .load(name)
+        .selectExpr("lsn", "cast(payload as string) as text")
+        .writeStream.format("parquet")
+        .option("path", str(out))
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    assert query.awaitTermination(120), "the availableNow query did not end in 120 s"
+    assert query.exception() is None
+    return query
+
+
+def test_a_stream_resumes_from_its_checkpoint_with_no_record_twice(spark: Any, tmp_path: Path) -> None:
+    d = Daemon(tmp_path / "data").start()
+    try:
+        with client.connect(d.address) as c:
+            c.log("s").append_many([b"a-%05d" % i for i in range(3000)])
+        out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+        q = stream_to_parquet(spark, d.address, "s", out, checkpoint, maxRecordsPerTrigger="1000")
+        assert q.lastProgress["sources"][0]["endOffset"] == '{"lsn": 3000}'
+        assert spark.read.parquet(str(out)).count() == 3000
+        batches = len(list((checkpoint / "commits").iterdir()))
+        assert batches >= 3  # admission control split the backlog
+        with client.connect(d.address) as c:
+            c.log("s").append_many([b"b-%05d" % i for i in range(1500)])
+        stream_to_parquet(spark, d.address, "s", out, checkpoint, maxRecordsPerTrigger="1000")
+        got = spark.read.parquet(str(out)).orderBy("lsn").collect()
+        assert [r.lsn for r in got] == list(range(4500))
+        assert [r.text.encode() for r in got] == [r[2] for r in records(d.address, "s")]
+    finally:
+        d.kill()
+
+
+def test_a_stream_checks_its_start_against_the_first_lsn(tmp_path: Path) -> None:
+    """A checkpointed offset below the daemon's first lsn is data loss (as for a local log), or,
+    with failOnDataLoss=false, the stream goes on from the first lsn."""
+    from logspool.errors import DataLossError
+    from logspool.spark._source import LogspoolDataSource
+
+    d = Daemon(tmp_path / "data").start()
+    try:
+        with client.connect(d.address) as c:
+            c.log("s").append_many([b"x"] * 10)
+        options = {"server": d.address, "log": "s", "maxBytesPerTrigger": "1"}
+        source = LogspoolDataSource(options)
+        reader = source.streamReader(source.schema())
+        assert isinstance(reader, _daemon.StreamReader)
+        assert reader.initialOffset() == {"lsn": 10}  # latest, as Kafka's default
+        assert reader.latestOffset({"lsn": 2}, reader.getDefaultReadLimit()) == {"lsn": 3}  # one record
+        assert reader._checked_start(9, 7) == 9
+        with pytest.raises(DataLossError):
+            reader._checked_start(3, 7)
+        lenient = LogspoolDataSource({**options, "failOnDataLoss": "false"})
+        assert lenient.streamReader(source.schema())._checked_start(3, 7) == 7  # type: ignore[attr-defined]
+    finally:
+        d.kill()
+
+
+def test_a_batch_write_lands_every_row_once_and_reads_back(spark: Any, tmp_path: Path) -> None:
+    d = Daemon(tmp_path / "data").start()
+    try:
+        df = spark.createDataFrame([(f"row-{i:05d}",) for i in range(3000)], "payload string").repartition(3)
+        df.write.format("logspool").option("server", d.address).option("log", "w").mode("append").save()
+        back = spark.read.format("logspool").option("server", d.address).load("w")
+        assert sorted(r.payload for r in back.collect()) == [b"row-%05d" % i for i in range(3000)]
+        assert [r[0] for r in records(d.address, "w")] == list(range(3000))
+    finally:
+        d.kill()
+
+
+def test_a_task_sent_again_after_a_partial_send_leaves_each_row_once(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The task code runs twice for one partition, as on a Spark retry: the first attempt dies
+    after some of its LOG_FORWARD batches landed; the second sends everything again."""
+    from pyspark.sql.types import Row
+
+    from logspool.spark._source import LogspoolDataSource
+
+    monkeypatch.setattr(_daemon, "FORWARD_BYTES", 1000)  # a request every ~40 rows
+    d = Daemon(tmp_path / "data").start()
+    try:
+        rows = [Row(payload=b"p-%05d" % i) for i in range(2000)]
+        source = LogspoolDataSource({"server": d.address, "log": "r"})
+        writer = source.writer(spark.createDataFrame(rows[:1]).schema, False)
+
+        def dies_after(n: int) -> Iterator[Row]:
+            yield from rows[:n]
+            raise RuntimeError("the executor died")
+
+        with pytest.raises(RuntimeError):
+            writer.write(dies_after(1234))
+        landed = len(records(d.address, "r"))
+        assert 0 < landed <= 1234
+        assert writer.write(iter(rows)) == _daemon.Sent(0, 2000)
+        assert writer.write(iter(rows)) == _daemon.Sent(0, 2000)  # and once more: nothing new
+        assert [r[2] for r in records(d.address, "r")] == [r.payload for r in rows]
+    finally:
+        d.kill()
+
+
+def test_a_streaming_sink_through_the_daemon_writes_each_row_once_across_restarts_and_replays(
+    spark: Any, tmp_path: Path
+) -> None:
+    import logspool
+    from logspool.spark import _source
+
+    d = Daemon(tmp_path / "data").start()
+    source = tmp_path / "source"
+    with logspool.open(source) as log:
+        log.append_many([b"s-%05d" % i for i in range(2500)])
+    checkpoint = tmp_path / "checkpoint"
+
+    def run() -> None:
+        query = (
+            spark.readStream.format("logspool")
+            .option("startingPosition", "earliest")
+            .option("maxRecordsPerTrigger", "1000")
+            .load(str(source))
+            .select("payload")
+            .writeStream.format("logspool")
+            .option("server", d.address)
+            .option("log", "sink")
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(availableNow=True)
+            .start()
+        )
+        assert query.awaitTermination(120), "the availableNow query did not end in 120 s"
+        assert query.exception() is None
+
+    try:
+        run()
+        with logspool.open(source) as log:
+            log.append_many([b"s-%05d" % i for i in range(2500, 4000)])
+        run()  # a restart from the checkpoint
+        expected = [b"s-%05d" % i for i in range(4000)]
+        assert sorted(r[2] for r in records(d.address, "sink")) == expected
+        # Spark replays a batch after the driver died before committing it: the task code runs
+        # again for that batch id and query, and the daemon drops every row it has.
+        sink = _source.LogspoolDataSource(
+            {"server": d.address, "log": "sink", "checkpointLocation": str(checkpoint)}
+        ).streamWriter(spark.createDataFrame([(b"x",)], "payload binary").schema, False)
+        assert isinstance(sink, _daemon.StreamWriter)
+        spark.sparkContext.setLocalProperty(_daemon.BATCH_ID_PROPERTY, "0")
+        try:
+            rdd = spark.sparkContext.parallelize([(p,) for p in expected[:1000]], 1)
+            sent = rdd.mapPartitions(lambda it: [sink.write(iter(it))]).collect()
+        finally:
+            spark.sparkContext.setLocalProperty(_daemon.BATCH_ID_PROPERTY, None)
+        assert sent == [_daemon.Sent(0, 1000)]
+        assert sorted(r[2] for r in records(d.address, "sink")) == expected
+    finally:
+        d.kill()
+
+
+def test_records_retention_removed_are_data_loss_as_for_a_local_log(tmp_path: Path) -> None:
+    """Before the planning: a start below the first lsn fails, or with failOnDataLoss=false
+    starts at the first lsn. After it: the task whose span is gone fails, naming the lsns."""
+    import logspool
+    from logspool.errors import PositionError
+    from logspool.spark._source import LogspoolDataSource
+
+    local = tmp_path / "data" / "logs" / "kept"  # the daemon's log, written and trimmed in place
+    with logspool.open(local, segment_size_max=4096) as log:
+        for start in range(0, 600, 20):  # a batch is not split: segments of about 4 KiB
+            log.append_many([b"k-%04d" % i for i in range(start, start + 20)])
+    d = Daemon(tmp_path / "data").start()
+    try:
+        options = {"server": d.address, "log": "kept", "maxPartitionBytes": "2000"}
+        source = LogspoolDataSource(options)
+        reader = source.reader(source.schema())
+        assert isinstance(reader, _daemon.BatchReader)
+        spans = list(reader.partitions())
+        assert len(spans) > 2 and reader.start == 0
+        with logspool.open(local) as log:
+            assert log.enforce_retention(logspool.Retention(size_max=8192)).removed
+            first = log.info().first_lsn
+        assert 0 < first < spans[-1].start
+        with pytest.raises(PositionError):  # the span planned before retention ran
+            list(reader.read(spans[0]))
+        assert sum(b.num_rows for b in reader.read(spans[-1])) == spans[-1].end - spans[-1].start
+        with pytest.raises(PositionError, match="removed by retention"):
+            LogspoolDataSource({**options, "startingPosition": "0"}).reader(source.schema())
+        lenient = LogspoolDataSource({**options, "startingPosition": "0", "failOnDataLoss": "false"})
+        assert lenient.reader(source.schema()).start == first  # type: ignore[attr-defined]
+    finally:
+        d.kill()

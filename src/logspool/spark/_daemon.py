@@ -22,7 +22,9 @@ only.
 
 from __future__ import annotations
 
+import hashlib
 import ssl
+import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -31,14 +33,25 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.datasource import (
     DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
     InputPartition,
+    WriterCommitMessage,
 )
 from pyspark.sql.pandas.types import to_arrow_schema
-from pyspark.sql.types import StructType, TimestampType
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxBytes,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import Row, StructType, TimestampType
 
 from .. import _wire as wire
 from ..client import Client, connect
-from ..errors import DataLossError, RemoteError
+from ..errors import DataLossError, LogspoolError, RemoteError
 from . import _partition as part
 
 # The options only a read or write through the daemon takes (in their documented spelling).
@@ -48,6 +61,7 @@ PAGE_BYTES = 4 * 1024 * 1024  # the daemon's default bytes_max of a LOG_READ pag
 PAGES_IN_FLIGHT = 4  # LOG_READ requests a task keeps sent ahead (pipelined on one connection)
 FORWARD_BYTES = 4 * 1024 * 1024  # payload bytes per LOG_FORWARD (the frame's most is 16 MiB)
 ROW_BITS = 32  # a producer's source position: epoch << ROW_BITS | row (rows per task < 2^32)
+BATCH_ID_PROPERTY = "streaming.sql.batchId"  # Spark's MicroBatchExecution.BATCH_ID_KEY
 TIMEOUT_S = 30.0  # connect and reply timeout of the tasks' and the driver's connections
 
 
@@ -203,9 +217,23 @@ def read_span(
                 break  # the page before was short (bytes_max): ask again from where it ended
             records = reply["records"]
             if not records or records[0][0] != pos:
+                # Records below the log's first lsn are gone (retention after the planning):
+                # data loss. Above it, the lsns skipped are gap records a repair quarantined,
+                # which every reader passes over, as a local read does.
                 found = records[0][0] if records else int(reply["next"])
-                raise DataLossError(remote.where, None, pos, found)
+                first = int(_info(client, remote)["first_lsn"])
+                if pos < first:
+                    raise DataLossError(remote.where, None, pos, first)
+                if found <= pos:
+                    raise LogspoolError(
+                        f"{remote.where}: {role}: lsn {pos} was planned and the daemon has none"
+                    )
+                if not records:
+                    pos = found
+                    break  # the next pages were asked from lsns that do not follow: ask again
             records = [r for r in records if r[0] < span.end]
+            if not records:
+                return
             yield [r[0] for r in records], [r[1] for r in records], [r[2] for r in records]
             pos = records[-1][0] + 1
     raise AssertionError(f"{remote.where}: span {span} read past its length")
@@ -320,3 +348,205 @@ class BatchReader(_RemoteScan, DataSourceReader):
 
     def partitions(self) -> Sequence[InputPartition]:
         return self.plan(self.start, self.end, self.log_info)
+
+
+class StreamReader(_RemoteScan, DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """A stream of a log on the daemon: offsets ``{"lsn": N}``, the head from LOG_INFO's
+    ``next_lsn``, the local stream's options and data-loss rules where they apply."""
+
+    def __init__(self, options: dict[str, str], schema: StructType) -> None:
+        from ._source import _flag, _position, _positive, _time
+
+        super().__init__(options, schema)
+        self.max_records = _positive(options, "maxRecordsPerTrigger")
+        self.max_bytes = _positive(options, "maxBytesPerTrigger")
+        self.fail_on_data_loss = _flag(options, "failOnDataLoss", True)
+        self.target: int | None = None  # availableNow: the head when the query started
+        start = _position(options, "startingPosition", ("earliest", "latest"))
+        self.start_ts = _time(options, "startingTimestamp")
+        if start is not None and self.start_ts is not None:
+            raise _option_error("give startingPosition or startingTimestamp, not both")
+        self.start = "latest" if start is None and self.start_ts is None else start
+
+    def initialOffset(self) -> dict[str, int]:
+        with self.remote.connect("the driver") as client:
+            if self.start_ts is not None:
+                return {"lsn": lsn_at(client, self.remote, self.start_ts)}
+            info = _info(client, self.remote)
+        if self.start == "earliest":
+            return {"lsn": int(info["first_lsn"])}
+        if isinstance(self.start, int):
+            return {"lsn": self.start}
+        return {"lsn": int(info["next_lsn"])}
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.max_records is not None:
+            return ReadMaxRows(self.max_records)
+        if self.max_bytes is not None:
+            return ReadMaxBytes(self.max_bytes)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self.target = int(self.info()["next_lsn"])
+
+    def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
+        info = self.info()
+        begin = self._checked_start(start["lsn"], int(info["first_lsn"]))
+        head = int(info["next_lsn"]) if self.target is None else min(self.target, int(info["next_lsn"]))
+        end = max(head, begin)
+        if not isinstance(limit, ReadAllAvailable):
+            if self.max_records is not None:
+                end = min(end, begin + self.max_records)
+            if self.max_bytes is not None:
+                # By the log's mean record size (LOG_INFO): the daemon says no record's size
+                # without sending it. At least one record, so a stream always moves.
+                count = max(1, int(info["next_lsn"]) - int(info["first_lsn"]))
+                record_size = max(1, int(info["size"]) // count)
+                end = min(end, begin + max(1, self.max_bytes // record_size))
+        return {"lsn": end}
+
+    def reportLatestOffset(self) -> dict[str, int]:
+        return {"lsn": int(self.info()["next_lsn"])}
+
+    def _checked_start(self, lsn: int, first: int) -> int:
+        """As the local stream: records below the first lsn are gone (retention); with
+        failOnDataLoss (the default) the query fails saying which, else it goes on from the first."""
+        if lsn >= first:
+            return lsn
+        if self.fail_on_data_loss:
+            raise DataLossError(self.remote.where, "spark", lsn, first)
+        return first
+
+    def partitions(self, start: dict[str, int], end: dict[str, int]) -> Sequence[InputPartition]:
+        info = self.info()
+        return self.plan(self._checked_start(start["lsn"], int(info["first_lsn"])), end["lsn"], info)
+
+    def commit(self, end: dict[str, int]) -> None:
+        """Nothing to do: the query's checkpoint holds its place (no subscriber on the daemon)."""
+
+
+# --- writing -------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Sent(WriterCommitMessage):
+    """What a task sent: its partition and how many rows the daemon holds for it."""
+
+    partition: int
+    count: int
+
+
+class _RemoteWriter:
+    """The tasks' side of a write through the daemon: rows go out as LOG_FORWARD batches of the
+    producer ``spark:IDENTITY:PARTITION`` at source positions ``epoch << ROW_BITS | row``.
+
+    The daemon holds, per producer, the position below which it has every record (durably,
+    with a pending entry that survives its own crash: PROTOCOL.md §4.1), and appends only what
+    lies past it. A task sent again (a retry, a speculative copy, a batch Spark replays after the
+    driver restarted) sends the same positions, and the daemon drops the rows it already has.
+    The requests of one producer go one at a time: two in flight could be served out of order,
+    and the later one would move the position past rows the earlier one then finds "had"."""
+
+    def __init__(self, options: dict[str, str], schema: StructType, identity: str) -> None:
+        from ._source import _payload_index
+
+        self.remote = remote(options)
+        self.column = _payload_index(schema)
+        # Hashed: a checkpoint's path can be long, and a producer id holds at most 1,024 bytes.
+        self.identity = hashlib.sha256(identity.encode()).hexdigest()[:32]
+        with self.remote.connect("the driver") as client:
+            _info(client, self.remote)  # reachable, the token is right, and the log exists
+
+    def write(self, rows: Iterator[Row], epoch: int) -> Sent:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        partition = ctx.partitionId() if ctx is not None else 0
+        role = f"partition {partition}"
+        producer = f"spark:{self.identity}:{partition}"
+        base = epoch << ROW_BITS
+        count = 0
+        chunk: list[bytes] = []
+        size = 0
+        with self.remote.connect(role) as client:
+            for row in rows:
+                value = row[self.column]
+                if value is None:
+                    raise _option_error(f"row {count + len(chunk)} of partition {partition}: payload is null")
+                data = value.encode("utf-8") if isinstance(value, str) else bytes(value)
+                chunk.append(data)
+                size += len(data) + 16  # the wire's per-record overhead, about
+                if size >= FORWARD_BYTES:
+                    count = self._send(client, producer, base, count, chunk, role)
+                    chunk, size = [], 0
+            if chunk:
+                count = self._send(client, producer, base, count, chunk, role)
+        return Sent(partition, count)
+
+    def _send(
+        self, client: Client, producer: str, base: int, count: int, payloads: list[bytes], role: str
+    ) -> int:
+        """Send rows ``count``... of the task; the count after them. Returns only once the
+        daemon said it holds them (its reply follows its fsync)."""
+        if count + len(payloads) >= 1 << ROW_BITS:
+            raise LogspoolError(f"{role}: more than 2^{ROW_BITS} rows in one task: repartition the write")
+        body = {"name": self.remote.name, "producer": producer, "first": base + count, "records": payloads}
+        (reply,) = client.pipeline([(wire.LOG_FORWARD, body)])
+        if isinstance(reply, Exception):
+            if isinstance(reply, RemoteError) and reply.kind == "ConnectionLost":
+                raise RemoteError(
+                    self.remote.address, "ConnectionLost", f"{role}: {reply.message}"
+                ) from reply
+            raise reply
+        end = base + count + len(payloads)
+        if int(reply["next"]) < end:  # the daemon's contract says this cannot be: do not go on
+            raise RemoteError(self.remote.address, "ForwardError",
+                              f"{role}: the daemon holds rows below {reply['next']}, not {end}")  # fmt: skip
+        return count + len(payloads)
+
+
+class BatchWriter(DataSourceWriter):
+    """``df.write`` through the daemon: every row once, even if a task runs again (see
+    ``_RemoteWriter``); rows are visible as each task's batches land, not all at once."""
+
+    def __init__(self, options: dict[str, str], schema: StructType) -> None:
+        self.w = _RemoteWriter(options, schema, f"batch:{uuid.uuid4().hex}")
+
+    def write(self, iterator: Iterator[Row]) -> WriterCommitMessage:
+        return self.w.write(iterator, 0)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        """Nothing is left to do: each task's rows are in the log when the task succeeds."""
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        """A log is append-only: the rows of the tasks that succeeded stay (docs/SPARK.md)."""
+
+
+class StreamWriter(DataSourceStreamWriter):
+    """The streaming sink through the daemon: the query's identity names the producers, the
+    batch id is the epoch, so a batch Spark replays after a failure (or a task retried) lands
+    each row position once."""
+
+    def __init__(self, options: dict[str, str], schema: StructType) -> None:
+        from ._source import _sink_identity
+
+        identity, _ = _sink_identity(options)
+        self.w = _RemoteWriter(options, schema, f"stream:{identity}")
+
+    def write(self, iterator: Iterator[Row]) -> WriterCommitMessage:
+        """Runs in a task. PySpark hands a sink's tasks no batch id; the micro-batch engine sets
+        it as the job's local property ``streaming.sql.batchId``, which tasks see."""
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        batch = ctx.getLocalProperty(BATCH_ID_PROPERTY) if ctx is not None else None
+        if batch is None:
+            raise LogspoolError(
+                "a streaming write through the daemon needs the batch id (streaming.sql.batchId)"
+            )
+        return self.w.write(iterator, int(batch))
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Nothing is left to do: each task's rows are in the log when the task succeeds."""
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """A log is append-only: the rows of the tasks that succeeded stay; a replay of the
+        batch sends them again, and the daemon drops them."""
