@@ -285,15 +285,24 @@ class LogspoolDataSource(DataSource):
         return _BatchReader(options, schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return _StreamReader(_options(self.options, "stream read"), schema)
+        options = _options(self.options, "stream read")
+        if "server" in options:
+            return _daemon.StreamReader(options, schema)
+        return _StreamReader(options, schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         if overwrite:
             raise OptionError("a log is append-only: use mode('append'), not overwrite")
-        return _BatchWriter(_options(self.options, "batch write"), schema)
+        options = _options(self.options, "batch write")
+        if "server" in options:
+            return _daemon.BatchWriter(options, schema)
+        return _BatchWriter(options, schema)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        return _StreamWriter(_options(self.options, "stream write"), schema)
+        options = _options(self.options, "stream write")
+        if "server" in options:
+            return _daemon.StreamWriter(options, schema)
+        return _StreamWriter(options, schema)
 
 
 @dataclass(frozen=True)
