@@ -1,6 +1,6 @@
 """Benchmark of the Spark data source: batch read and write rows/s beside Parquet, same run.
 
-Run: .venv/bin/python benchmarks/bench_spark.py [--rows 1000000] [--quick] [--master local[2]]
+Run: .venv/bin/python benchmarks/bench_spark.py [--rows 1000000] [--quick] [--master local[2]] [--daemon]
 
 One local SparkSession. The same rows (lsn, timestamp, a 100-byte payload) are in a log and in a
 Parquet directory written by Spark. Each read is a full scan that Spark cannot skip: the sum of
@@ -20,6 +20,12 @@ the machine's speed falls on all of them alike. The load average is printed befo
 A third baseline shows the ceiling of any Python data source here: one that parses nothing and
 yields the same prebuilt Arrow batches (same columns, same batch size) for the same row count.
 Writes: df.write.format("logspool") of the same rows, against df.write.parquet.
+
+Through the daemon (``--daemon`` runs only this case; a full run adds it): the same rows in a
+log that a ``logspool serve`` process serves, read with ``.option("server", ...)`` (each task
+reads its lsn span over TCP), taking turns with the local-file Python read, the JVM read and
+Parquet in the same run, all as the full scan above; and one write of the rows through the
+daemon (``log.FORWARD`` from each task) against Parquet's write.
 """
 
 from __future__ import annotations
@@ -28,7 +34,9 @@ import argparse
 import json
 import os
 import shutil
+import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -103,6 +111,112 @@ def prebuilt_source(rows: int, batch_rows: int) -> Any:
     return Prebuilt
 
 
+def fill(path: str, rows: int) -> float:
+    """Rows of a 100-byte payload appended to the log at ``path``; the seconds it took."""
+    t0 = time.perf_counter()
+    with logspool.open(path, durability="os") as log:
+        batch = 10_000
+        for start in range(0, rows, batch):
+            log.append_many([b"%010d" % i + b"x" * 90 for i in range(start, min(rows, start + batch))])
+        log.sync()
+    return time.perf_counter() - t0
+
+
+def serve(data: str) -> tuple[subprocess.Popen[bytes], str]:
+    """``logspool serve --data DATA`` on a free port of 127.0.0.1; (the process, its address)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    address = f"127.0.0.1:{port}"
+    cmd = [sys.executable, "-m", "logspool.cli", "serve", "--data", data, "--listen", address]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # bounded: 30 s
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return proc, address
+        except OSError:
+            if proc.poll() is not None:
+                raise RuntimeError("logspool serve exited") from None
+            time.sleep(0.05)
+    proc.kill()
+    raise RuntimeError("logspool serve did not listen within 30 s")
+
+
+def daemon_case(spark: Any, rows: int, runs: int, work: str, parquet_path: str | None) -> dict[str, Any]:
+    """The read through the daemon against the local-file Python read, the JVM read and Parquet,
+    taking turns in one run; one write through the daemon against Parquet's."""
+    from pyspark.sql import functions as F
+
+    from logspool.spark import load
+
+    data = os.path.join(work, "daemon-data")
+    local = os.path.join(data, "logs", "bench")  # the daemon's log, read in place by the others
+    fill(local, rows)
+    if parquet_path is None:
+        parquet_path = os.path.join(work, "daemon-parquet")
+        spark.read.format("logspool").load(local).write.mode("overwrite").parquet(parquet_path)
+    proc, address = serve(data)
+    try:
+
+        def scan(df: Any) -> Callable[[], Any]:
+            return lambda: df.agg(F.sum(F.length("payload")), F.sum("lsn")).collect()
+
+        served = spark.read.format("logspool").option("server", address).load("bench")
+        partitions = served.rdd.getNumPartitions()
+        assert served.count() == rows
+        load_before = os.getloadavg()
+        turns = taking_turns(
+            {
+                "parquet": scan(spark.read.parquet(parquet_path)),
+                "jvm": scan(load(spark, local, jvm=True)),
+                "python_local": scan(spark.read.format("logspool").load(local)),
+                "python_daemon": scan(served),
+            },
+            runs,
+        )
+        payloads = spark.read.parquet(parquet_path).select("payload").cache()
+        payloads.count()
+
+        def write_daemon() -> None:
+            payloads.write.format("logspool").option("server", address).option("log", "written").mode(
+                "append"
+            ).save()
+
+        def write_parquet() -> None:
+            payloads.write.mode("overwrite").parquet(os.path.join(work, "daemon-wparquet"))
+
+        write_parquet()  # warm-up; the daemon's write is timed once (each run adds the rows again)
+        t0 = time.perf_counter()
+        write_daemon()
+        write_daemon_s = time.perf_counter() - t0
+        write_parquet_s = timed(write_parquet, 1)
+        from logspool import client
+
+        with client.connect(address) as c:
+            assert c.log("written").info()["next_lsn"] == rows
+        load_after = os.getloadavg()
+    finally:
+        proc.terminate()
+        proc.wait(60)
+    p = turns["parquet"]
+    return {
+        "daemon_read_partitions": partitions,
+        "daemon_read_parquet_rows_per_s": rows / p,
+        "daemon_read_jvm_rows_per_s": rows / turns["jvm"],
+        "daemon_read_python_local_rows_per_s": rows / turns["python_local"],
+        "daemon_read_python_daemon_rows_per_s": rows / turns["python_daemon"],
+        "daemon_read_daemon_ratio_to_python_local": turns["python_local"] / turns["python_daemon"],
+        "daemon_read_daemon_ratio_to_jvm": turns["jvm"] / turns["python_daemon"],
+        "daemon_read_daemon_ratio_to_parquet": p / turns["python_daemon"],
+        "daemon_write_rows_per_s": rows / write_daemon_s,
+        "daemon_write_parquet_rows_per_s": rows / write_parquet_s,
+        "daemon_write_ratio_to_parquet": write_parquet_s / write_daemon_s,
+        "daemon_load_average_1m_before": load_before[0],
+        "daemon_load_average_1m_after": load_after[0],
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, default=1_000_000)
@@ -110,6 +224,9 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="100,000 rows, 3 runs")
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--out", help="write the results as JSON here")
+    parser.add_argument(
+        "--daemon", action="store_true", help="only the read through the daemon (and its write)"
+    )
     args = parser.parse_args()
     rows, runs = (100_000, 3) if args.quick else (args.rows, args.runs)
 
@@ -136,14 +253,13 @@ def main() -> int:
     spark.dataSource.register(prebuilt_source(rows, BATCH_ROWS))
     work = tempfile.mkdtemp(prefix="logspool-bench-spark-")
     try:
+        if args.daemon:
+            results = {"rows": rows, "payload_bytes": 100, "master": args.master, "runs": runs}
+            results.update(daemon_case(spark, rows, runs, work, None))
+            report(results, args.out)
+            return 0
         log_path, parquet_path = os.path.join(work, "log"), os.path.join(work, "parquet")
-        t0 = time.perf_counter()
-        with logspool.open(log_path, durability="os") as log:
-            batch = 10_000
-            for start in range(0, rows, batch):
-                log.append_many([b"%010d" % i + b"x" * 90 for i in range(start, min(rows, start + batch))])
-            log.sync()
-        fill_s = time.perf_counter() - t0
+        fill_s = fill(log_path, rows)
         source = spark.read.format("logspool").load(log_path)
         source.write.mode("overwrite").parquet(parquet_path)
 
@@ -240,16 +356,21 @@ def main() -> int:
             "load_average_1m_before": load_before[0],
             "load_average_1m_after": os.getloadavg()[0],
         }
-        for k, v in results.items():
-            print(f"{k:45} {v:,.2f}" if isinstance(v, float) else f"{k:45} {v}")
-        if args.out:
-            os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-            with open(args.out, "w") as f:
-                json.dump(results, f, indent=2)
+        results.update(daemon_case(spark, rows, runs, work, parquet_path))
+        report(results, args.out)
     finally:
         spark.stop()
         shutil.rmtree(work, ignore_errors=True)
     return 0
+
+
+def report(results: dict[str, Any], out: str | None) -> None:
+    for k, v in results.items():
+        print(f"{k:45} {v:,.2f}" if isinstance(v, float) else f"{k:45} {v}")
+    if out:
+        os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
+        with open(out, "w") as f:
+            json.dump(results, f, indent=2)
 
 
 if __name__ == "__main__":
