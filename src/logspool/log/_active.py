@@ -42,7 +42,10 @@ Invariants:
   the check of the segment's end. It is given back (the flag cleared first) after any write that
   finds the flag set, by the hold's thread when the flag is set, after limits.WRITER_HOLD_IDLE_S
   without a write or limits.WRITER_HOLD_MAX_S in all, after any failed write, and on close. A
-  writer that finds the flock taken sets the flag before it waits. A forked child closes its copy.
+  writer that finds the flock taken sets the flag before it waits, and again each time it looks
+  (the holder clears it when it gives the lock back). After a hold given back because a writer
+  asked (or because it was old), none starts for limits.WRITER_HOLD_MAX_S: a waiter that looks
+  from time to time must find the lock free between two writes. A forked child closes its copy.
 - Index entries are written after the records they name, at the first record at or past each
   multiple of the index interval (§5.2).
 - Rotation: cut the preallocated zeros, write the seal, fsync the segment and its index
@@ -88,6 +91,7 @@ class ActiveSegment:
         "_fs",
         "_gather",
         "_handle",
+        "_hold_paused_until_ns",
         "_hold_started_ns",
         "_hold_thread",
         "_last_write_ns",
@@ -152,6 +156,7 @@ class ActiveSegment:
         self.held = False  # True while the flock is kept between writes (a hold)
         self.writes = 0
         self._hold_started_ns = 0
+        self._hold_paused_until_ns = 0  # no hold before this: a writer asked (see end_hold)
         self._hold_thread: threading.Thread | None = None
         self._last_write_ns = 0
         self.fd = -1
@@ -224,7 +229,7 @@ class ActiveSegment:
                     yield
                 finally:
                     if self.held and self._syncer.writer_lock_wanted():
-                        self.end_hold()
+                        self.end_hold(pause=True)
                 return
             self.take_flock(timeout_s, idle)
             try:
@@ -239,10 +244,17 @@ class ActiveSegment:
         fs = self._fs
         if fs.lock(self.lock_fd, 0):
             return False
-        self._syncer.want_writer_lock()
+        want = self._syncer.want_writer_lock
+        want()
         if timeout_s is None:
             fs.lock_blocking(self.lock_fd)
-        elif not fs.lock(self.lock_fd, timeout_s, idle):
+            return True
+
+        def asking() -> bool:  # each look at the lock asks again (a holder clears the flag)
+            want()
+            return idle() if idle is not None else False
+
+        if not fs.lock(self.lock_fd, timeout_s, asking):
             raise LockedError(self._root, timeout_s)
         return True
 
@@ -258,11 +270,13 @@ class ActiveSegment:
             waited
             or self._gather
             or now - last > _HOLD_BURST_NS
+            or now < self._hold_paused_until_ns
             or not syncer.mapped
             or syncer.writer_lock_wanted()
         ):
             if not waited and syncer.writer_lock_wanted():
                 syncer.clear_writer_wanted()  # stale, or its waiter gets the lock now
+                self._hold_paused_until_ns = now + _HOLD_MAX_NS
             self._fs.unlock(self.lock_fd)
             return
         self.held = True
@@ -271,12 +285,18 @@ class ActiveSegment:
             self._hold_thread = threading.Thread(target=self._watch_hold, name="logspool-hold", daemon=True)
             self._hold_thread.start()
 
-    def end_hold(self) -> None:
+    def end_hold(self, *, pause: bool = False) -> None:
         """Under ``lock``: give back a held flock (the writer-wanted flag cleared first: whoever
-        set it is waiting, and gets the lock now)."""
+        set it is waiting, and gets the lock now). ``pause``: another writer asked, or may wait
+        without asking (the hold was old): no hold for limits.WRITER_HOLD_MAX_S, so that this
+        handle takes and gives back the flock on each write and the waiter, which looks at the
+        lock from time to time, finds it free (a holder that took it again at once, between two
+        of its looks, would keep it from it for good)."""
         if self.held:
             self.held = False
             self._last_write_ns = 0  # the next write takes the flock and gives it back
+            if pause:
+                self._hold_paused_until_ns = time.monotonic_ns() + _HOLD_MAX_NS
             self._syncer.clear_writer_wanted()
             self._fs.unlock(self.lock_fd)
 
@@ -293,12 +313,13 @@ class ActiveSegment:
                 seen = writes
                 continue
             with self.lock:
-                if self.held and self.writes != seen and not old and not self._syncer.writer_lock_wanted():
+                asked = self._syncer.writer_lock_wanted()
+                if self.held and self.writes != seen and not old and not asked:
                     seen = self.writes  # (it changed since: still busy)
                     continue
                 self._hold_thread = None
                 try:
-                    self.end_hold()
+                    self.end_hold(pause=asked or old)
                 except BaseException:
                     self.held = False
                 return

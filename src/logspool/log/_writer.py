@@ -218,7 +218,7 @@ class Writer:
         if held:
             a.writes += 1
             if self._syncer.writer_lock_wanted():
-                a.end_hold()
+                a.end_hold(pause=True)
         elif not single:
             a.after_write(waited)
         return lsn
