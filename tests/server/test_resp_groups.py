@@ -815,3 +815,30 @@ def test_a_snapshot_holds_the_groups_as_the_ops_do(tmp_path: Path) -> None:
         reopened.close()
     assert list((data / "groups" / "s").glob("snapshot.*")) and after == before
     assert before["g"][2][0].consumer == odd and len(before["g"][2]) == 8
+
+
+def test_a_stopped_daemon_closes_its_consumer_groups_stores(tmp_path: Path) -> None:
+    from logspool.server import RespOptions
+    from tests.server.conftest import Running
+
+    running = Running(tmp_path / "data", resp=RespOptions(port=0))
+    port = running.server.resp.options.port  # type: ignore[union-attr]
+    r = redis.Redis(port=port)
+    r.xadd("s", {"payload": b"x"})
+    r.xgroup_create("s", "g", id="0")
+    assert r.xreadgroup("g", "c", {"s": ">"}, count=1)
+    r.close()
+    groups = str(tmp_path / "data" / "groups")
+
+    def open_under_groups() -> list[str]:
+        found = []
+        for fd in os.listdir("/proc/self/fd"):
+            with contextlib.suppress(OSError):
+                target = os.readlink(f"/proc/self/fd/{fd}")
+                if target.startswith(groups):
+                    found.append(target)
+        return found
+
+    assert open_under_groups(), "the group store was never opened"
+    running.stop()
+    assert open_under_groups() == []

@@ -158,6 +158,11 @@ class RespFront:
         if self.tails is not None:
             self.tails.close()
 
+    def close_stores(self) -> None:
+        """After the pool's threads are done: the consumer groups' stores (each op was durable
+        already; group commands run in the pool)."""
+        self.streams.close()
+
     def next_id(self) -> int:
         return next(self._ids)
 

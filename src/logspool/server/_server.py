@@ -369,6 +369,8 @@ class Server:
         if self.resp is not None:
             self.resp.close()
         self._pool.shutdown(wait=True)
+        if self.resp is not None:
+            self.resp.close_stores()
         self.stores.close()
         self._stopped.set()
 
