@@ -14,7 +14,7 @@ import dataclasses
 import shutil
 import subprocess
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +47,8 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
     """A daemon process whose log ``events`` holds COUNT records."""
     d = Daemon(tmp_path_factory.mktemp("daemon") / "data").start()
     with client.connect(d.address) as c:
-        c.log("events").append_many([b"event-%06d" % i for i in range(COUNT)])
+        for start in range(0, COUNT, 500):  # ten batches: ten timestamps
+            c.log("events").append_many([b"event-%06d" % i for i in range(start, start + 500)])
     yield d
     d.kill()
 
@@ -81,10 +82,14 @@ def test_positions_timestamps_and_decode_bound_and_shape_the_read(spark: Any, se
     assert [r.lsn for r in got] == list(range(100, 250)) and got[0].payload == "event-000100"
     assert read(startingOffsets="latest").count() == 0  # Kafka's spelling, as for a local log
     stamps = records(served.address, "events")
-    at = datetime.fromtimestamp(stamps[3000][1] / 1e9, UTC)
-    first = min(r[0] for r in stamps if r[1] >= int(at.timestamp() * 1e6) * 1000)
+    at = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=stamps[3000][1] // 1000)
+    at_ns = stamps[3000][1] // 1000 * 1000  # what the option says, in the records' unit
+    first = min(r[0] for r in stamps if r[1] >= at_ns)
+    assert 0 < first <= 3000
     got_ts = read(startingTimestamp=at.isoformat()).agg({"lsn": "min"}).collect()[0][0]
     assert got_ts == first
+    later = (at + timedelta(microseconds=1)).isoformat()
+    assert read(endingTimestamp=later).count() == len([r for r in stamps if r[1] < at_ns + 1000])
 
 
 def test_options_that_do_not_apply_are_refused_with_their_name(
@@ -102,6 +107,13 @@ def test_options_that_do_not_apply_are_refused_with_their_name(
         load(spark, "events", jvm=True, server=served.address)
     with pytest.raises(OptionError, match="name the log"):
         _daemon.remote({"server": served.address})
+    from logspool.spark._source import LogspoolDataSource
+
+    source = LogspoolDataSource({"server": served.address, "log": "events", "subscriber": "s"})
+    with pytest.raises(OptionError, match="subscriber does not apply with server"):
+        source.streamReader(source.schema())
+    with pytest.raises(OptionError, match="tlsCaFile is for tls=true"):
+        _daemon.remote({"server": served.address, "log": "e", "tls": "false", "tlscafile": str(tmp_path)})
 
 
 def test_a_token_and_tls_are_used_by_the_driver_and_the_tasks(spark: Any, tmp_path: Path) -> None:

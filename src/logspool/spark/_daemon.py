@@ -27,8 +27,8 @@ import ssl
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Any
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
@@ -50,11 +50,14 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import Row, StructType, TimestampType
 
 from .. import _wire as wire
-from ..client import Client, connect
 from ..errors import DataLossError, LogspoolError, RemoteError
 from . import _partition as part
 
+if TYPE_CHECKING:  # the client (asyncio, the remote stores) is imported when a daemon is used
+    from ..client import Client
+
 # The options only a read or write through the daemon takes (in their documented spelling).
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 SERVER_OPTIONS = ("server", "log", "token", "tokenFile", "tls", "tlsCaFile")
 PAGE_COUNT_MAX = 10_000  # records per LOG_READ: the daemon's most (READ_LIMIT_MAX)
 PAGE_BYTES = 4 * 1024 * 1024  # the daemon's default bytes_max of a LOG_READ page
@@ -99,6 +102,8 @@ class Remote:
                 raise RemoteError(
                     self.address, "TLSError", f"{role}: tlsCaFile {self.ca_file}: {err}"
                 ) from err
+        from ..client import connect
+
         try:
             return connect(self.address, token=self.token, ssl_context=context, timeout=TIMEOUT_S,
                            reconnect=False)  # fmt: skip
@@ -169,9 +174,20 @@ def _info(client: Client, remote: Remote) -> dict[str, Any]:
 
 def lsn_at(client: Client, remote: Remote, at: datetime) -> int:
     """The first lsn whose timestamp is at or after ``at`` (the head if none), by the daemon's
-    time index (LOG_READ with ``since``)."""
-    records, nxt = client.log(remote.name).read_page("earliest", limit=1, since=at.timestamp())
-    return records[0].lsn if records else int(nxt)
+    time index (LOG_READ with ``since``). ``since`` travels as float seconds, about 240 ns
+    coarse today: asked a microsecond early, and the records before ``at`` skipped here, so the
+    answer is exact to the nanosecond, as the local read's."""
+    at_ns = (at - _EPOCH) // timedelta(microseconds=1) * 1000
+    log = client.log(remote.name)
+    records, nxt = log.read_page("earliest", limit=100, since=(at_ns - 1000) / 1e9)
+    for _ in range(1 << 20):  # bounded: each turn moves on by a page (few records lie in 1 µs)
+        for r in records:
+            if r.timestamp >= at_ns:
+                return r.lsn
+        if not records:
+            return int(nxt)
+        records, nxt = log.read_page(int(nxt), limit=100)
+    raise AssertionError(f"{remote.where}: 2^20 pages within a microsecond of {at}")
 
 
 # --- reading -------------------------------------------------------------------------------------
