@@ -278,6 +278,22 @@ def test_one_store_for_resp_native_and_embedded(r: redis.Redis, daemon: Daemon) 
     assert r.incrbyfloat("shared:embedded", 1) == 2.5
 
 
+def test_a_shared_resp_store_is_read_and_written_by_embedded_processes(tmp_path: Path) -> None:
+    d = Daemon(tmp_path / "data", "--resp-shared-kv", resp=True).start()
+    try:
+        r = redis.Redis(port=d.resp_port)
+        r.set("from:resp", "x")
+        r.set("n", 1)
+        with kv.open(d.data / "kv" / "default", lock_timeout_s=30) as store:
+            assert store.get("from:resp") == b"x"  # (a Redis string is bytes)
+            store.set("from:embedded", b"y")
+            store.add("n", 41)
+        assert r.get("from:embedded") == b"y" and r.incr("n") == 43
+        r.close()
+    finally:
+        d.kill()
+
+
 # --- streams --------------------------------------------------------------------------------------
 def test_streams_are_logs(r: redis.Redis, daemon: Daemon) -> None:
     first = r.xadd("events", {"payload": "one"})

@@ -28,7 +28,7 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
             conf = tomllib.load(f)
         known = {"data", "listen", "token", "token_file", "tls_cert", "tls_key", "durability",
                  "connections_max", "in_flight_max", "frame_size_max", "threads", "metrics", "resp",
-                 "resp_kv", "resp_flushdb", "stores_max"}  # fmt: skip
+                 "resp_kv", "resp_flushdb", "resp_shared_kv", "stores_max"}  # fmt: skip
         unknown = sorted(set(conf) - known)
         if unknown:
             raise SystemExit(
@@ -59,7 +59,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     if conf.get("resp") is not None:
         resp_host, resp_port = parse_address(conf["resp"])
         resp = RespOptions(resp_host, resp_port, kv=conf.get("resp_kv", "default"),
-                           flushdb=bool(conf.get("resp_flushdb", False)))  # fmt: skip
+                           flushdb=bool(conf.get("resp_flushdb", False)),
+                           own_kv=not conf.get("resp_shared_kv", False))  # fmt: skip
     token = conf.get("token")
     if conf.get("token_file"):
         with open(conf["token_file"]) as f:
@@ -157,6 +158,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--resp-kv", dest="resp_kv", metavar="NAME", help="the RESP key-value store (default)")
     p.add_argument("--resp-flushdb", dest="resp_flushdb", action="store_true", default=None,
                    help="let RESP clients FLUSHDB (delete every key); refused otherwise")  # fmt: skip
+    p.add_argument("--resp-shared-kv", dest="resp_shared_kv", action="store_true", default=None,
+                   help="share the RESP key-value store with other processes (embedded kv.open) "
+                        "instead of owning it (faster: the default)")  # fmt: skip
     p.add_argument("--metrics", metavar="HOST:PORT", help="serve Prometheus text at http://HOST:PORT/metrics")
     p.set_defaults(func=_cmd_serve)
 
