@@ -1,6 +1,10 @@
 """The key-value store: typed values with expiry, touch TTL, locks and last-writer-wins, kept as
 ops in a logspool log and shared by any number of processes (the daemon serves it over TCP).
 
+Longer than 600 lines, and the next to split: ``Store`` is the public API (one method per call of
+docs/KV.md, each a short decision), and its snapshot machinery and range queries live in the same
+class for now; the ops, the state and the fold are apart (``_ops``, ``_state``, ``logspool._fold``).
+
 The layout (op log, snapshots, marker) and the machinery of catching up, deciding and compacting
 are ``logspool._fold``'s; the ops and the snapshot are specified in docs/FORMAT.md §15.
 

@@ -1,6 +1,10 @@
 """The RESP front door of the daemon: Redis's own protocol, so that redis-cli, redis-benchmark,
 redis-py and other Redis clients work against logspool unchanged. docs/RESP.md lists the commands.
 
+Longer than 600 lines: the connection (reading, pipelining, output bounds, blocking commands) and
+the session (a batch's execution, MULTI, the read views) are one path a request takes; the commit
+rounds (``_resp_commit.py``), the wire (``_resp_wire.py``) and the commands are apart already.
+
 ``logspool serve --data DIR --resp 127.0.0.1:6380``: the same ``Server`` as the native protocol,
 with the same stores (so a key set here is read by the native client), token, connection limit
 and counters. Keys and values live in one key-value store (``default``, or ``--resp-kv NAME``;

@@ -2,6 +2,9 @@
 XINFO): parsing and replies; the state and its durability are ``_resp_groups.GroupStore``'s.
 docs/RESP.md ("Consumer groups") lists what each does here and what differs from Redis.
 
+A little over 600 lines: one parser and one reply builder per command (seven commands, each with
+Redis's options), side by side as docs/RESP.md's table lists them.
+
 They are of kind "jobs" for the command table: they run in the server's thread pool and are
 durable on their own (each change is an op of the stream's group store, fsynced before the
 reply), as the Disque commands are. XREADGROUP BLOCK is handed back to the connection as a

@@ -4,6 +4,10 @@ commands make. The state itself (ops, fold, snapshot, bounds) is ``_resp_group_s
 parsing and replies are ``_resp_group_commands.py``; docs/RESP.md ("Consumer groups") is the
 user's view.
 
+A little over 600 lines: the group store and the reads and changes of every group command share
+one lock order and one rule of durability (the log fsynced before an op that delivers from it, an
+op before a checkpoint on it); the state's codec is already apart (``_resp_group_state.py``).
+
 **Where the state lives.** Every group of the stream ``NAME`` is in one folded store,
 ``DATA/groups/NAME/`` (``logspool._fold``: a ``JOURNAL`` marker of kind ``resp-groups``, the op
 log ``ops/``, snapshots): each group's position (the next lsn it delivers, the last id it

@@ -2,6 +2,9 @@
 XREVRANGE, XREAD), the reads by lsn the consumer groups make (``_resp_groups.py``), and the
 wake-up of blocked XREADs and XREADGROUPs. docs/RESP.md is the user's view.
 
+A little over 600 lines: the stream commands' mechanism and the wake-ups of blocked readers share
+the readers kept per log and their bounds; the commands' parsing is ``_resp_stream_commands.py``.
+
 **Names.** A stream key is the name of a log in ``DATA/logs/``: it must match the daemon's store
 name pattern (``[A-Za-z0-9][A-Za-z0-9._-]{0,127}``: no ``/``, no ``..``), so no key can name a
 path outside the data directory. Reading commands never create a log; XADD does.

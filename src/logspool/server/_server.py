@@ -1,5 +1,9 @@
 """The daemon: an asyncio server that serves logs, job journals and key-value stores by name.
 
+Longer than 600 lines: the native protocol's handler table (one short handler per command of
+docs/PROTOCOL.md) with the connection and the server that run it; the RESP door, the stores and
+the wire codec (``logspool._wire``) are apart. Next to split when it grows: the handler table.
+
 ``logspool serve --data DIR --listen 127.0.0.1:PORT``. Each store lives in ``DIR/logs/NAME``,
 ``DIR/jobs/NAME`` or ``DIR/kv/NAME`` and is opened on first use; the daemon is one more process
 sharing them (embedded users may open the same directories), except the key-value store the RESP
