@@ -81,6 +81,18 @@ def test_positions_timestamps_and_decode_bound_and_shape_the_read(spark: Any, se
     got = read(startingPosition="100", endingPosition="250", decode="string").orderBy("lsn").collect()
     assert [r.lsn for r in got] == list(range(100, 250)) and got[0].payload == "event-000100"
     assert read(startingOffsets="latest").count() == 0  # Kafka's spelling, as for a local log
+    with client.connect(served.address) as c:
+        c.log("json").append_many([b'{"n": 1, "at": "2026-11-25T16:00:00Z"}', b"not json", b'{"n": 3}'])
+    parsed = (
+        spark.read.format("logspool")
+        .option("server", served.address)
+        .option("decode", "json")
+        .schema("lsn long, n long, at timestamp")
+        .load("json")
+        .orderBy("lsn")
+        .collect()
+    )
+    assert [(r.lsn, r.n) for r in parsed] == [(0, 1), (1, None), (2, 3)] and parsed[0].at is not None
     stamps = records(served.address, "events")
     at = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=stamps[3000][1] // 1000)
     at_ns = stamps[3000][1] // 1000 * 1000  # what the option says, in the records' unit

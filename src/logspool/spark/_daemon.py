@@ -298,6 +298,10 @@ class _RemoteScan:
         self.decode = options.get("decode", "binary")
         if self.decode not in DECODES:
             raise _option_error(f"option decode: expected one of {', '.join(DECODES)}, not {self.decode!r}")
+        if self.decode != "json" and schema.names != ["lsn", "timestamp", "payload", "segment", "offset"]:
+            raise _option_error(
+                "a schema is only given with decode=json (the other decodes have a fixed schema)"
+            )
 
     def info(self) -> dict[str, Any]:
         with self.remote.connect("the driver") as client:
