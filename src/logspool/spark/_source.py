@@ -1,5 +1,10 @@
 """The ``logspool`` Spark data source: batch and streaming reads, batch and streaming writes.
 
+Longer than 600 lines: the Python Data Source API wants one source class with its readers and
+writers, and they share the option checking (Kafka's spellings, refusals) and the planning; the
+parsing into columns (``_partition``), the JVM reader (``_jvm``) and the served logs
+(``_daemon``) are apart.
+
 Reads: the driver plans lsn ranges (one segment each, big segments split at index entries) and
 each task reads its range into Arrow record batches (``_partition``). Streaming offsets are
 ``{"lsn": N}``, the next lsn to read: one key, so Spark's comparison of offsets as JSON text is
