@@ -95,6 +95,64 @@ def test_reads_a_stream_and_writes_on_a_standalone_cluster(master: str, tmp_path
         assert sorted(r.payload for r in copy.read()) == want
 
 
+SERVED_JOB = textwrap.dedent(
+    """
+    import sys
+    from pyspark.sql import SparkSession
+    master, address = sys.argv[1:3]
+    spark = (SparkSession.builder.master(master).appName("served-on-a-cluster")
+             .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+             .config("spark.ui.enabled", "false").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    df = spark.read.format("logspool").option("server", address).option("maxPartitionBytes", "4096")
+    df = df.load("events")
+    print("served", df.count(), df.rdd.getNumPartitions(), flush=True)
+    df.select("payload").write.format("logspool").option("server", address).mode("append").save("copy")
+    print("written", flush=True)
+    spark.stop()
+    """
+)
+
+
+def test_a_log_served_by_the_daemon_is_read_and_written_by_executors(master: str, tmp_path: Path) -> None:
+    """Item 6 on a real cluster: each task runs in an executor of its own and reaches the log only
+    through the daemon's port (the log's directory is never named to Spark)."""
+    from logspool import client
+    from tests.server.conftest import Daemon
+
+    daemon = Daemon(tmp_path / "data").start()
+    try:
+        with client.connect(daemon.address) as c:
+            for start in range(0, 3000, 500):
+                c.log("events").append_many([b"e%05d" % i for i in range(start, start + 500)])
+        script = tmp_path / "served.py"
+        script.write_text(SERVED_JOB)
+        submit = os.path.join(os.path.dirname(sys.executable), "spark-submit")
+        done = subprocess.run(
+            [submit, "--master", master, str(script), master, daemon.address],
+            capture_output=True,
+            text=True,
+            env=_env(),
+            timeout=600,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr[-4000:]
+        served = next(line.split() for line in done.stdout.splitlines() if line.startswith("served "))
+        assert served[1] == "3000" and int(served[2]) > 2
+        assert "written" in done.stdout.splitlines()
+        with client.connect(daemon.address) as c:
+            got: list[bytes] = []
+            pos = 0
+            for _ in range(100):  # bounded: pages of 1,000
+                page, pos = c.log("copy").read_page(pos, limit=1000)
+                if not page:
+                    break
+                got += [r.payload for r in page]
+        assert sorted(got) == [b"e%05d" % i for i in range(3000)]
+    finally:
+        daemon.kill()
+
+
 def test_the_demo_runs_on_a_standalone_cluster(master: str, tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "logspool.spark.demo", "--master", master, "--dir", str(tmp_path / "demo"),
