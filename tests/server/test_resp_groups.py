@@ -518,6 +518,28 @@ def test_redis_cli_and_resp3(daemon: Daemon) -> None:
 
 
 # --- bounds ---------------------------------------------------------------------------------------
+def test_an_xread_over_several_streams_is_bounded_in_bytes_over_all_of_them(r: redis.Redis) -> None:
+    """Three streams of two 15 MiB entries each: one XREAD of the three holds at most 32 MiB of
+    payloads over all of them (one entry at least), not 32 MiB each (90 MiB in one reply, past
+    the connection's 64 MiB output bound: the connection was closed); the client's next XREAD
+    goes on from the ids it got."""
+    blob = b"y" * (15 << 20)
+    ids = {name: [r.xadd(name, {"payload": blob}) for _ in range(2)] for name in ("a", "b", "c")}
+    connection = r.client_id()
+    got: dict[bytes, list[bytes]] = {b"a": [], b"b": [], b"c": []}
+    last = {"a": "0", "b": "0", "c": "0"}
+    for _ in range(10):  # bounded: each XREAD returns at least one entry until all are read
+        reply = r.xread(last, count=10)
+        if not reply:
+            break
+        assert sum(len(f[b"payload"]) for _, entries in reply for _, f in entries) <= 45 << 20
+        for name, entries in reply:
+            got[name] += [eid for eid, _ in entries]
+            last[name.decode()] = entries[-1][0].decode()
+    assert got == {k.encode(): v for k, v in ids.items()}
+    assert r.client_id() == connection  # one connection throughout
+
+
 def test_group_replies_are_bounded_in_bytes(r: redis.Redis) -> None:
     """Entries of 15 MiB: a reply of XREADGROUP ('>' or history), XCLAIM, XAUTOCLAIM, XRANGE,
     XREVRANGE or XREAD holds at most 32 MiB of payloads (one entry at least), the rest left for

@@ -66,7 +66,7 @@ from . import _resp_wire as w
 from ._resp_commands import COMMANDS, INLINE, POOL, WRITER, Block, _arity_error, places
 from ._resp_commit import Committer, _Batch, sync_writes
 from ._resp_kv import RedisError, RedisKV, View
-from ._resp_streams import Cursor, Entry, Streams, Tails, entries_reply
+from ._resp_streams import STREAM_REPLY_BYTES_MAX, Cursor, Entry, Streams, Tails, entries_reply
 
 if TYPE_CHECKING:
     from ._server import Server
@@ -717,10 +717,14 @@ class Session:
     def xread_now(self, cursors: list[Cursor], count: int) -> bytes | None:
         """The reply of an XREAD with entries, or None if none of its streams has any."""
         found: list[tuple[bytes, list[Entry]]] = []
+        budget = STREAM_REPLY_BYTES_MAX  # payload bytes over all the streams of the reply
         for cursor in cursors:
-            entries = self.front.streams.read_cursor(cursor, count)
+            if budget <= 0:
+                break  # (the streams after it are read by the client's next XREAD)
+            entries = self.front.streams.read_cursor(cursor, count, budget)
             if entries:
                 found.append((cursor.name.encode(), entries))
+                budget -= sum(len(x) for _, fields in entries for x in fields)
         if not found:
             return None
         return self.stream_reply(found)

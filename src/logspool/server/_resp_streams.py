@@ -297,9 +297,17 @@ class Streams:
         return log.reader(since=max(ms - 1, 0) / 1000)
 
     def forward(
-        self, log: Log, start: Id, start_excl: bool, end: Id, end_excl: bool, count: int
+        self,
+        log: Log,
+        start: Id,
+        start_excl: bool,
+        end: Id,
+        end_excl: bool,
+        count: int,
+        bytes_max: int = STREAM_REPLY_BYTES_MAX,
     ) -> list[Entry]:
-        """Entries with ids from ``start`` to ``end`` in order, at most ``count``."""
+        """Entries with ids from ``start`` to ``end`` in order, at most ``count``, with at most
+        ``bytes_max`` bytes of payloads (one entry at least)."""
         out: list[Entry] = []
         size = 0
         reader = self._reader_from(log, start)
@@ -311,7 +319,7 @@ class Streams:
                 if rid > end or (end_excl and rid == end):
                     break
                 size += len(rec.payload)
-                if out and size > STREAM_REPLY_BYTES_MAX:
+                if out and size > bytes_max:
                     break  # (the client goes on from the last id)
                 out.append((format_id(rec.timestamp, rec.lsn), decode_fields(rec.payload)))
                 if len(out) >= count:
@@ -382,8 +390,9 @@ class Streams:
             window *= 2
         return out[:count]
 
-    def read_cursor(self, cursor: Cursor, count: int) -> list[Entry]:
-        """XREAD of one stream, not waiting: the entries after the cursor (at most ``count``)."""
+    def read_cursor(self, cursor: Cursor, count: int, bytes_max: int = STREAM_REPLY_BYTES_MAX) -> list[Entry]:
+        """XREAD of one stream, not waiting: the entries after the cursor (at most ``count``, and
+        at most ``bytes_max`` bytes of payloads, one entry at least)."""
         log = self.log(cursor.name, create=False)
         if log is None:
             return []
@@ -400,7 +409,7 @@ class Streams:
             try:
                 for rec in reader:
                     size += len(rec.payload)
-                    if out and size > STREAM_REPLY_BYTES_MAX:
+                    if out and size > bytes_max:
                         break  # (the client goes on from the last id)
                     out.append((format_id(rec.timestamp, rec.lsn), decode_fields(rec.payload)))
                     if len(out) >= count:
@@ -409,7 +418,7 @@ class Streams:
                 reader.close()
             return out
         assert cursor.after is not None
-        return self.forward(log, cursor.after, True, (ID_MAX, ID_MAX), False, count)
+        return self.forward(log, cursor.after, True, (ID_MAX, ID_MAX), False, count, bytes_max)
 
     def last_lsn_cursor(self, name: str) -> Cursor:
         """``$``: the entries appended from now on."""
