@@ -11,7 +11,9 @@ keys). The value types are the key-value store's, so a value crosses the wire wi
 
 from __future__ import annotations
 
+import array
 import struct
+import sys
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
@@ -260,3 +262,44 @@ def decode_frames(buf: bytes, size_max: int) -> Iterator[Frame]:
             raise ProtocolError("the frame is cut short")
         yield Frame(head.kind, head.command, head.flags, head.request_id, decode_body(body))
         at += HEADER_SIZE + head.size
+
+
+# --- log.READ pages, packed -----------------------------------------------------------------------
+def pack_records(records: list[list[Any]]) -> bytes:
+    """A log.READ page as one bytes value (docs/PROTOCOL.md, log.READ ``packed``): the count
+    (u32), the lsns (i64 each), the timestamps (i64 each), the payload sizes (u32 each), then the
+    payloads, little-endian; decoded column by column rather than value by value."""
+    lsns = array.array("q", [r[0] for r in records])
+    stamps = array.array("q", [r[1] for r in records])
+    sizes = array.array("I", [len(r[2]) for r in records])
+    if sys.byteorder != "little":  # pragma: no cover (the wire is little-endian)
+        for column in (lsns, stamps, sizes):
+            column.byteswap()
+    head = len(records).to_bytes(4, "little")
+    return b"".join((head, lsns.tobytes(), stamps.tobytes(), sizes.tobytes(), *(r[2] for r in records)))
+
+
+def unpack_records(packed: bytes) -> tuple[list[int], list[int], list[bytes]]:
+    """(lsns, timestamps, payloads) of a packed page; ProtocolError if its sizes do not add up."""
+    if len(packed) < 4:
+        raise ProtocolError("a packed page shorter than its count")
+    count = int.from_bytes(packed[:4], "little")
+    columns_end = 4 + count * 20
+    if len(packed) < columns_end:
+        raise ProtocolError(f"a packed page of {count} records ends within its columns")
+    lsns, stamps, sizes = array.array("q"), array.array("q"), array.array("I")
+    lsns.frombytes(packed[4 : 4 + count * 8])
+    stamps.frombytes(packed[4 + count * 8 : 4 + count * 16])
+    sizes.frombytes(packed[4 + count * 16 : columns_end])
+    if sys.byteorder != "little":  # pragma: no cover
+        for column in (lsns, stamps, sizes):
+            column.byteswap()
+    if columns_end + sum(sizes) != len(packed):
+        raise ProtocolError(f"a packed page's payload sizes do not add up to its {len(packed)} bytes")
+    payloads = []
+    pos = columns_end
+    view = memoryview(packed)
+    for size in sizes:
+        payloads.append(bytes(view[pos : pos + size]))
+        pos += size
+    return lsns.tolist(), stamps.tolist(), payloads

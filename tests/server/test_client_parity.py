@@ -129,3 +129,21 @@ def test_the_async_client_has_the_journal_and_the_log(running: Running) -> None:
             assert [r.payload for r in records] == [b"a", b"b", b"c"] and nxt_lsn == 3
 
     asyncio.run(go())
+
+
+def test_a_packed_page_holds_what_the_records_page_holds(running: Running) -> None:
+    """log.READ ``packed``: one bytes value with the page's columns, decoded by _wire; the same
+    records as the list-per-record reply, and a page whose sizes do not add up is refused."""
+    with client.connect(running.address) as c:
+        payloads = [b"", b"x" * 1000, *(b"r%d" % i for i in range(500))]
+        c.log("p").append_many(payloads)
+        plain = c.pipeline([(_wire.LOG_READ, {"name": "p", "start": 0, "limit": 10_000})])[0]
+        packed = c.pipeline([(_wire.LOG_READ, {"name": "p", "start": 0, "limit": 10_000, "packed": True})])[0]
+    lsns, stamps, got = _wire.unpack_records(packed["packed"])
+    assert [[a, b, p] for a, b, p in zip(lsns, stamps, got, strict=True)] == plain["records"]
+    assert packed["next"] == plain["next"] == len(payloads)
+    assert _wire.unpack_records(_wire.pack_records([])) == ([], [], [])
+    raw = packed["packed"]
+    for bad in (raw[:3], raw[:-1], raw + b"x", raw[:30]):
+        with pytest.raises(_wire.ProtocolError):
+            _wire.unpack_records(bad)

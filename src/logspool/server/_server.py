@@ -470,6 +470,8 @@ class Server:
             finally:
                 reader.close()
             nxt = records[-1][0] + 1 if records else stopped
+            if _get(b, "packed", bool, False):
+                return {"packed": p.pack_records(records), "next": nxt}
             return {"records": records, "next": nxt}
 
         def log_info(b: dict[str, Any]) -> dict[str, Any]:

@@ -22,6 +22,7 @@ only.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import ssl
 import uuid
@@ -222,8 +223,8 @@ def read_span(
         if pos >= span.end:
             return
         starts = [s for s in range(pos, span.end, span.page)][:PAGES_IN_FLIGHT]
-        calls = [(wire.LOG_READ, {"name": remote.name, "start": s, "limit": min(span.page, span.end - s)})
-                 for s in starts]  # fmt: skip
+        calls = [(wire.LOG_READ, {"name": remote.name, "start": s, "limit": min(span.page, span.end - s),
+                                  "packed": True}) for s in starts]  # fmt: skip
         for s, reply in zip(starts, client.pipeline(calls), strict=True):
             if isinstance(reply, Exception):
                 if isinstance(reply, RemoteError) and reply.kind == "ConnectionLost":
@@ -231,12 +232,17 @@ def read_span(
                 raise reply
             if s != pos:
                 break  # the page before was short (bytes_max): ask again from where it ended
-            records = reply["records"]
-            if not records or records[0][0] != pos:
+            if "packed" in reply:  # (one bytes value: a daemon of this release)
+                lsns, stamps, payloads = wire.unpack_records(reply["packed"])
+            else:  # a daemon before packed pages: a list per record
+                lsns = [r[0] for r in reply["records"]]
+                stamps = [r[1] for r in reply["records"]]
+                payloads = [r[2] for r in reply["records"]]
+            if not lsns or lsns[0] != pos:
                 # Records below the log's first lsn are gone (retention after the planning):
                 # data loss. Above it, the lsns skipped are gap records a repair quarantined,
                 # which every reader passes over, as a local read does.
-                found = records[0][0] if records else int(reply["next"])
+                found = lsns[0] if lsns else int(reply["next"])
                 first = int(_info(client, remote)["first_lsn"])
                 if pos < first:
                     raise DataLossError(remote.where, None, pos, first)
@@ -244,14 +250,14 @@ def read_span(
                     raise LogspoolError(
                         f"{remote.where}: {role}: lsn {pos} was planned and the daemon has none"
                     )
-                if not records:
+                if not lsns:
                     pos = found
                     break  # the next pages were asked from lsns that do not follow: ask again
-            records = [r for r in records if r[0] < span.end]
-            if not records:
+            within = bisect.bisect_left(lsns, span.end)  # (lsns grow)
+            if not within:
                 return
-            yield [r[0] for r in records], [r[1] for r in records], [r[2] for r in records]
-            pos = records[-1][0] + 1
+            yield lsns[:within], stamps[:within], payloads[:within]
+            pos = lsns[within - 1] + 1
     raise AssertionError(f"{remote.where}: span {span} read past its length")
 
 
