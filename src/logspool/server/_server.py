@@ -38,14 +38,17 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from .. import _wire as p
-from .. import errors, jobs, kv
-from .._wire import ProtocolError
+from .. import jobs, kv
 from ..log import Log
 from ._resp import RespFront, RespOptions
 from ._resp import _Connection as _RespConnection
+from ._resp_commit import Committer
+
+if TYPE_CHECKING:
+    from ._native import NativeConnection
 
 _logger = logging.getLogger("logspool.server")
 
@@ -186,6 +189,11 @@ class Stores:
                 self._open[(kind, name)] = found
             return found
 
+    def opened(self, kind: str, name: str) -> Any:
+        """The store ``kind``/``name`` if it is open, else None; never opens one (the event loop
+        asks: opening recovers a store from disk)."""
+        return self._open.get((kind, name))
+
     def lock_for(self, name: str) -> threading.Lock:
         """The lock that orders forwarded appends into the log ``name``."""
         with self._lock:
@@ -290,7 +298,8 @@ class Server:
         self._pool = concurrent.futures.ThreadPoolExecutor(self.limits.threads, thread_name_prefix="logspool")
         self._server: asyncio.Server | None = None
         self._metrics: asyncio.Server | None = None
-        self._connections: set[_Connection] = set()
+        self._connections: set[NativeConnection] = set()
+        self._committer: Committer | None = None  # the native door's commit rounds (start)
         self._stopped = asyncio.Event()
         self._handlers = self._build_handlers()
         self._listen = port is not None  # port None: RESP only
@@ -301,19 +310,19 @@ class Server:
         return f"{self.host}:{self.port}"
 
     async def start(self) -> Server:
+        from ._native import NativeConnection, make_committer
+
+        loop = asyncio.get_running_loop()
+        if self.resp is not None:
+            await self.resp.start()
         if self._listen:
-            self._server = await asyncio.start_server(
-                self._accept,
-                self.host,
-                self.port,
-                ssl=self._ssl,
-                limit=self.limits.frame_size_max + p.HEADER_SIZE,
+            committer = self._committer = make_committer(self, loop)
+            self._server = await loop.create_server(
+                lambda: NativeConnection(self, committer), self.host, self.port, ssl=self._ssl
             )
             sock = self._server.sockets[0]
             self.port = sock.getsockname()[1]
             _logger.info("serving %s on %s", self.data, self.address)
-        if self.resp is not None:
-            await self.resp.start()
         return self
 
     async def start_metrics(self, host: str = "127.0.0.1", port: int = 0) -> int:
@@ -363,13 +372,15 @@ class Server:
             self._metrics.close()
         if self.resp is not None:
             self.resp.close_listener()
-        conns: list[_Connection | _RespConnection] = list(self._connections)
+        conns: list[NativeConnection | _RespConnection] = list(self._connections)
         if self.resp is not None:
             conns += list(self.resp.connections)
         for conn in conns:
             conn.stop_reading()
         if conns:
             await asyncio.wait([asyncio.ensure_future(c.done.wait()) for c in conns], timeout=timeout_s)
+        if self._committer is not None and (self.resp is None or self._committer is not self.resp.committer):
+            self._committer.stop()  # (its own: the RESP door's stops with the door)
         if self.resp is not None:
             self.resp.close()
         self._pool.shutdown(wait=True)
@@ -377,24 +388,6 @@ class Server:
             self.resp.close_stores()
         self.stores.close()
         self._stopped.set()
-
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        conn = _Connection(self, reader, writer)
-        if self.connection_count() >= self.limits.connections_max:
-            self.counters.refused += 1
-            body = {"error": "TooManyConnections", "message": f"at most {self.limits.connections_max}",
-                    "args": []}  # fmt: skip
-            await conn.send(p.REPLY, p.NOP, 0, body, p.FLAG_ERROR)
-            await conn.close()
-            return
-        self._connections.add(conn)
-        self.counters.connections = self.connection_count()
-        self.counters.connections_total += 1
-        try:
-            await conn.serve()
-        finally:
-            self._connections.discard(conn)
-            self.counters.connections = self.connection_count()
 
     def request_counts(self) -> dict[str, int]:
         """Requests served, by command: the native protocol's and RESP's (``resp.get``...)."""
@@ -631,170 +624,6 @@ class Server:
             p.JOB_STATS: lambda b: s.jobs(b).stats().to_json(),
             p.JOB_GET: lambda b: {"jobs": [job_to_wire(j) for j in s.jobs(b).get(_need(b, "key", str))]},
         }
-
-
-class _Connection:
-    def __init__(self, server: Server, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.server = server
-        self.reader = reader
-        self.writer = writer
-        self.peer = str(writer.get_extra_info("peername"))
-        self.authed = server._token is None
-        self.tasks: set[asyncio.Task[None]] = set()
-        self.listens: dict[int, asyncio.Task[None]] = {}
-        self.slots = asyncio.Semaphore(server.limits.in_flight_max)
-        self.done = asyncio.Event()
-        self._reading = True
-
-    def stop_reading(self) -> None:
-        """No more requests (shutdown): the read loop ends after the frames already received."""
-        self._reading = False
-        self.reader.feed_eof()
-        for task in self.listens.values():
-            task.cancel()
-
-    async def send(
-        self, kind: int, command: int, request_id: int, body: dict[str, Any], flags: int = 0
-    ) -> None:
-        try:
-            frame = p.encode_frame(kind, command, request_id, body, flags)
-        except (TypeError, ValueError) as err:  # (a server bug: say so rather than hang the client)
-            frame = p.encode_frame(kind, command, request_id, error_body(err), p.FLAG_ERROR)
-        self.server.counters.bytes_out += len(frame)
-        self.writer.write(frame)
-        with contextlib.suppress(ConnectionError):
-            await self.writer.drain()
-
-    async def close(self) -> None:
-        with contextlib.suppress(Exception):
-            self.writer.close()
-            await self.writer.wait_closed()
-
-    async def refuse(self, request_id: int, kind: str, message: str) -> None:
-        """An error reply, then the connection closes (a protocol error, a failed HELLO)."""
-        self.server.counters.protocol_errors += 1
-        _logger.warning("%s: closing the connection: %s: %s", self.peer, kind, message)
-        await self.send(
-            p.REPLY, p.NOP, request_id, {"error": kind, "message": message, "args": []}, p.FLAG_ERROR
-        )
-
-    async def serve(self) -> None:
-        limits = self.server.limits
-        counters = self.server.counters
-        try:
-            while self._reading:
-                try:
-                    raw = await self.reader.readexactly(p.HEADER_SIZE)
-                    head = p.decode_header(raw, limits.frame_size_max)
-                    data = await self.reader.readexactly(head.size)
-                    counters.bytes_in += p.HEADER_SIZE + head.size
-                    if head.kind != p.REQUEST:
-                        raise ProtocolError(f"a client sends requests, not {p.KINDS[head.kind]} frames")
-                    body = p.decode_body(data)
-                except (asyncio.IncompleteReadError, ConnectionError):
-                    break  # the client went away (or shutdown stopped the reading)
-                except ProtocolError as err:
-                    await self.refuse(raw_id(raw), "ProtocolError", str(err))
-                    break
-                if head.command == p.QUIT:
-                    await self.send(p.REPLY, p.QUIT, head.request_id, {})
-                    break
-                if not self.authed:
-                    if head.command == p.HELLO and self.server.check_token(body.get("token")):
-                        self.authed = True
-                        await self.send(p.REPLY, p.HELLO, head.request_id, hello_body(self.server))
-                        continue
-                    await self.refuse(head.request_id, "AuthError", "a valid token is needed (HELLO first)")
-                    break
-                await self.slots.acquire()
-                task = asyncio.create_task(self.handle(head.command, head.request_id, body))
-                self.tasks.add(task)
-                task.add_done_callback(self._finished)
-        finally:
-            for task in self.listens.values():
-                task.cancel()
-            if self.tasks:  # requests in flight finish (and reply if the client is still there)
-                await asyncio.wait(set(self.tasks))
-            await self.close()
-            self.done.set()
-
-    def _finished(self, task: asyncio.Task[None]) -> None:
-        self.tasks.discard(task)
-        self.slots.release()
-
-    async def handle(self, command: int, request_id: int, body: dict[str, Any]) -> None:
-        server = self.server
-        name = p.COMMANDS.get(command, str(command))
-        server.counters.requests[name] = server.counters.requests.get(name, 0) + 1
-        try:
-            if command == p.HELLO:
-                reply = hello_body(server)
-            elif command == p.LISTEN:
-                reply = await self.listen(request_id, body)
-            elif command == p.UNLISTEN:
-                task = self.listens.pop(_need(body, "id", int), None)
-                if task is not None:
-                    task.cancel()
-                reply = {"ok": task is not None}
-            elif command in server._handlers:
-                handler = server._handlers[command]
-                reply = await server.call(lambda: handler(body))
-            else:
-                raise ValueError(f"unknown command {command}")
-            await self.send(p.REPLY, command, request_id, reply)
-        except Exception as err:
-            server.counters.errors += 1
-            if not isinstance(err, errors.LogspoolError | ValueError | TypeError | KeyError):
-                _logger.exception("%s: %s failed", self.peer, name)
-            await self.send(p.REPLY, command, request_id, error_body(err), p.FLAG_ERROR)
-
-    # --- LISTEN -----------------------------------------------------------------------------------
-    async def listen(self, request_id: int, body: dict[str, Any]) -> dict[str, Any]:
-        """Start a subscription: events carry this request's id until UNLISTEN or disconnection."""
-        kind = _need(body, "kind", str)
-        if request_id in self.listens:
-            raise ValueError(f"request id {request_id} is already listening")
-        if kind == "log":
-            log = self.server.stores.log(body)
-            reader = log.reader(
-                _position(body.get("start", "latest"))
-            )  # errors (a bad position) are the LISTEN's reply
-            batch = min(_get(body, "batch", int, 1000), READ_LIMIT_MAX)
-            loop = self._log_events(request_id, _Tail(reader), batch)
-        elif kind == "kv":
-            store = self.server.stores.kv(body)
-            keys = _need(body, "keys", list)
-            if not keys or not all(isinstance(k, str) for k in keys):
-                raise TypeError("field 'keys' must be a non-empty list of strings")
-            watched = _Watched(store, keys)
-            await self.server.call(watched.changed)  # the versions now, before the reply
-            loop = self._kv_events(request_id, watched)
-        else:
-            raise ValueError(f"kind must be 'log' or 'kv', not {kind!r}")
-        self.listens[request_id] = asyncio.create_task(loop)
-        return {"ok": True}
-
-    async def _log_events(self, request_id: int, reader: _Tail, batch: int) -> None:
-        try:
-            while True:
-                records = await self.server.call(lambda: reader.batch(batch))
-                if records:
-                    await self.send(p.EVENT, p.LISTEN, request_id, {"records": records})
-        except asyncio.CancelledError:
-            await self.send(p.EVENT, p.LISTEN, request_id, {}, p.FLAG_END)
-        except Exception as err:
-            await self.send(p.EVENT, p.LISTEN, request_id, error_body(err), p.FLAG_END | p.FLAG_ERROR)
-        finally:
-            await self.server.call(reader.close)  # (after a batch still running in its thread)
-
-    async def _kv_events(self, request_id: int, watched: _Watched) -> None:
-        try:
-            while True:
-                await self.server.call(lambda: watched.store.wait(0.5))
-                for key, version in await self.server.call(watched.changed):
-                    await self.send(p.EVENT, p.LISTEN, request_id, {"key": key, "version": version})
-        except asyncio.CancelledError:
-            await self.send(p.EVENT, p.LISTEN, request_id, {}, p.FLAG_END)
 
 
 class _Watched:

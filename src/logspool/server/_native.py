@@ -1,0 +1,609 @@
+"""The native protocol's connection (docs/PROTOCOL.md), served by the same engine as the RESP door.
+
+How a connection is served (one ``asyncio.Protocol`` each, ``NativeConnection``):
+- Frames are cut and decoded on the event loop as bytes arrive; every complete frame of a read
+  is taken at once (``_take_frames``), each header checked against ``frame_size_max`` before
+  its body is buffered.
+- Where a request runs (``_dispatch``):
+  * reads that need no disk and no lock wait (kv.GET of an open store whose mutex is free, PING,
+    HELLO, UNLISTEN, STATS) run on the event loop at once (no thread hop);
+  * writes of key-value stores and log appends (``WRITES``) go, every write of one read together,
+    to the commit rounds of the RESP door's ``Committer`` (``_resp_commit.py``): a round runs
+    the batches queued by every connection of both doors one after another on its thread, then
+    fsyncs each store written once, before any reply of the round is sent (group commit); a
+    lone writer's round runs on the loop itself (``Committer.run_here``);
+  * the rest (scans, log reads, job calls, which sync themselves and may wait, forwarding,
+    opening a store) in the server's thread pool, as before.
+- Replies carry their request's id and may come in any order (the protocol has always allowed
+  it: requests of a connection run concurrently); the replies of one batch go out in one write.
+- Durability: a write's reply is sent only after its round's fsync (``_Writes`` registers every
+  store it wrote with the round, ``sync_writes`` syncs them). A read that ran while a round was
+  decided but not yet durable (``Committer.settled``) keeps its reply until that round is: no
+  reply shows a write that a crash could take back.
+- Bounds: at most ``in_flight_max`` requests of a connection being served (then its reading
+  pauses); no request is taken while the socket's send buffer is over ``OUTPUT_HIGH_SIZE``
+  (a client that never reads stops being read); a frame that breaks the protocol gets a
+  ProtocolError reply and closes its connection only.
+
+What the Committer's interface gives the native door, and what it lacks (a member of a round
+is a "session": ``name``, ``round``, ``run(cmds, sync=False)``, ``take_writes()``; its outcome
+goes to ``conn._landed``): the round opens a decision of the RESP door's store only, so a
+native batch opens its own decision of each store it writes (``RedisKV.decide``: one write a
+store a batch, not a round) and registers the store with ``take_writes``'s logs so that the
+round's one fsync a store covers it; a failed round answers RESP bytes (``_Batch``), which
+``_landed`` turns into error replies. Without the RESP door the daemon runs a Committer of its
+own whose round opens no decision (``_NoStore``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import TYPE_CHECKING, Any, cast
+
+from .. import _wire as p
+from .. import errors
+from ._resp_commit import Committer, _Batch
+from ._resp_kv import RedisKV
+
+if TYPE_CHECKING:
+    from ._server import Server
+
+_logger = logging.getLogger("logspool.server")
+
+OUTPUT_HIGH_SIZE = 1024 * 1024  # no request is taken while more than this waits to be sent
+# Writes decided in the commit rounds (the rest run in the pool or on the loop).
+KV_WRITES = frozenset(
+    (p.KV_SET, p.KV_DELETE, p.KV_ADD, p.KV_NOT, p.KV_TRUNCATE, p.KV_LOCK, p.KV_UNLOCK, p.KV_RENAME)
+)
+WRITES = KV_WRITES | {p.LOG_APPEND}
+_Request = tuple[int, int, dict[str, Any]]  # command, request id, body
+
+
+class _NoStore:
+    """The key-value store of a Committer that serves the native door alone: its rounds open no
+    decision (each native batch opens its own) and sync nothing of their own."""
+
+    class _Nothing:
+        owner: str | None = None
+
+    @contextlib.contextmanager
+    def decide(self, owner: str | None = None) -> Any:
+        yield self._Nothing()
+
+    def sync(self) -> None:
+        pass
+
+
+class NativeFront:
+    """What a Committer needs of its front (``kv``, ``server``, ``tails``) when the daemon has no
+    RESP door."""
+
+    def __init__(self, server: Server) -> None:
+        self.server = server
+        self.kv = _NoStore()
+        self.tails = None
+
+
+class _KvSync:
+    """A key-value store written in a round, as the round's fsync sees a log (``durability``,
+    ``sync``): one fsync a store a round, shared by every batch that wrote it."""
+
+    durability = "always"  # (RedisKV.sync fsyncs only a store opened with "always")
+
+    def __init__(self, store: Any) -> None:
+        self._kv = RedisKV(store)
+
+    def sync(self) -> None:
+        self._kv.sync()
+
+
+class _Writes:
+    """The writes of one read of one connection, a member of a commit round (a Committer
+    "session"). ``run`` is called on the committer's thread (or on the loop, ``run_here``)
+    inside the round; it returns the encoded reply frames."""
+
+    name: str | None = None  # (kv locks are checked against each request's own ``owner``)
+
+    def __init__(self, conn: NativeConnection, requests: list[_Request]) -> None:
+        self.conn = conn
+        self.requests = requests
+        self.round: Any = None  # (set by the Committer while it runs this batch)
+        self._synced: dict[str, Any] = {}  # the stores written, for the round's fsync
+
+    def run(self, cmds: list[_Request], *, sync: bool = False) -> list[bytes]:
+        """Run the batch's writes in order, each store's ops in one decision (one write), no
+        fsync (the round's). Each request's error is its own reply. A failure of a decision's
+        write raises: the Committer answers every request of the batch with it."""
+        assert not sync  # (always in a round: its fsync covers the batch)
+        server = self.conn.server
+        stores = server.stores
+        handlers = server._handlers
+        counters = server.counters
+        frames: list[bytes] = []
+        with contextlib.ExitStack() as decisions:
+            opened: set[tuple[str, str]] = set()
+            for command, request_id, body in cmds:
+                try:
+                    name = _store_name(body)
+                    if command == p.LOG_APPEND:
+                        reply = self._append(stores.log(body), name, body)
+                    else:
+                        if ("kv", name) not in opened:
+                            store = stores.kv(body)
+                            # The store's public calls made on this thread join this decision:
+                            # their ops are written when it ends, durable with the round.
+                            decisions.enter_context(RedisKV(store).decide())
+                            opened.add(("kv", name))
+                            self._synced["kv/" + name] = _KvSync(store)
+                        reply = handlers[command](body)
+                    frames.append(p.encode_frame(p.REPLY, command, request_id, reply))
+                except Exception as err:
+                    counters.errors += 1
+                    if not isinstance(err, errors.LogspoolError | ValueError | TypeError | KeyError):
+                        _logger.exception("%s: %s failed", self.conn.peer, p.COMMANDS.get(command))
+                    frames.append(error_frame(command, request_id, err))
+        return frames
+
+    def _append(self, log: Any, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        records = body.get("records")
+        if records is None:
+            raise ValueError("field 'records' is missing")
+        if not isinstance(records, list) or not all(isinstance(r, bytes) for r in records):
+            raise TypeError("field 'records' must be a list of bytes")
+        if not records:
+            return {"first": None, "count": 0}
+        # Written now, fsynced by the round (``sync_writes``) before any reply of it is sent.
+        with log.exclusive(sync=False) as tail:
+            lsns = tail.append_many(records)
+        self._synced[name] = log
+        return {"first": lsns[0], "count": len(lsns)}
+
+    def take_writes(self) -> tuple[bool, dict[str, Any]]:
+        synced, self._synced = self._synced, {}
+        return False, synced
+
+    def _landed(self, outcome: list[bytes] | _Batch | BaseException) -> None:
+        """On the loop: the batch's round is durable, or failed (then every request of the
+        batch gets an error reply: it may or may not be applied, as with a lost reply)."""
+        if isinstance(outcome, list):
+            self.conn._answered(outcome)
+            return
+        if isinstance(outcome, _Batch):  # the round's write or fsync failed (RESP's words)
+            text = outcome.replies[0].decode("utf-8", "replace") if outcome.replies else ""
+            err: BaseException = WriteFailedError(text.strip().lstrip("-").removeprefix("ERR "))
+        else:
+            err = outcome
+        _logger.error("%s: a commit round failed: %s", self.conn.peer, err)
+        self.conn.server.counters.errors += len(self.requests)
+        self.conn._answered(
+            [error_frame(command, request_id, err) for command, request_id, _ in self.requests]
+        )
+
+
+class WriteFailedError(Exception):
+    """A commit round's write or fsync failed: its requests may or may not be applied."""
+
+
+def _store_name(body: dict[str, Any]) -> str:
+    from ._server import _name
+
+    return _name(body)
+
+
+def error_frame(command: int, request_id: int, err: BaseException) -> bytes:
+    from ._server import error_body
+
+    return p.encode_frame(p.REPLY, command, request_id, error_body(err), p.FLAG_ERROR)
+
+
+class NativeConnection(asyncio.Protocol):
+    """One client of the native protocol (see the module docstring)."""
+
+    def __init__(self, server: Server, committer: Committer) -> None:
+        self.server = server
+        self.committer = committer
+        self._committer_any = cast(Any, committer)  # (its types name RESP's sessions)
+        self.loop = asyncio.get_running_loop()
+        self.peer = "?"
+        self.transport: asyncio.Transport | None = None
+        self.authed = server._token is None
+        self.done = asyncio.Event()
+        self.listens: dict[int, asyncio.Task[None]] = {}
+        self.tasks: set[asyncio.Task[None]] = set()
+        self._buffer = bytearray()
+        self._in_flight = 0  # requests taken and not yet answered (pool, rounds, waits)
+        self._reading = True  # False once no more requests are taken (QUIT, refusal, stop)
+        self._paused = False
+        self._writable = asyncio.Event()
+        self._writable.set()
+        self._lost = False
+        self._closed = False
+
+    # --- asyncio.Protocol -------------------------------------------------------------------------
+    def connection_made(self, base: asyncio.BaseTransport) -> None:
+        self.transport = transport = cast(asyncio.Transport, base)  # (uvloop's is not a subclass)
+        self.peer = str(transport.get_extra_info("peername"))
+        server = self.server
+        if server.connection_count() >= server.limits.connections_max:
+            server.counters.refused += 1
+            body = {"error": "TooManyConnections", "message": f"at most {server.limits.connections_max}",
+                    "args": []}  # fmt: skip
+            transport.write(p.encode_frame(p.REPLY, p.NOP, 0, body, p.FLAG_ERROR))
+            transport.close()
+            self._closed = True
+            self.done.set()
+            return
+        server._connections.add(self)
+        server.counters.connections = server.connection_count()
+        server.counters.connections_total += 1
+        transport.set_write_buffer_limits(high=OUTPUT_HIGH_SIZE)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._lost = True
+        self._reading = False
+        self._closed = True
+        for task in self.listens.values():
+            task.cancel()
+        self._writable.set()  # (an event loop waiting to send gives up: _send sees _lost)
+        server = self.server
+        if self in server._connections:
+            server._connections.discard(self)
+            server.counters.connections = server.connection_count()
+        self._maybe_done()
+
+    def pause_writing(self) -> None:
+        self._writable.clear()
+
+    def resume_writing(self) -> None:
+        self._writable.set()
+        if self._buffer and self._reading:
+            self._take_frames()
+
+    def data_received(self, data: bytes) -> None:
+        if not self._reading:
+            return
+        self.server.counters.bytes_in += len(data)
+        self._buffer += data
+        self._take_frames()
+
+    def eof_received(self) -> bool | None:
+        self._reading = False
+        self._maybe_close()
+        return True  # (the replies in flight still go out; we close when they have)
+
+    # --- taking frames ----------------------------------------------------------------------------
+    def _take_frames(self) -> None:
+        """Decode every complete frame buffered and run it (up to the bounds of the module
+        docstring); the writes among them go to one commit round together."""
+        buf = self._buffer
+        limits = self.server.limits
+        at = 0
+        writes: list[_Request] = []
+        replies: list[bytes] = []
+        try:
+            while self._reading and len(buf) - at >= p.HEADER_SIZE:
+                if self._in_flight >= limits.in_flight_max or not self._writable.is_set():
+                    self._pause()
+                    break
+                raw = bytes(buf[at : at + p.HEADER_SIZE])
+                try:
+                    head = p.decode_header(raw, limits.frame_size_max)
+                except p.ProtocolError as err:
+                    self._refuse(replies, _raw_id(raw), "ProtocolError", str(err))
+                    break
+                end = at + p.HEADER_SIZE + head.size
+                if len(buf) < end:
+                    break
+                data = bytes(buf[at + p.HEADER_SIZE : end])
+                at = end
+                try:
+                    if head.kind != p.REQUEST:
+                        raise p.ProtocolError(f"a client sends requests, not {p.KINDS[head.kind]} frames")
+                    body = p.decode_body(data)
+                except p.ProtocolError as err:
+                    self._refuse(replies, head.request_id, "ProtocolError", str(err))
+                    break
+                self._dispatch(head.command, head.request_id, body, writes, replies)
+        finally:
+            if at:
+                del buf[:at]
+            if writes:
+                self._commit(writes)
+            if replies:
+                self._write(b"".join(replies))
+            if not self._reading:
+                self._buffer.clear()
+                self._maybe_close()
+            elif self._paused and self._in_flight < limits.in_flight_max and self._writable.is_set():
+                self._resume()
+
+    def _pause(self) -> None:
+        if not self._paused and self.transport is not None:
+            self.transport.pause_reading()
+            self._paused = True
+
+    def _resume(self) -> None:
+        if self._paused and self.transport is not None and not self._closed:
+            self._paused = False
+            self.transport.resume_reading()
+
+    def _refuse(self, replies: list[bytes], request_id: int, kind: str, message: str) -> None:
+        """An error reply, then the connection closes (a protocol error, a failed HELLO)."""
+        self.server.counters.protocol_errors += 1
+        _logger.warning("%s: closing the connection: %s: %s", self.peer, kind, message)
+        body = {"error": kind, "message": message, "args": []}
+        replies.append(p.encode_frame(p.REPLY, p.NOP, request_id, body, p.FLAG_ERROR))
+        self._reading = False
+
+    def _dispatch(
+        self,
+        command: int,
+        request_id: int,
+        body: dict[str, Any],
+        writes: list[_Request],
+        replies: list[bytes],
+    ) -> None:
+        """Run one request where it belongs (the module docstring); its reply goes to
+        ``replies`` if it is answered at once."""
+        server = self.server
+        if command == p.QUIT:
+            replies.append(p.encode_frame(p.REPLY, p.QUIT, request_id, {}))
+            self._reading = False
+            return
+        if not self.authed:
+            if command == p.HELLO and server.check_token(body.get("token")):
+                self.authed = True
+                replies.append(self._frame(p.HELLO, request_id, _hello(server)))
+                return
+            self._refuse(replies, request_id, "AuthError", "a valid token is needed (HELLO first)")
+            return
+        name = p.COMMANDS.get(command, str(command))
+        counts = server.counters.requests
+        counts[name] = counts.get(name, 0) + 1
+        try:
+            if command in WRITES:
+                store = server.stores.opened("logs" if command == p.LOG_APPEND else "kv", _store_name(body))
+                if store is not None:
+                    writes.append((command, request_id, body))
+                    return
+            elif command == p.KV_GET:
+                if self._get_now(request_id, body, replies):
+                    return
+            elif command == p.PING:
+                replies.append(self._frame(command, request_id, {"time": time.time()}))
+                return
+            elif command == p.HELLO:
+                replies.append(self._frame(command, request_id, _hello(server)))
+                return
+            elif command == p.UNLISTEN:
+                from ._server import _need
+
+                task = self.listens.pop(_need(body, "id", int), None)
+                if task is not None:
+                    task.cancel()
+                replies.append(self._frame(command, request_id, {"ok": task is not None}))
+                return
+            elif command not in server._handlers and command != p.LISTEN:
+                raise ValueError(f"unknown command {command}")
+        except Exception as err:
+            server.counters.errors += 1
+            replies.append(error_frame(command, request_id, err))
+            return
+        self._start(self._pooled(command, request_id, body))
+
+    def _frame(self, command: int, request_id: int, body: dict[str, Any]) -> bytes:
+        try:
+            return p.encode_frame(p.REPLY, command, request_id, body)
+        except (TypeError, ValueError) as err:  # (a server bug: say so rather than hang the client)
+            return error_frame(command, request_id, err)
+
+    def _get_now(self, request_id: int, body: dict[str, Any], replies: list[bytes]) -> bool:
+        """A kv.GET on the loop, if its store is open and its mutex free (never wait on the
+        loop: a decision or a snapshot holds it) and the read needs no write (a touch TTL's
+        extension is a write: the pool does it). False (nothing done) if it cannot run here."""
+        from ._server import _get, _need, value_to_wire
+
+        store = self.server.stores.opened("kv", _store_name(body))
+        if store is None:
+            return False
+        key = _need(body, "key", str)
+        data = _get(body, "data", bool, True)
+        touch = _get(body, "touch", bool, True)
+        mutex = store._mutex
+        if not mutex.acquire(blocking=False):
+            return False
+        try:
+            got = store.entry(key, data=data, touch=False)
+        finally:
+            mutex.release()
+        if got is not None and touch and got.touch:
+            return False
+        frame = self._frame(p.KV_GET, request_id, {"value": None if got is None else value_to_wire(got)})
+        settling = self.committer.settled()  # (what it read is durable before the reply goes out)
+        if settling is None:
+            replies.append(frame)
+        else:
+            self._in_flight += 1
+            settling.add_done_callback(lambda _: self._answered([frame]))
+        return True
+
+    # --- the commit rounds ------------------------------------------------------------------------
+    def _commit(self, writes: list[_Request]) -> None:
+        """Hand a read's writes to the next commit round; ``_Writes._landed`` answers them."""
+        self._in_flight += len(writes)
+        batch = _Writes(self, writes)
+        committer = self._committer_any
+        if not committer.run_here(batch, writes, batch):
+            committer.submit(batch, writes, batch)
+
+    def _answered(self, frames: list[bytes]) -> None:
+        self._in_flight -= len(frames)
+        self._write(b"".join(frames))
+        self._after_reply()
+
+    def _after_reply(self) -> None:
+        if self._reading:
+            if self._paused and self._in_flight < self.server.limits.in_flight_max:
+                self._resume()
+                if self._buffer:
+                    self._take_frames()
+        else:
+            self._maybe_close()
+
+    # --- the pool and the tasks -------------------------------------------------------------------
+    def _start(self, coro: Any) -> None:
+        self._in_flight += 1
+        task = self.loop.create_task(coro)
+        self.tasks.add(task)
+        task.add_done_callback(self._finished)
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        self.tasks.discard(task)
+        self._in_flight -= 1
+        self._after_reply()
+
+    async def _pooled(self, command: int, request_id: int, body: dict[str, Any]) -> None:
+        server = self.server
+        try:
+            if command == p.LISTEN:
+                reply = await self.listen(request_id, body)
+            elif command in WRITES:  # its store is not open yet: open it off the loop, then commit
+                kind = "logs" if command == p.LOG_APPEND else "kv"
+                await server.call(lambda: server.stores.get(kind, _store_name(body)))
+                self._commit([(command, request_id, body)])
+                return
+            else:
+                handler = server._handlers[command]
+                reply = await server.call(lambda: handler(body))
+                settling = self.committer.settled()  # (as _get_now: no reply before its round)
+                if settling is not None:
+                    await settling
+            self._write(self._frame(command, request_id, reply))
+        except Exception as err:
+            server.counters.errors += 1
+            if not isinstance(err, errors.LogspoolError | ValueError | TypeError | KeyError):
+                _logger.exception("%s: %s failed", self.peer, p.COMMANDS.get(command, str(command)))
+            self._write(error_frame(command, request_id, err))
+
+    # --- sending and closing ----------------------------------------------------------------------
+    def _write(self, data: bytes) -> None:
+        if self._closed or self.transport is None or not data:
+            return
+        self.server.counters.bytes_out += len(data)
+        self.transport.write(data)
+
+    async def send(
+        self, kind: int, command: int, request_id: int, body: dict[str, Any], flags: int = 0
+    ) -> None:
+        """An event (LISTEN), after the socket's send buffer drains below its bound."""
+        try:
+            frame = p.encode_frame(kind, command, request_id, body, flags)
+        except (TypeError, ValueError) as err:
+            frame = p.encode_frame(kind, command, request_id, _error_body(err), p.FLAG_ERROR)
+        for _ in range(1_000_000):  # bounded: each turn the buffer drained or the peer went away
+            if self._writable.is_set() or self._lost:
+                break
+            await self._writable.wait()
+        self._write(frame)
+
+    def stop_reading(self) -> None:
+        """No more requests (shutdown): those in flight finish and reply, then the connection
+        closes."""
+        self._reading = False
+        for task in self.listens.values():
+            task.cancel()
+        self._maybe_close()
+
+    def _maybe_close(self) -> None:
+        if self._in_flight == 0 and not self.tasks and not self._closed:
+            self._closed = True
+            if self.transport is not None:
+                self.transport.close()
+        self._maybe_done()
+
+    def _maybe_done(self) -> None:
+        if self._closed and self._in_flight <= 0 and not self.tasks:
+            self.done.set()
+
+    # --- LISTEN -----------------------------------------------------------------------------------
+    async def listen(self, request_id: int, body: dict[str, Any]) -> dict[str, Any]:
+        """Start a subscription: events carry this request's id until UNLISTEN or disconnection."""
+        from ._server import READ_LIMIT_MAX, _get, _need, _position, _Tail, _Watched
+
+        kind = _need(body, "kind", str)
+        if request_id in self.listens:
+            raise ValueError(f"request id {request_id} is already listening")
+        server = self.server
+        if kind == "log":
+            log = await server.call(lambda: server.stores.log(body))
+            reader = log.reader(_position(body.get("start", "latest")))  # (errors are the reply)
+            batch = min(_get(body, "batch", int, 1000), READ_LIMIT_MAX)
+            loop = self._log_events(request_id, _Tail(reader), batch)
+        elif kind == "kv":
+            store = await server.call(lambda: server.stores.kv(body))
+            keys = _need(body, "keys", list)
+            if not keys or not all(isinstance(k, str) for k in keys):
+                raise TypeError("field 'keys' must be a non-empty list of strings")
+            watched = _Watched(store, keys)
+            await server.call(watched.changed)  # the versions now, before the reply
+            loop = self._kv_events(request_id, watched)
+        else:
+            raise ValueError(f"kind must be 'log' or 'kv', not {kind!r}")
+        if self._reading:
+            self.listens[request_id] = self.loop.create_task(loop)
+        else:
+            loop.close()
+        return {"ok": True}
+
+    async def _log_events(self, request_id: int, reader: Any, batch: int) -> None:
+        server = self.server
+        try:
+            for _ in iter(int, 1):  # until UNLISTEN, disconnection or shutdown cancels it
+                records = await server.call(lambda: reader.batch(batch))
+                if records:
+                    await self.send(p.EVENT, p.LISTEN, request_id, {"records": records})
+        except asyncio.CancelledError:
+            await self.send(p.EVENT, p.LISTEN, request_id, {}, p.FLAG_END)
+        except Exception as err:
+            await self.send(p.EVENT, p.LISTEN, request_id, _error_body(err), p.FLAG_END | p.FLAG_ERROR)
+        finally:
+            await server.call(reader.close)  # (after a batch still running in its thread)
+
+    async def _kv_events(self, request_id: int, watched: Any) -> None:
+        server = self.server
+        try:
+            for _ in iter(int, 1):  # until UNLISTEN, disconnection or shutdown cancels it
+                await server.call(lambda: watched.store.wait(0.5))
+                for key, version in await server.call(watched.changed):
+                    await self.send(p.EVENT, p.LISTEN, request_id, {"key": key, "version": version})
+        except asyncio.CancelledError:
+            await self.send(p.EVENT, p.LISTEN, request_id, {}, p.FLAG_END)
+
+
+def _error_body(err: BaseException) -> dict[str, Any]:
+    from ._server import error_body
+
+    return error_body(err)
+
+
+def _hello(server: Server) -> dict[str, Any]:
+    from ._server import hello_body
+
+    return hello_body(server)
+
+
+def _raw_id(raw: bytes) -> int:
+    from ._server import raw_id
+
+    return raw_id(raw)
+
+
+def make_committer(server: Server, loop: asyncio.AbstractEventLoop) -> Committer:
+    """The commit rounds of the native door: the RESP door's own Committer when the daemon has
+    one (both doors' writes share rounds and fsyncs), else one whose rounds open no decision."""
+    if server.resp is not None and server.resp.committer is not None:
+        return server.resp.committer
+    return Committer(cast(Any, NativeFront(server)), loop)
