@@ -41,6 +41,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, cast
 
 from .. import _wire as p
@@ -62,42 +63,65 @@ WRITES = KV_WRITES | {p.LOG_APPEND}
 _Request = tuple[int, int, dict[str, Any]]  # command, request id, body
 
 
-class _NoStore:
-    """The key-value store of a Committer that serves the native door alone: its rounds open no
-    decision (each native batch opens its own) and sync nothing of their own."""
+class _RoundStores:
+    """The "key-value store" the native door's Committer decides (its front's ``kv``): a round's
+    ``decide()`` spans the round, and opens a decision of each key-value store and holds the
+    writer lock of each log that a batch of the round writes, when the first batch does
+    (``_Round.kv``, ``_Round.log``); all are written when the round's block ends (one write a
+    store a round), and ``sync`` fsyncs each of them once, before any reply of the round."""
 
-    class _Nothing:
-        owner: str | None = None
+    def __init__(self) -> None:
+        self._synced: list[Any] = []  # what the last round wrote (on the committer's thread)
 
     @contextlib.contextmanager
-    def decide(self, owner: str | None = None) -> Any:
-        yield self._Nothing()
+    def decide(self, owner: str | None = None) -> Iterator[_Round]:
+        round_ = _Round()
+        with round_.stack:
+            yield round_
+        self._synced = round_.synced
 
     def sync(self) -> None:
-        pass
+        synced, self._synced = self._synced, []
+        for store in synced:
+            store.sync()  # (a log or a RedisKV: each fsyncs only if its durability is "always")
+
+
+class _Round:
+    """One commit round's open decisions (kv stores) and writer locks (logs), by name."""
+
+    owner: str | None = None  # (set by the Committer; each request's own ``owner`` is checked)
+
+    def __init__(self) -> None:
+        self.stack = contextlib.ExitStack()
+        self.tails: dict[str, Any] = {}
+        self.kvs: set[str] = set()
+        self.synced: list[Any] = []
+
+    def kv(self, name: str, store: Any) -> None:
+        """Open a decision of ``store`` for the rest of the round: its public calls made on this
+        thread join it (``kv.Store``: a call inside a decision of the same thread is part of it)."""
+        if name not in self.kvs:
+            shared = RedisKV(store)
+            self.stack.enter_context(shared.decide())
+            self.kvs.add(name)
+            self.synced.append(shared)
+
+    def log(self, name: str, log: Any) -> Any:
+        """The ``Tail`` of ``log``, its writer lock held for the rest of the round."""
+        tail = self.tails.get(name)
+        if tail is None:
+            tail = self.tails[name] = self.stack.enter_context(log.exclusive(sync=False))
+            self.synced.append(log)
+        return tail
 
 
 class NativeFront:
-    """What a Committer needs of its front (``kv``, ``server``, ``tails``) when the daemon has no
-    RESP door."""
+    """What a Committer needs of its front (``kv``, ``server``, ``tails``)."""
 
     def __init__(self, server: Server) -> None:
         self.server = server
-        self.kv = _NoStore()
+        self.kv = _RoundStores()
         self.tails = None
-
-
-class _KvSync:
-    """A key-value store written in a round, as the round's fsync sees a log (``durability``,
-    ``sync``): one fsync a store a round, shared by every batch that wrote it."""
-
-    durability = "always"  # (RedisKV.sync fsyncs only a store opened with "always")
-
-    def __init__(self, store: Any) -> None:
-        self._kv = RedisKV(store)
-
-    def sync(self) -> None:
-        self._kv.sync()
 
 
 class _Writes:
@@ -111,43 +135,34 @@ class _Writes:
         self.conn = conn
         self.requests = requests
         self.round: Any = None  # (set by the Committer while it runs this batch)
-        self._synced: dict[str, Any] = {}  # the stores written, for the round's fsync
 
     def run(self, cmds: list[_Request], *, sync: bool = False) -> list[bytes]:
-        """Run the batch's writes in order, each store's ops in one decision (one write), no
-        fsync (the round's). Each request's error is its own reply. A failure of a decision's
-        write raises: the Committer answers every request of the batch with it."""
-        assert not sync  # (always in a round: its fsync covers the batch)
+        """Run the batch's writes in order inside the round (each store's ops written when the
+        round ends, fsynced by it). Each request's error is its own reply."""
+        round_ = self.round
+        assert not sync and isinstance(round_, _Round)  # (always in a native round)
         server = self.conn.server
         stores = server.stores
         handlers = server._handlers
         counters = server.counters
         frames: list[bytes] = []
-        with contextlib.ExitStack() as decisions:
-            opened: set[tuple[str, str]] = set()
-            for command, request_id, body in cmds:
-                try:
-                    name = _store_name(body)
-                    if command == p.LOG_APPEND:
-                        reply = self._append(stores.log(body), name, body)
-                    else:
-                        if ("kv", name) not in opened:
-                            store = stores.kv(body)
-                            # The store's public calls made on this thread join this decision:
-                            # their ops are written when it ends, durable with the round.
-                            decisions.enter_context(RedisKV(store).decide())
-                            opened.add(("kv", name))
-                            self._synced["kv/" + name] = _KvSync(store)
-                        reply = handlers[command](body)
-                    frames.append(p.encode_frame(p.REPLY, command, request_id, reply))
-                except Exception as err:
-                    counters.errors += 1
-                    if not isinstance(err, errors.LogspoolError | ValueError | TypeError | KeyError):
-                        _logger.exception("%s: %s failed", self.conn.peer, p.COMMANDS.get(command))
-                    frames.append(error_frame(command, request_id, err))
+        for command, request_id, body in cmds:
+            try:
+                name = _store_name(body)
+                if command == p.LOG_APPEND:
+                    reply = self._append(round_.log(name, stores.log(body)), body)
+                else:
+                    round_.kv(name, stores.kv(body))
+                    reply = handlers[command](body)
+                frames.append(p.encode_frame(p.REPLY, command, request_id, reply))
+            except Exception as err:
+                counters.errors += 1
+                if not isinstance(err, errors.LogspoolError | ValueError | TypeError | KeyError):
+                    _logger.exception("%s: %s failed", self.conn.peer, p.COMMANDS.get(command))
+                frames.append(error_frame(command, request_id, err))
         return frames
 
-    def _append(self, log: Any, name: str, body: dict[str, Any]) -> dict[str, Any]:
+    def _append(self, tail: Any, body: dict[str, Any]) -> dict[str, Any]:
         records = body.get("records")
         if records is None:
             raise ValueError("field 'records' is missing")
@@ -155,15 +170,12 @@ class _Writes:
             raise TypeError("field 'records' must be a list of bytes")
         if not records:
             return {"first": None, "count": 0}
-        # Written now, fsynced by the round (``sync_writes``) before any reply of it is sent.
-        with log.exclusive(sync=False) as tail:
-            lsns = tail.append_many(records)
-        self._synced[name] = log
+        lsns = tail.append_many(records)  # written now, fsynced by the round before any reply
         return {"first": lsns[0], "count": len(lsns)}
 
     def take_writes(self) -> tuple[bool, dict[str, Any]]:
-        synced, self._synced = self._synced, {}
-        return False, synced
+        # (the round's front syncs what the round wrote, ``_RoundStores.sync``: say it wrote)
+        return isinstance(self.round, _Round) and bool(self.round.synced), {}
 
     def _landed(self, outcome: list[bytes] | _Batch | BaseException) -> None:
         """On the loop: the batch's round is durable, or failed (then every request of the
@@ -602,8 +614,6 @@ def _raw_id(raw: bytes) -> int:
 
 
 def make_committer(server: Server, loop: asyncio.AbstractEventLoop) -> Committer:
-    """The commit rounds of the native door: the RESP door's own Committer when the daemon has
-    one (both doors' writes share rounds and fsyncs), else one whose rounds open no decision."""
-    if server.resp is not None and server.resp.committer is not None:
-        return server.resp.committer
+    """The commit rounds of the native door: a Committer (the RESP door's class) whose round
+    spans every store its batches write (``_RoundStores``)."""
     return Committer(cast(Any, NativeFront(server)), loop)

@@ -379,8 +379,8 @@ class Server:
             conn.stop_reading()
         if conns:
             await asyncio.wait([asyncio.ensure_future(c.done.wait()) for c in conns], timeout=timeout_s)
-        if self._committer is not None and (self.resp is None or self._committer is not self.resp.committer):
-            self._committer.stop()  # (its own: the RESP door's stops with the door)
+        if self._committer is not None:
+            self._committer.stop()
         if self.resp is not None:
             self.resp.close()
         self._pool.shutdown(wait=True)
