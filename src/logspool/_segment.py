@@ -265,6 +265,26 @@ def durable_proof_after(buf: bytes, pos: int, lsn: int, size_max: int) -> int:
     return -1
 
 
+def unpublished_batch_head(buf: bytes, pos: int, lsn: int, size_max: int) -> bool:
+    """Whether ``buf[pos:]`` starts with the first record of a batch that its writer had not
+    published (docs/FORMAT.md §7.1): the record is whole, carries ``lsn``, is plain or
+    compressed, and each byte of its stored CRC is either the right one or its complement, not
+    all of them right. A writer stores the complement, writes the rest of the batch, fsyncs,
+    and then writes the right CRC; a publish torn across a page boundary leaves a mix of the
+    two. (Damage that makes exactly such a CRC has odds near 2^-28.)"""
+    if pos < 0 or pos + RECORD_HEADER_SIZE > len(buf):
+        return False
+    length, flags, rlsn, _ts, _durable = RECORD_HEADER.unpack_from(buf, pos)
+    crc_at = pos + RECORD_HEADER_SIZE + length
+    if length > size_max or crc_at + 4 > len(buf) or rlsn != lsn or flags not in (0, FLAG_ZSTD):
+        return False
+    right = _CRC.pack(crc32(buf[pos:crc_at]))
+    stored = buf[crc_at : crc_at + 4]
+    if stored == right:
+        return False
+    return all(s == r or s == r ^ 0xFF for s, r in zip(stored, right, strict=True))
+
+
 def judge_damage(
     path: str,
     buf: bytes,
@@ -291,7 +311,9 @@ def judge_damage(
     every byte written: a crash of a process leaves at most one torn write at the end, never a
     damaged record followed by valid ones, so that too is corruption. Anything else was never
     proven durable, and a crash may leave it torn, zero-filled or half-written: cut it, with
-    everything after it (the caller keeps a copy of any non-zero bytes it cuts).
+    everything after it (the caller keeps a copy of any non-zero bytes it cuts). The first record
+    of a batch its writer had not published (``unpublished_batch_head``) is cut whatever valid
+    records follow it: they are that batch's, written before it was to be made valid.
     """
     if stop.kind == BAD:
         raise CorruptionError(path, stop.pos, stop.reason)
@@ -312,6 +334,11 @@ def judge_damage(
         raise CorruptionError(
             path, stop.pos, f"{why} at lsn {stop.lsn}, and a later record proves it was fsynced"
         )
+    if unpublished_batch_head(buf, stop.pos - base, stop.lsn, size_max):
+        # A batch its writer had not published yet (docs/FORMAT.md §7.1): the whole batch was
+        # written after this record, which was to be made valid last. Never acknowledged and
+        # never readable: a crash state, whatever follows it, in this boot or after a reboot.
+        return stop.pos
     if same_boot and later >= 0:
         raise CorruptionError(
             path,

@@ -35,7 +35,10 @@ Invariants:
   sync mark lowered before and after the truncate), or, if even that fails, the handle stops
   (FailedError): nothing partial stays visible.
 - A batch (``whole``) is written into one segment with one pwrite: in the log whole or not at
-  all. Timestamps never decrease; the records after a seal are not stamped before it.
+  all (after a failed write; a reader may see a prefix while it is copied). A batch written by
+  ``write_batch`` is published at once: its first record's CRC, complemented until the rest is
+  written and fsynced, is the one write that makes it readable (FORMAT.md §7.1).
+  Timestamps never decrease; the records after a seal are not stamped before it.
 - Holds: the flock is kept after a write only if it was free when taken (nobody waited), this
   handle wrote within limits.WRITER_HOLD_BURST_S before, and the writer-wanted flag of
   ``DIR/sync`` is clear. While held, nobody else writes the log, so a write skips the flock and
@@ -61,7 +64,7 @@ import errno
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from .. import _format as fmt
 from .. import _segment as seg
@@ -494,6 +497,125 @@ class ActiveSegment:
                 self.last_ts = ts
             if i < count:
                 self.rotate(ts)
+        return first
+
+    def write_batch(
+        self,
+        chunks: Iterable[Sequence[bytes]],
+        size: int,
+        prepare: Callable[[Sequence[bytes]], tuple[list[bytes], list[int] | None]],
+        timestamp: int | None = None,
+    ) -> int:
+        """Under the writer lock: append the records of ``chunks`` as one batch that readers see
+        at once or not at all, and that a crash leaves whole or absent (FORMAT.md §7.1). Returns
+        the first lsn. ``size``: at most how many bytes the framed records take (ValueError,
+        and nothing appended, if they take more); ``prepare``: a chunk's payloads checked (and
+        compressed) with their flags; ``timestamp``: as ``write_records``.
+
+        The first record is written with its CRC complemented (readers stop there: a record
+        whose CRC fails at the end of the newest segment is one being written, §9.2), then the
+        rest of the batch in as many writes as the chunks make, then the segment is fsynced,
+        then the right CRC is written: 4 bytes that make the whole batch readable at once. The
+        index entries and the tail hint follow (a reader at "latest" starts at the last entry;
+        a catch-up trusts the hint), so neither names a record before it is published."""
+        if size > limits.SEGMENT_SIZE_LIMIT - fmt.SEGMENT_HEADER_SIZE - fmt.RECORD_OVERHEAD:
+            raise ValueError(
+                f"a batch of {size} bytes is more than a segment may hold ({limits.SEGMENT_SIZE_LIMIT}): "
+                "append it in smaller batches"
+            )
+        now = time.time_ns()
+        ts = now if now > self.last_ts else self.last_ts  # timestamps never decrease
+        if timestamp is not None:
+            ts = timestamp  # (checked by the caller: not below the last)
+        if now >= self.deadline_ns:
+            if self.end > fmt.SEGMENT_HEADER_SIZE:
+                self.rotate(ts)  # rotation by age
+            else:
+                self.set_deadline(now)
+        # One segment holds the whole batch (as write_records(whole=True)): sealed first if the
+        # batch does not fit; a batch larger than a segment gets a larger segment of its own.
+        if (
+            self.end + size > self._segment_size_max - fmt.RECORD_OVERHEAD
+            and self.end > fmt.SEGMENT_HEADER_SIZE
+        ):
+            self.rotate(ts)
+        start = self.end
+        first = lsn = self.next_lsn
+        durable = self._syncer.durable_lsn
+        interval = self.index_interval
+        due = self.index_due
+        index: list[bytes] = []
+        limit = start + size
+        if limit > self.alloc_end:
+            self.alloc_end = self._preallocate(self.fd, start, limit)
+        encode = fmt.encode_record
+        fs, fd = self._fs, self.fd
+        offset = start
+        head_crc_at = -1
+        head_crc = b""
+        last_size = 0
+        try:
+            for chunk in chunks:  # bounded by the caller's chunks; each write by ``limit``
+                items, flags = prepare(chunk)
+                recs: list[bytes] = []
+                for i, payload in enumerate(items):
+                    rec = encode(lsn, ts, durable, payload, flags[i] if flags is not None else 0)
+                    if offset >= due:
+                        index.append(fmt.encode_index_entry(lsn, ts, offset))
+                        due = (offset // interval + 1) * interval
+                    if head_crc_at < 0:
+                        if offset + len(rec) > limit:
+                            raise ValueError(f"the batch takes more than the {size} bytes announced")
+                        head_crc_at, head_crc = offset + len(rec) - 4, rec[-4:]
+                        pending = rec[:-4] + bytes(b ^ 0xFF for b in head_crc)
+                        # Alone, first: a crash during the rest leaves this whole record with a
+                        # complemented CRC, which the next writer cuts with all that follows
+                        # (§9); a crash during this write leaves a torn tail and nothing after.
+                        fs.pwrite(fd, pending, offset)
+                    else:
+                        recs.append(rec)
+                    offset += len(rec)
+                    last_size = len(rec)
+                    lsn += 1
+                if recs:
+                    data = b"".join(recs)
+                    if offset > limit:
+                        raise ValueError(f"the batch takes more than the {size} bytes announced")
+                    fs.pwrite(fd, data, offset - len(data))  # crash: an unpublished batch, cut
+        except OSError as err:
+            raise self.undo_write(err, "writing a batch") from err
+        except BaseException:
+            try:
+                self.cut(start)  # nothing of the batch stays (it was never readable)
+            except OSError as err2:
+                self._handle.fail(err2)  # (the next writer's recovery cuts it)
+            raise
+        if lsn == first:
+            return first
+        try:
+            # The batch durable before the 4 bytes that publish it: after a power loss the
+            # batch is whole (the CRC reached the disk, and the rest was there before it) or
+            # unpublished (cut by the next writer). Not through the syncer: the sync mark must
+            # not pass the unpublished head.
+            fs.fsync(fd)
+        except OSError as err:
+            # As a failed group commit: pages of this segment may be lost (fsyncgate), so the
+            # handle stops; the unpublished batch is cut by the next writer's recovery.
+            self._handle.fail(err)
+            raise FailedError(self._root, f"fsync failed while writing a batch: {err}") from err
+        try:
+            fs.pwrite(fd, head_crc, head_crc_at)  # published: every reader sees the whole batch
+        except OSError as err:
+            raise self.undo_write(err, "publishing a batch") from err
+        self.end = offset
+        self.next_lsn = lsn
+        self.last_ts = ts
+        self.index_due = due
+        self.mark_written()
+        if index:
+            self._write_index_entry_bytes(b"".join(index))
+        if not self.single:
+            self._syncer.publish_tail(self.base, offset - last_size, lsn - 1, offset)
         return first
 
     def write_at_end(self, data: bytes, what: str, *, grow: bool = True) -> None:

@@ -20,7 +20,9 @@ Invariants:
 - A batch of the queue that met a rotation is written segment by segment: the part written
   before a failure stays, and its appends succeed once it is durable; the rest fail. An fsync
   that fails acknowledges none of the batch, and stops the handle (``HandleState.fail``).
-- ``append_many`` is all or nothing (``ActiveSegment.write_records(whole=True)``).
+- ``append_many`` is all or nothing (``ActiveSegment.write_records(whole=True)``): after a
+  failed write; a reader may see its first records while it is copied in. ``Tail.append_batch``
+  is all or nothing for readers and crashes too (``ActiveSegment.write_batch``).
 - ``exclusive_owner`` (under the writer lock) names the thread inside ``Log.exclusive()``;
   its own appends through the Log are refused there (they would wait on themselves).
 """
@@ -31,7 +33,7 @@ import contextlib
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from .. import _codec, limits
 from .. import _format as fmt
@@ -510,6 +512,40 @@ class Tail:
         flags = self._writer.compress(items)
         first = self._active.write_records(items, flags, timestamp)
         return list(range(first, first + len(items)))
+
+    def append_batch(
+        self, chunks: Iterable[Sequence[bytes]], *, size: int, timestamp: int | None = None
+    ) -> range:
+        """Append the payloads of ``chunks`` (sequences of payloads, in order) as one batch that
+        every reader, in any process, sees at once or not at all, and that a crash (of the
+        process, or a power loss) leaves whole or absent (FORMAT.md §7.1). Returns its lsns.
+
+        ``size``: at most how many bytes the framed records take (the payloads' bytes plus
+        ``RECORD_OVERHEAD`` each), known before the first is written: the batch goes into one
+        segment (the active one is sealed first if it would not fit; a larger batch has a
+        segment of its own), up to 4 GiB. ValueError if the records take more, TypeError or
+        RecordTooLargeError for a payload (checked chunk by chunk): nothing is appended then.
+        Memory: one chunk at a time. Durability: the batch's records are fsynced before it is
+        published (one fsync more than ``append_many``); the write that publishes it is made
+        durable as any append is, when the exclusive block ends with "always" or by ``sync``.
+        ``timestamp``: as ``append_many``."""
+        last_ts = self._active.last_ts
+        if timestamp is not None and (
+            not isinstance(timestamp, int) or isinstance(timestamp, bool) or timestamp < last_ts
+        ):
+            raise ValueError(
+                f"timestamp must be an integer of ns not below the last record's ({last_ts}), "
+                f"not {timestamp!r}"
+            )
+        size_max = self._active.size_max
+        compress = self._writer.compress
+
+        def prepare(chunk: Sequence[bytes]) -> tuple[list[bytes], list[int] | None]:
+            items = checked_payloads(chunk, size_max)
+            return items, compress(items)
+
+        first = self._active.write_batch(chunks, size, prepare, timestamp)
+        return range(first, self._active.next_lsn)
 
     def check(self, payloads: Iterable[bytes]) -> list[bytes]:
         """The payloads as bytes if ``append_many`` would take them (else its TypeError or

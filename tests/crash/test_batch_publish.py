@@ -1,0 +1,270 @@
+"""A batch appended with ``Tail.append_batch`` is seen whole or not at all, by every reader and
+after every crash (FORMAT.md §7.1: its first record's CRC is written complemented, the rest of the
+batch after it, then an fsync, then the right CRC).
+
+How:
+- power loss at every operation of a workload of batches (across rotations, one larger than a
+  segment, several chunks each) and plain appends, through the ``_fs`` seam: each crash state the
+  model allows holds a prefix of the appends in which every batch is whole or absent, holds every
+  acknowledged one, verifies clean, and reads the same after a second open;
+- the death of the process at every operation (the files as the page cache holds them, opened
+  in the same boot, where a torn write followed by valid records would be damage): the same;
+- writer processes killed with SIGKILL at random moments while appending large batches: the log
+  opens and holds whole batches only;
+- reader processes polling (one-shot reads) and following (a tail) while large batches are
+  appended never see part of one: a one-shot read ends at a batch boundary, and a follower that
+  has the first record of a batch has all of it at once (``next(timeout=0)``).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+import logspool
+from logspool import _format as fmt
+from tests.crash.faultfs import FaultFS, PowerLoss, materialize
+
+STATES_PER_CUT = 2 * int(os.environ.get("LOGSPOOL_TORTURE", "1"))
+_RECORD = re.compile(rb"b(\d+):(\d+)/(\d+):")
+
+
+def batch(n: int, count: int, size: int = 100) -> list[bytes]:
+    """Payloads that say their batch, their place in it and its count."""
+    out = []
+    for i in range(count):
+        head = b"b%d:%d/%d:" % (n, i, count)
+        out.append(head + b"." * max(0, size - len(head)))
+    return out
+
+
+def framed(payloads: list[bytes]) -> int:
+    return sum(len(p) for p in payloads) + len(payloads) * fmt.RECORD_OVERHEAD
+
+
+def check_whole(payloads: list[bytes]) -> list[int]:
+    """The batch numbers the payloads hold, each batch whole and in order; AssertionError if a
+    batch is there in part."""
+    batches: list[int] = []
+    i = 0
+    while i < len(payloads):  # bounded: each turn takes one whole batch
+        m = _RECORD.match(payloads[i])
+        assert m is not None, f"record {i} is not one of a batch: {payloads[i][:40]!r}"
+        n, at, count = (int(g) for g in m.groups())
+        assert at == 0, f"record {i} is record {at} of batch {n}: the batch's start is missing"
+        got = payloads[i : i + count]
+        assert len(got) == count, f"batch {n}: {len(got)} of its {count} records are there"
+        assert got == batch(n, count, len(payloads[i])), f"batch {n} is not as appended"
+        batches.append(n)
+        i += count
+    return batches
+
+
+# --- power loss and process death at every operation ---------------------------------------------
+Workload = Callable[[str, FaultFS, list[list[bytes]], list[list[bytes]]], None]
+
+
+def batches_workload(durability: str) -> Workload:
+    """Batches and single appends (each a batch of one); ``attempted`` gets each before its call,
+    ``acked`` after the call that made it durable returned."""
+
+    def run(path: str, fs: FaultFS, attempted: list[list[bytes]], acked: list[list[bytes]]) -> None:
+        log = logspool.open(path, fs=fs, durability=durability, segment_size_max=4096, index_interval=512)
+        plan = [(1, 1), (12, 3), (1, 1), (40, 4), (8, 2), (25, 5), (1, 1)]  # (records, chunks)
+        for n, (count, chunks) in enumerate(plan):
+            payloads = batch(n, count)
+            attempted.append(payloads)
+            if count == 1:
+                log.append(payloads[0])
+            else:
+                step = -(-count // chunks)
+                with log.exclusive() as tail:
+                    tail.append_batch(
+                        (payloads[i : i + step] for i in range(0, count, step)), size=framed(payloads)
+                    )
+            if durability == "os":
+                log.sync()
+            acked[:] = attempted
+        log.close()
+
+    return run
+
+
+def check_state(path: str, attempted: list[list[bytes]], acked: list[list[bytes]]) -> None:
+    with logspool.open(path) as log:
+        got = [(r.lsn, r.payload) for r in log.read()]
+    assert [lsn for lsn, _p in got] == list(range(len(got))), "lsns are not 0, 1, 2, ..."
+    numbers = check_whole([p for _lsn, p in got])
+    assert numbers == list(range(len(numbers))), f"not a prefix of the batches appended: {numbers}"
+    assert len(numbers) <= len(attempted)
+    assert len(numbers) >= len(acked), f"acknowledged batches lost: {len(numbers)} < {len(acked)}"
+    report = logspool.verify(path)
+    assert report.ok, [str(p) for p in report.problems]
+    with logspool.open(path) as log:
+        assert [(r.lsn, r.payload) for r in log.read()] == got, "a second open changed the records"
+
+
+@pytest.mark.parametrize("durability", ["always", "os"])
+def test_power_loss_or_process_death_at_every_operation_leaves_each_batch_whole_or_absent(
+    fast_dir: Path, durability: str
+) -> None:
+    workload = batches_workload(durability)
+    clean = fast_dir / "clean"
+    fs = FaultFS(str(clean))
+    workload(str(clean / "log"), fs, [], [])
+    total = fs.count
+    rng = random.Random(28)
+    for n in range(1, total + 1):
+        work = fast_dir / f"cut{n}"
+        work.mkdir()
+        fs = FaultFS(str(work), crash_at=n)
+        attempted: list[list[bytes]] = []
+        acked: list[list[bytes]] = []
+        try:
+            workload(str(work / "log"), fs, attempted, acked)
+        except PowerLoss:
+            pass
+        finally:
+            fs.release()
+        assert fs.crashed, f"operation {n} of {total} was never reached"
+        where = f"operation {n} of {total}"
+        for k, state in enumerate(fs.crash_states(rng, STATES_PER_CUT)):
+            target = fast_dir / f"after{n}.{k}"
+            materialize(state, str(target))  # (opened in another boot: a power loss)
+            try:
+                check_state(str(target / "log"), attempted, acked)
+            except AssertionError as err:
+                raise AssertionError(f"power cut at {where}, state {k}: {err}") from err
+        # The process died there instead: the files hold every write made, and the next open
+        # runs in the same boot (FaultFS's), where damage followed by valid records is damage.
+        if (work / "log" / "meta").exists():
+            same_boot = FaultFS(str(work))
+            same_boot._boot = fs._boot
+            try:
+                with logspool.open(str(work / "log"), fs=same_boot) as log:
+                    payloads = [r.payload for r in log.read()]
+                numbers = check_whole(payloads)
+                assert numbers == list(range(len(numbers))), numbers
+                assert len(numbers) >= len(acked)
+            except (AssertionError, logspool.CorruptionError) as err:
+                raise AssertionError(f"process death at {where}: {err}") from err
+            finally:
+                same_boot.release()
+    assert total > 60
+
+
+# --- real processes --------------------------------------------------------------------------------
+WRITER = textwrap.dedent(
+    """
+    import sys, logspool
+    from logspool import _format as fmt
+    path, start, count, chunk = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+    log = logspool.open(path, segment_size_max=int(sys.argv[5]), durability="os")
+    print("open", flush=True)
+    for n in range(start, 1 << 30):
+        head = [b"b%d:%d/%d:" % (n, i, count) for i in range(count)]
+        payloads = [h + b"." * (100 - len(h)) for h in head]
+        size = sum(map(len, payloads)) + count * fmt.RECORD_OVERHEAD
+        with log.exclusive() as tail:
+            tail.append_batch((payloads[i : i + chunk] for i in range(0, count, chunk)), size=size)
+        print(n, flush=True)
+    """
+)
+
+
+def test_writers_killed_while_appending_large_batches_leave_whole_batches(tmp_path: Path) -> None:
+    path = str(tmp_path / "log")
+    rng = random.Random(5)
+    next_batch = 0
+    for rnd in range(12):
+        child = subprocess.Popen(
+            [sys.executable, "-c", WRITER, path, str(next_batch), "20000", "700", str(1 << 20)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == "open"
+        time.sleep(rng.uniform(0.0, 0.3))
+        child.send_signal(signal.SIGKILL)
+        child.communicate()
+        with logspool.open(path) as log:  # recovery (same boot): no CorruptionError
+            numbers = check_whole([r.payload for r in log.read()])
+        assert numbers == list(range(len(numbers))), f"round {rnd}: batches {numbers}"
+        next_batch = len(numbers)
+    assert logspool.verify(path).ok
+
+
+READER = textwrap.dedent(
+    """
+    import sys, time, logspool
+    path, total = sys.argv[1], int(sys.argv[2])
+    print("ready", flush=True)
+    deadline = time.monotonic() + 90
+    with logspool.open(path, readonly=True) as log:
+        follower = log.reader(start="earliest")
+        polled = followed = 0
+        while time.monotonic() < deadline and followed < total:
+            polled += len(list(log.read(start=polled)))  # a one-shot read: at a batch boundary
+            rec = follower.next(timeout=0.002)
+            while rec is not None:  # a follower: the first record of a batch brings all of it
+                at, count = rec.payload.split(b":")[1].split(b"/")
+                rest = int(count) - int(at) - 1
+                for _ in range(rest):
+                    if follower.next(timeout=0) is None:
+                        print("partial", rec.lsn, flush=True)
+                        sys.exit(1)
+                followed += 1 + rest
+                rec = follower.next(timeout=0)
+            print(polled, followed, flush=True)
+    """
+)
+
+
+def test_readers_in_other_processes_never_see_part_of_a_batch(tmp_path: Path) -> None:
+    path = str(tmp_path / "log")
+    count, batches = 30000, 10  # ~4 MiB a batch, written in 15 chunks: it takes a while
+    with logspool.open(path, segment_size_max=16 << 20) as log:
+        log.append(b"b0:0/1:" + b"." * 93)
+    total = 1 + count * batches
+    reader = subprocess.Popen(
+        [sys.executable, "-c", READER, path, str(total)], stdout=subprocess.PIPE, text=True
+    )
+    assert reader.stdout is not None
+    assert reader.stdout.readline().strip() == "ready"
+    lines: list[list[int]] = []
+
+    def reader_at(end: int) -> None:
+        """Until the reader has followed the log to ``end`` (it looks at the end while the next
+        batch is written, rather than lag behind the writer)."""
+        assert reader.stdout is not None
+        for line in reader.stdout:  # bounded: the reader stops after 90 s
+            lines.append([int(x) if x.isdigit() else -1 for x in line.split()])
+            if lines[-1][-1] >= end or lines[-1][0] == -1:
+                return
+
+    with logspool.open(path, durability="os", segment_size_max=16 << 20) as log:
+        for n in range(1, batches + 1):
+            reader_at(1 + count * (n - 1))
+            payloads = batch(n, count)
+            with log.exclusive() as tail:
+                tail.append_batch(
+                    (payloads[i : i + 2000] for i in range(0, count, 2000)), size=framed(payloads)
+                )
+    out, _ = reader.communicate(timeout=120)
+    lines += [[int(x) if x.isdigit() else -1 for x in line.split()] for line in out.split("\n") if line]
+    assert reader.returncode == 0, lines[-3:]
+    boundaries = {1 + count * k for k in range(batches + 1)}
+    assert lines and lines[-1][1] == total, lines[-1:]
+    for polled, followed in lines:
+        assert polled in boundaries, f"a one-shot read saw {polled} records: part of a batch"
+        assert followed in boundaries, followed
