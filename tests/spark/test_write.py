@@ -162,7 +162,7 @@ def test_a_query_whose_rows_differ_on_replay_is_written_once_after_the_driver_is
     import sys
     import time
 
-    rows = 400_000  # ~40 MB of payloads: ten appends of 4 MiB, time to be killed among them
+    rows = 400_000  # ~40 MB of payloads: time to be killed while the batch is written
     for attempt_no in range(5):  # until the kill lands inside the commit (observed, not timed)
         path, cp = tmp_path / f"log{attempt_no}", tmp_path / f"cp{attempt_no}"
         cp.mkdir()
@@ -177,16 +177,22 @@ def test_a_query_whose_rows_differ_on_replay_is_written_once_after_the_driver_is
         )
         assert child.stdout is not None and child.stdout.readline() == "staged\n"
         deadline = time.monotonic() + 120
-        with logspool.open(path, readonly=True) as log:
-            while log.next_lsn == 1 and time.monotonic() < deadline and child.poll() is None:
-                time.sleep(0.001)  # until the commit has appended part of the batch (observed)
+        segment = path / "00000000000000000000.seg"
+        head_at = 40 + 36 + len("batch-0")  # where the batch's first record goes
+        while time.monotonic() < deadline and child.poll() is None:
+            with open(segment, "rb") as f:  # until the commit has written part of the batch
+                f.seek(head_at)
+                if any(f.read(32)):
+                    break
+            time.sleep(0.001)
         child.send_signal(signal.SIGKILL)
         finished = "done" in child.communicate()[0]
-        if not finished:
+        with logspool.open(path, readonly=True) as log:  # readers: all of the batch, or none
+            written = log.next_lsn - 1
+        assert written in (0, rows), written
+        if not finished and written == 0:
             break
-    assert not finished, "every kill came after the commit had finished"
-    with logspool.open(path, readonly=True) as log:
-        written = log.next_lsn - 1
+    assert not finished and written == 0, "every kill came after the batch was published"
     attempt = sorted(os.listdir(path / _source.STAGING_DIR / f"stream-{first.sink}"))
     assert attempt, "the first attempt's staged files are kept until the batch is done"
     replay = _source._StreamWriter(options, SCHEMA)  # Spark restarts the query: batch 1 again

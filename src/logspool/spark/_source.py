@@ -23,6 +23,7 @@ Options (case-insensitive) and their defaults are documented in docs/SPARK.md.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import shutil
@@ -80,6 +81,9 @@ DECODES = ("binary", "string", "json")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _TIMESTAMP_US = pa.timestamp("us", tz="UTC")
 _STAGE_LEN = struct.Struct("<I")
+_STAGE_READ_SIZE = 4 * limits.MIB
+# The framed bytes of a batch published at once: what one segment may hold (Tail.append_batch).
+_BATCH_SIZE_MAX = limits.SEGMENT_SIZE_LIMIT - fmt.SEGMENT_HEADER_SIZE - fmt.RECORD_OVERHEAD
 
 
 class OptionError(LogspoolError, ValueError):
@@ -560,6 +564,11 @@ class _Staged(WriterCommitMessage):
     count: int
 
 
+def _count(messages: Sequence[WriterCommitMessage | None]) -> int:
+    """The rows the tasks of a job staged."""
+    return sum(m.count for m in messages if isinstance(m, _Staged))
+
+
 def _payload_index(schema: StructType) -> int:
     names = [f.name for f in schema.fields]
     if "payload" not in names:
@@ -613,26 +622,7 @@ class _Writer:
 
     def payloads(self, files: Sequence[str]) -> list[bytes]:
         """The rows the staged ``files`` hold, in order."""
-        out: list[bytes] = []
-        for path in files:
-            try:
-                with open(path, "rb") as f:
-                    data = f.read()
-            except FileNotFoundError:
-                raise LogspoolError(
-                    f"{path}: a staged file of this write is missing (the log's directory must be on a "
-                    "file system the driver and every executor mount at the same path)"
-                ) from None
-            pos = 0
-            while pos < len(data):  # bounded by the file's size
-                if pos + 4 > len(data):
-                    raise LogspoolError(f"{path}: staged file cut short")
-                (size,) = _STAGE_LEN.unpack_from(data, pos)
-                if pos + 4 + size > len(data):
-                    raise LogspoolError(f"{path}: staged file cut short")
-                out.append(data[pos + 4 : pos + 4 + size])
-                pos += 4 + size
-        return out
+        return [p for chunk in _staged_chunks(files) for p in chunk]
 
     def discard(self) -> None:
         shutil.rmtree(self.staging, ignore_errors=True)
@@ -646,10 +636,12 @@ class _BatchWriter(DataSourceWriter):
         return self.w.write(iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        payloads = self.w.payloads(self.w.staged_files(messages))
-        with Log(self.w.path) as log, log.exclusive() as tail:
-            for chunk in _chunks(payloads):
-                tail.append_many(chunk)
+        """Append the staged rows as one batch that readers see at once (``_append``); durable
+        on return."""
+        with Log(self.w.path) as log:
+            with log.exclusive(sync=False) as tail:
+                _append(tail, self.w.staged_files(messages), _count(messages))
+            log.sync()
         self.w.discard()
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
@@ -682,11 +674,14 @@ class _StreamWriter(DataSourceStreamWriter):
             elif state.get("batch") == batchId:  # the intent of a commit cut short: finish it
                 if "files" in state:  # the first attempt's rows, whatever this attempt computed
                     staging = os.path.join(self.w.path, STAGING_DIR)
-                    payloads = self.w.payloads([os.path.join(staging, f) for f in state["files"]])
+                    files = [os.path.join(staging, f) for f in state["files"]]
                 else:  # an intent of a release before the files were named: this attempt's rows
-                    payloads = self.w.payloads(self.w.staged_files(messages))
-                present = _matching_prefix(log, state["start"], payloads)
-                self._append(log, tail, payloads[present:], sinks, batchId)
+                    files = self.w.staged_files(messages)
+                # A batch is published at once, so it is there whole or not at all; a prefix is
+                # only left by releases before issue 28, which appended ~4 MiB at a time.
+                present = _matching_prefix(log, state["start"], self.w.payloads(files))
+                count = state["count"] if "count" in state else _staged_count(files)
+                self._append(log, tail, files, count, present, sinks, batchId)
             else:
                 files = self.w.staged_files(messages)
                 staging = os.path.join(self.w.path, STAGING_DIR)
@@ -694,16 +689,18 @@ class _StreamWriter(DataSourceStreamWriter):
                     "batch": batchId,
                     "start": tail.next_lsn,
                     "files": [os.path.relpath(f, staging) for f in files],
+                    "count": _count(messages),
                     "query": self.identity,
                 }
                 replace_file(REAL, sinks, self.sink, json.dumps(intent).encode())
-                self._append(log, tail, self.w.payloads(files), sinks, batchId)
+                self._append(log, tail, files, _count(messages), 0, sinks, batchId)
         self.w.discard()
 
-    def _append(self, log: Log, tail: Any, payloads: list[bytes], sinks: str, batch: int) -> None:
-        for chunk in _chunks(payloads):
-            tail.append_many(chunk)
-        log.sync()
+    def _append(
+        self, log: Log, tail: Any, files: list[str], count: int, skip: int, sinks: str, batch: int
+    ) -> None:
+        _append(tail, files, count, skip)
+        log.sync()  # (under the writer lock: the done mark must not come before the fsync)
         done = {"batch": batch, "done": True, "query": self.identity}
         replace_file(REAL, sinks, self.sink, json.dumps(done).encode())
 
@@ -769,15 +766,76 @@ def _matching_prefix(log: Log, start: int, payloads: list[bytes]) -> int:
     return n
 
 
-def _chunks(payloads: list[bytes]) -> Iterator[list[bytes]]:
-    """Batches of at most ~4 MiB for append_many (one write and one fsync each)."""
-    chunk: list[bytes] = []
-    size = 0
-    for p in payloads:
-        chunk.append(p)
-        size += len(p) + fmt.RECORD_OVERHEAD
-        if size >= 4 * limits.MIB:
-            yield chunk
-            chunk, size = [], 0
-    if chunk:
-        yield chunk
+def _staged_chunks(files: Sequence[str], skip: int = 0) -> Iterator[list[bytes]]:
+    """The rows of the staged ``files``, in order, past the first ``skip``, in lists of those of
+    about 4 MiB of a file (the memory one step holds)."""
+    for path in files:
+        try:
+            f = open(path, "rb")  # noqa: SIM115 (closed below, across the yields)
+        except FileNotFoundError:
+            raise LogspoolError(
+                f"{path}: a staged file of this write is missing (the log's directory must be on a "
+                "file system the driver and every executor mount at the same path)"
+            ) from None
+        with f:
+            rest = b""
+            for _ in range(1 << 40):  # bounded by the file's size: each turn reads a block
+                block = f.read(_STAGE_READ_SIZE)
+                if not block:
+                    break
+                data = rest + block if rest else block
+                pos = 0
+                out: list[bytes] = []
+                while pos + 4 <= len(data):  # bounded by the bytes read
+                    (size,) = _STAGE_LEN.unpack_from(data, pos)
+                    if pos + 4 + size > len(data):
+                        break
+                    if skip:
+                        skip -= 1
+                    else:
+                        out.append(data[pos + 4 : pos + 4 + size])
+                    pos += 4 + size
+                rest = data[pos:]
+                if out:
+                    yield out
+            if rest:
+                raise LogspoolError(f"{path}: staged file cut short")
+
+
+def _staged_count(files: Sequence[str]) -> int:
+    """How many rows the staged ``files`` hold (for an intent that did not say)."""
+    return sum(len(chunk) for chunk in _staged_chunks(files))
+
+
+def _append(tail: Any, files: list[str], count: int, skip: int = 0) -> None:
+    """Append the ``count`` rows of the staged ``files``, past the first ``skip``, as one batch
+    published at once (``Tail.append_batch``: every reader sees all of it or none of it, and a
+    crash leaves it whole or absent), read from the files a block at a time. A batch of more
+    than ``_BATCH_SIZE_MAX`` bytes framed (what one segment may hold) is appended in parts of
+    at most that, each published at once."""
+    size = sum(os.path.getsize(p) for p in files) + count * (fmt.RECORD_OVERHEAD - _STAGE_LEN.size)
+    chunks = _staged_chunks(files, skip)
+    if size <= _BATCH_SIZE_MAX:
+        tail.append_batch(chunks, size=size)
+        return
+    leftover: list[bytes] = []
+    for _ in range(1 << 40):  # bounded: each turn appends a part of the rows, or ends
+
+        def part() -> Iterator[list[bytes]]:
+            nonlocal leftover
+            taken = 0
+            for chunk in itertools.chain([leftover] if leftover else [], chunks):
+                leftover = []
+                fit = 0
+                while fit < len(chunk) and taken + len(chunk[fit]) + fmt.RECORD_OVERHEAD <= _BATCH_SIZE_MAX:
+                    taken += len(chunk[fit]) + fmt.RECORD_OVERHEAD
+                    fit += 1
+                if fit:
+                    yield chunk[:fit]
+                if fit < len(chunk):
+                    leftover = chunk[fit:]
+                    return
+
+        if not tail.append_batch(part(), size=_BATCH_SIZE_MAX) or not leftover:
+            return
+    raise AssertionError("unreachable")
