@@ -12,6 +12,7 @@ keys). The value types are the key-value store's, so a value crosses the wire wi
 from __future__ import annotations
 
 import array
+import functools
 import struct
 import sys
 from collections.abc import Iterator
@@ -110,40 +111,74 @@ class Frame(NamedTuple):
 
 
 def encode_value(value: Any, out: list[bytes], depth: int = 0) -> None:
+    """Append ``value``'s encoding (§2 of docs/PROTOCOL.md) to ``out``. The common types are
+    looked up by their exact type first (a reply is encoded on the daemon's event loop: half the
+    cost of the chain of isinstance checks, which still serves subclasses)."""
     if depth > DEPTH_MAX:
         raise ValueError(f"values nest deeper than {DEPTH_MAX}")
-    if value is None:
+    kind = type(value)
+    if kind is bytes:
+        out.append(_BYTES_HEAD(len(value)))
+        out.append(value)
+    elif kind is str:
+        raw = value.encode("utf-8")
+        out.append(_STRING_HEAD(len(raw)))
+        out.append(raw)
+    elif kind is dict:
+        out.append(_MAP_HEAD(len(value)))
+        for key, item in value.items():
+            raw = key.encode("utf-8") if type(key) is str else str(key).encode("utf-8")
+            if len(raw) > 0xFFFF:
+                raise ValueError("a map key is longer than 65535 bytes")
+            out.append(_U16_PACK(len(raw)))
+            out.append(raw)
+            encode_value(item, out, depth + 1)
+    elif value is None:
         out.append(b"\x00")
     elif value is True:
         out.append(b"\x06")
     elif value is False:
         out.append(b"\x05")
-    elif isinstance(value, int):
-        out.append(b"\x03" + _I64.pack(value))
-    elif isinstance(value, float):
-        out.append(b"\x04" + _F64.pack(value))
-    elif isinstance(value, str):
-        raw = value.encode("utf-8")
-        out.append(b"\x02" + _U32.pack(len(raw)) + raw)
-    elif isinstance(value, bytes | bytearray | memoryview):
-        raw = bytes(value)
-        out.append(b"\x01" + _U32.pack(len(raw)) + raw)
-    elif isinstance(value, list | tuple):
-        out.append(b"\x07" + _U32.pack(len(value)))
+    elif kind is int:
+        out.append(_INTEGER_PACK(INTEGER, value))
+    elif kind is float:
+        out.append(_FLOAT_PACK(FLOAT, value))
+    elif kind is list or kind is tuple:
+        out.append(_LIST_HEAD(len(value)))
         for item in value:
             encode_value(item, out, depth + 1)
+    else:
+        _encode_other(value, out, depth)
+
+
+def _encode_other(value: Any, out: list[bytes], depth: int) -> None:
+    """Subclasses of the value types (an IntEnum, a str subclass...) and the errors."""
+    if isinstance(value, int):
+        out.append(_INTEGER_PACK(INTEGER, value))
+    elif isinstance(value, float):
+        out.append(_FLOAT_PACK(FLOAT, value))
+    elif isinstance(value, str):
+        encode_value(str(value), out, depth)
+    elif isinstance(value, bytes | bytearray | memoryview):
+        encode_value(bytes(value), out, depth)
+    elif isinstance(value, list | tuple):
+        encode_value(list(value), out, depth)
     elif isinstance(value, dict):
-        out.append(b"\x08" + _U32.pack(len(value)))
-        for key, item in value.items():
-            raw = str(key).encode("utf-8")
-            if len(raw) > 0xFFFF:
-                raise ValueError("a map key is longer than 65535 bytes")
-            out.append(_U16.pack(len(raw)) + raw)
-            encode_value(item, out, depth + 1)
+        encode_value(dict(value), out, depth)
     else:
         raise TypeError(
             f"cannot send a {type(value).__name__} (nil, bytes, str, int, float, bool, list, map)"
         )
+
+
+_HEAD = struct.Struct(">BI")
+_BYTES_HEAD = functools.partial(_HEAD.pack, BYTES)
+_STRING_HEAD = functools.partial(_HEAD.pack, STRING)
+_LIST_HEAD = functools.partial(_HEAD.pack, LIST)
+_MAP_HEAD = functools.partial(_HEAD.pack, MAP)
+_U16_PACK = struct.Struct(">H").pack
+_INTEGER_PACK = struct.Struct(">Bq").pack
+_FLOAT_PACK = struct.Struct(">Bd").pack
 
 
 def encode_frame(kind: int, command: int, request_id: int, body: dict[str, Any], flags: int = 0) -> bytes:
@@ -179,76 +214,106 @@ def decode_header(buf: bytes, size_max: int) -> Header:
     return Header(kind, command, flags, request_id, size)
 
 
-class _Decoder:
-    def __init__(self, buf: bytes) -> None:
-        self.buf = memoryview(buf)
-        self.at = 0
+_U32_AT = _U32.unpack_from
+_U16_AT = _U16.unpack_from
+_I64_AT = _I64.unpack_from
+_F64_AT = _F64.unpack_from
 
-    def take(self, n: int) -> memoryview:
-        if self.at + n > len(self.buf):
-            raise ProtocolError(f"body ends inside a value (at byte {self.at}, {n} more needed)")
-        out = self.buf[self.at : self.at + n]
-        self.at += n
-        return out
 
-    def value(self, depth: int) -> Any:
-        if depth > DEPTH_MAX:
-            raise ProtocolError(f"values nest deeper than {DEPTH_MAX}")
-        tag = self.take(1)[0]
-        if tag == NIL:
-            return None
-        if tag == TRUE:
-            return True
-        if tag == FALSE:
-            return False
-        if tag == INTEGER:
-            return _I64.unpack(self.take(8))[0]
-        if tag == FLOAT:
-            return _F64.unpack(self.take(8))[0]
-        if tag in (BYTES, STRING):
-            raw = bytes(self.take(_U32.unpack(self.take(4))[0]))
-            if tag == BYTES:
-                return raw
-            try:
-                return raw.decode("utf-8")
-            except UnicodeDecodeError as err:
-                raise ProtocolError(f"a string is not UTF-8: {err}") from None
-        if tag == LIST:
-            count = _U32.unpack(self.take(4))[0]
-            self._room(count)
-            return [self.value(depth + 1) for _ in range(count)]
-        if tag == MAP:
-            return self.map(depth)
-        raise ProtocolError(f"unknown value tag {tag} at byte {self.at - 1}")
+def _short(at: int, n: int) -> ProtocolError:
+    return ProtocolError(f"body ends inside a value (at byte {at}, {n} more needed)")
 
-    def map(self, depth: int) -> dict[str, Any]:
-        count = _U32.unpack(self.take(4))[0]
-        self._room(count)
-        out: dict[str, Any] = {}
-        for _ in range(count):
-            raw = bytes(self.take(_U16.unpack(self.take(2))[0]))
-            try:
-                key = raw.decode("utf-8")
-            except UnicodeDecodeError as err:
-                raise ProtocolError(f"a map key is not UTF-8: {err}") from None
-            if key in out:
-                raise ProtocolError(f"map key {key!r} appears twice")
-            out[key] = self.value(depth + 1)
-        return out
 
-    def _room(self, count: int) -> None:
-        if count > len(self.buf) - self.at:  # every value takes at least one byte
+def _value(buf: bytes, at: int, depth: int) -> tuple[Any, int]:
+    """The value at ``at`` of ``buf`` and the offset after it; ProtocolError if it breaks §2.
+    (Functions over ``bytes`` with offsets, no slices of a memoryview: a request is decoded on
+    the daemon's event loop, and this is twice as fast as the class it replaced.)"""
+    if depth > DEPTH_MAX:
+        raise ProtocolError(f"values nest deeper than {DEPTH_MAX}")
+    end = len(buf)
+    if at >= end:
+        raise _short(at, 1)
+    tag = buf[at]
+    at += 1
+    if tag in (BYTES, STRING):
+        if at + 4 > end:
+            raise _short(at, 4)
+        size = _U32_AT(buf, at)[0]
+        at += 4
+        if at + size > end:
+            raise _short(at, size)
+        raw = buf[at : at + size]
+        if tag == BYTES:
+            return raw, at + size
+        try:
+            return raw.decode("utf-8"), at + size
+        except UnicodeDecodeError as err:
+            raise ProtocolError(f"a string is not UTF-8: {err}") from None
+    if tag == NIL:
+        return None, at
+    if tag in (INTEGER, FLOAT):
+        if at + 8 > end:
+            raise _short(at, 8)
+        return (_I64_AT if tag == INTEGER else _F64_AT)(buf, at)[0], at + 8
+    if tag == TRUE:
+        return True, at
+    if tag == FALSE:
+        return False, at
+    if tag == LIST:
+        if at + 4 > end:
+            raise _short(at, 4)
+        count = _U32_AT(buf, at)[0]
+        at += 4
+        if count > end - at:  # every value takes at least one byte
             raise ProtocolError(f"a count of {count} is more than the body's remaining bytes")
+        items = []
+        for _ in range(count):
+            item, at = _value(buf, at, depth + 1)
+            items.append(item)
+        return items, at
+    if tag == MAP:
+        return _map(buf, at, depth)
+    raise ProtocolError(f"unknown value tag {tag} at byte {at - 1}")
+
+
+def _map(buf: bytes, at: int, depth: int) -> tuple[dict[str, Any], int]:
+    """The map whose count is at ``at`` (after its tag), and the offset after it."""
+    end = len(buf)
+    if at + 4 > end:
+        raise _short(at, 4)
+    count = _U32_AT(buf, at)[0]
+    at += 4
+    if count > end - at:  # every entry takes at least one byte
+        raise ProtocolError(f"a count of {count} is more than the body's remaining bytes")
+    out: dict[str, Any] = {}
+    for _ in range(count):
+        if at + 2 > end:
+            raise _short(at, 2)
+        size = _U16_AT(buf, at)[0]
+        at += 2
+        if at + size > end:
+            raise _short(at, size)
+        try:
+            key = buf[at : at + size].decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise ProtocolError(f"a map key is not UTF-8: {err}") from None
+        at += size
+        if key in out:
+            raise ProtocolError(f"map key {key!r} appears twice")
+        out[key], at = _value(buf, at, depth + 1)
+    return out, at
 
 
 def decode_body(buf: bytes) -> dict[str, Any]:
     """The map a frame body holds; ProtocolError if it is anything else or has bytes after it."""
-    dec = _Decoder(buf)
-    if dec.take(1)[0] != MAP:
+    buf = bytes(buf)
+    if not buf:
+        raise _short(0, 1)
+    if buf[0] != MAP:
         raise ProtocolError("a frame body must be a map")
-    body = dec.map(0)
-    if dec.at != len(buf):
-        raise ProtocolError(f"{len(buf) - dec.at} bytes after the body's map")
+    body, at = _map(buf, 1, 0)
+    if at != len(buf):
+        raise ProtocolError(f"{len(buf) - at} bytes after the body's map")
     return body
 
 
