@@ -67,19 +67,38 @@ def _job(found: dict[str, Any]) -> Job:
 
 
 def _found(default: object) -> Post:
-    """The post of a kv.GET for ``get``: the value, or ``default`` if the key holds none."""
-    return lambda b: default if b.get("value") is None else b["value"]["value"]
+    """The post of a kv.GET with ``value_only`` for ``get``: the value, or ``default`` if the key
+    holds none. A daemon that knows ``value_only`` answers ``{found, value}``; one before it
+    ignores the field and answers the whole VALUE map (docs/PROTOCOL.md, kv.GET)."""
+
+    def post(b: dict[str, Any]) -> Any:
+        if "found" in b:
+            return b.get("value") if b["found"] else default
+        return default if b.get("value") is None else b["value"]["value"]
+
+    return post
 
 
 def _must(path: str, key: str) -> Post:
-    """The post of a kv.GET for ``store[key]``: the value, or KeyNotFoundError."""
+    """The post of a kv.GET with ``value_only`` for ``store[key]``: the value, or
+    KeyNotFoundError (either reply, as ``_found``)."""
 
     def post(b: dict[str, Any]) -> Any:
+        if "found" in b:
+            if not b["found"]:
+                raise errors.KeyNotFoundError(path, key)
+            return b.get("value")
         if b.get("value") is None:
             raise errors.KeyNotFoundError(path, key)
         return b["value"]["value"]
 
     return post
+
+
+def _present(b: dict[str, Any]) -> bool:
+    """The post of a probe (kv.GET, ``value_only``, no data, no touch): whether the key holds a
+    value (either reply, as ``_found``)."""
+    return bool(b["found"]) if "found" in b else b.get("value") is not None
 
 
 def _when(t: datetime | float | None) -> float | None:
@@ -141,14 +160,14 @@ class RemoteKV(_Remote):
     def get(self, key: str, default: Any = None) -> Any:
         """``Store.get``: ``key``'s value, or ``default`` if it holds none; a read, so it
         touches."""
-        return self._call(p.KV_GET, _found(default), key=key)
+        return self._call(p.KV_GET, _found(default), key=key, value_only=True)
 
     def entry(self, key: str, *, data: bool = True, touch: bool = True) -> Value | None:
         """``Store.entry``: ``key``'s value with its metadata, a ``kv.Value``, or None."""
         return self._call(p.KV_GET, _value, key=key, data=data, touch=touch)
 
     def __getitem__(self, key: str) -> Any:
-        return self._call(p.KV_GET, _must(self._path, key), key=key)
+        return self._call(p.KV_GET, _must(self._path, key), key=key, value_only=True)
 
     def __setitem__(self, key: str, value: Any) -> None:
         self.set(key, value)
@@ -161,9 +180,7 @@ class RemoteKV(_Remote):
         """A probe (no value bytes, no touch). False for anything that cannot be a key."""
         if not isinstance(key, str) or not key:
             return False
-        return bool(
-            self._call(p.KV_GET, lambda b: b.get("value") is not None, key=key, data=False, touch=False)
-        )
+        return bool(self._call(p.KV_GET, _present, key=key, data=False, touch=False, value_only=True))
 
     def __iter__(self) -> Iterator[str]:
         return (v.key for v in self._walk(data=False))

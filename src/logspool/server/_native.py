@@ -45,7 +45,8 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, cast
 
 from .. import _wire as p
-from .. import errors
+from .. import errors, limits
+from ..kv import _ops as kv_ops
 from ._resp_commit import Committer, _Batch
 from ._resp_kv import RedisKV
 
@@ -211,6 +212,52 @@ def error_frame(command: int, request_id: int, err: BaseException) -> bytes:
     return p.encode_frame(p.REPLY, command, request_id, error_body(err), p.FLAG_ERROR)
 
 
+class _Views:
+    """The key-value stores read on the loop by one batch of frames, each as of one moment: its
+    mutex held (taken without waiting) and caught up with its op log once for the batch, as
+    the RESP door's read batches (its commands arrived together: reading them all as of the
+    batch's start is a moment the client cannot tell from their arriving at once). ``release``
+    at the batch's end. Reads ``kv.Store`` internals as the RESP door's ``View`` does: a public
+    "read many keys as of one catch-up" is what the store lacks."""
+
+    def __init__(self) -> None:
+        self.used = False  # a read ran (its replies wait for any round it may have seen)
+        self._held: dict[int, tuple[Any, Any, int]] = {}  # id(store): (mutex, state, now)
+
+    def value(self, store: Any, key: str, data: bool, touch: bool) -> dict[str, Any] | None:
+        """A value_only kv.GET's reply, or None if it cannot run here (the store busy, a key
+        the store would refuse, a touch TTL to extend: the pool runs those)."""
+        if not key or len(key.encode("utf-8")) > limits.KV_KEY_SIZE_MAX:
+            return None  # (the pool's kv.GET answers the store's error)
+        held = self._held.get(id(store))
+        if held is None:
+            mutex = store._mutex
+            if not mutex.acquire(blocking=False):
+                return None
+            try:
+                state = store._current()
+            except BaseException:
+                mutex.release()
+                raise
+            held = self._held[id(store)] = (mutex, state, store._clock())
+        _, state, now = held
+        entry = state.live(key, now)
+        self.used = True
+        if entry is None:
+            return {"found": False}
+        if touch and entry.touch_ns:
+            return None
+        state.used(entry, now)
+        if not data:
+            return {"found": True}
+        return {"found": True, "value": kv_ops.decode_value(entry.vtype, store._bytes(entry), store.path)}
+
+    def release(self) -> None:
+        for mutex, _, _ in self._held.values():
+            mutex.release()
+        self._held.clear()
+
+
 class NativeConnection(asyncio.Protocol):
     """One client of the native protocol (see the module docstring)."""
 
@@ -295,6 +342,7 @@ class NativeConnection(asyncio.Protocol):
         at = 0
         writes: list[_Request] = []
         replies: list[bytes] = []
+        views = _Views()
         try:
             while self._reading and len(buf) - at >= p.HEADER_SIZE:
                 if self._in_flight >= limits.in_flight_max or not self._writable.is_set():
@@ -318,14 +366,22 @@ class NativeConnection(asyncio.Protocol):
                 except p.ProtocolError as err:
                     self._refuse(replies, head.request_id, "ProtocolError", str(err))
                     break
-                self._dispatch(head.command, head.request_id, body, writes, replies)
+                self._dispatch(head.command, head.request_id, body, writes, replies, views)
         finally:
+            views.release()
             if at:
                 del buf[:at]
             if writes:
                 self._commit(writes)
             if replies:
-                self._write(b"".join(replies))
+                # What the reads saw is durable before their replies go out: a round decided
+                # but not yet fsynced (its store's mutex was free) holds them until it is.
+                settling = self.committer.settled() if views.used else None
+                if settling is None:
+                    self._write(b"".join(replies))
+                else:
+                    self._in_flight += 1
+                    settling.add_done_callback(lambda _: self._answered([b"".join(replies)], 1))
             if not self._reading:
                 self._buffer.clear()
                 self._maybe_close()
@@ -357,6 +413,7 @@ class NativeConnection(asyncio.Protocol):
         body: dict[str, Any],
         writes: list[_Request],
         replies: list[bytes],
+        views: _Views,
     ) -> None:
         """Run one request where it belongs (the module docstring); its reply goes to
         ``replies`` if it is answered at once."""
@@ -382,7 +439,7 @@ class NativeConnection(asyncio.Protocol):
                     writes.append((command, request_id, body))
                     return
             elif command == p.KV_GET:
-                if self._get_now(request_id, body, replies):
+                if self._get_now(request_id, body, replies, views):
                     return
             elif command == p.PING:
                 replies.append(self._frame(command, request_id, {"time": time.time()}))
@@ -412,10 +469,11 @@ class NativeConnection(asyncio.Protocol):
         except (TypeError, ValueError) as err:  # (a server bug: say so rather than hang the client)
             return error_frame(command, request_id, err)
 
-    def _get_now(self, request_id: int, body: dict[str, Any], replies: list[bytes]) -> bool:
+    def _get_now(self, request_id: int, body: dict[str, Any], replies: list[bytes], views: _Views) -> bool:
         """A kv.GET on the loop, if its store is open and its mutex free (never wait on the
         loop: a decision or a snapshot holds it) and the read needs no write (a touch TTL's
-        extension is a write: the pool does it). False (nothing done) if it cannot run here."""
+        extension is a write: the pool does it). False (nothing done) if it cannot run here.
+        With ``value_only``, from the batch's one view of the store (``_Views``)."""
         from ._server import _get, _need, value_to_wire
 
         store = self.server.stores.opened("kv", _store_name(body))
@@ -424,6 +482,12 @@ class NativeConnection(asyncio.Protocol):
         key = _need(body, "key", str)
         data = _get(body, "data", bool, True)
         touch = _get(body, "touch", bool, True)
+        if _get(body, "value_only", bool, False):
+            reply = views.value(store, key, data, touch)
+            if reply is None:
+                return False
+            replies.append(self._frame(p.KV_GET, request_id, reply))
+            return True
         mutex = store._mutex
         if not mutex.acquire(blocking=False):
             return False
@@ -433,13 +497,10 @@ class NativeConnection(asyncio.Protocol):
             mutex.release()
         if got is not None and touch and got.touch:
             return False
-        frame = self._frame(p.KV_GET, request_id, {"value": None if got is None else value_to_wire(got)})
-        settling = self.committer.settled()  # (what it read is durable before the reply goes out)
-        if settling is None:
-            replies.append(frame)
-        else:
-            self._in_flight += 1
-            settling.add_done_callback(lambda _: self._answered([frame]))
+        views.used = True
+        replies.append(
+            self._frame(p.KV_GET, request_id, {"value": None if got is None else value_to_wire(got)})
+        )
         return True
 
     # --- the commit rounds ------------------------------------------------------------------------
@@ -451,8 +512,9 @@ class NativeConnection(asyncio.Protocol):
         if not committer.run_here(batch, writes, batch):
             committer.submit(batch, writes, batch)
 
-    def _answered(self, frames: list[bytes]) -> None:
-        self._in_flight -= len(frames)
+    def _answered(self, frames: list[bytes], count: int | None = None) -> None:
+        """Send replies (``count`` requests answered: one a frame unless said)."""
+        self._in_flight -= len(frames) if count is None else count
         self._write(b"".join(frames))
         self._after_reply()
 

@@ -424,6 +424,8 @@ class Server:
         def kv_get(b: dict[str, Any]) -> dict[str, Any]:
             got = s.kv(b).entry(_need(b, "key", str), data=_get(b, "data", bool, True),
                                 touch=_get(b, "touch", bool, True))  # fmt: skip
+            if _get(b, "value_only", bool, False):  # (protocol 1, later: PROTOCOL.md kv.GET)
+                return {"found": False} if got is None else {"found": True, "value": got.value}
             return {"value": None if got is None else value_to_wire(got)}
 
         def kv_page(page: kv.Page) -> dict[str, Any]:

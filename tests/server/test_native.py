@@ -1,0 +1,247 @@
+"""The native door on the daemon's engine (server/_native.py): frames decoded on the event loop,
+reads answered there, writes of every connection in shared commit rounds.
+
+What it proves, each on real sockets on 127.0.0.1 (raw frames where the test needs a whole batch
+to arrive in one read) and, for the crash, a real ``logspool serve`` killed with SIGKILL:
+- kv.GET's ``value_only`` replies are the documented bytes (PROTOCOL.md's ``wire`` blocks) and
+  answer what ``get``, ``store[key]`` and ``in`` need, for every value type, a probe and a touch
+  TTL (which the pool extends); the client also reads an older daemon's whole-map reply;
+- a batch of writes that holds a failing request answers each request on its own;
+- a connection bounded to 2 requests in flight still gets every reply of 200 pipelined ones;
+- a protocol error after pipelined writes answers those writes, then closes;
+- pipelined SETs and appends of 8 connections killed mid-way with SIGKILL: every one that got
+  its reply is there after a restart (a reply follows its round's fsync).
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+import logspool
+from logspool import _remote, client, errors, kv
+from logspool import _wire as p
+from logspool.server import Limits
+from tests.server.conftest import Daemon, Running
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def wire_blocks() -> dict[str, bytes]:
+    text = (ROOT / "docs" / "PROTOCOL.md").read_text()
+    return {
+        name: bytes.fromhex(block.replace("\n", " "))
+        for name, block in re.findall(r"```wire ([a-z-]+)\n(.*?)```", text, re.S)
+    }
+
+
+def test_the_value_only_vectors_of_protocol_md() -> None:
+    expected = {
+        "get-value-only": p.Frame(p.REQUEST, p.KV_GET, 0, 5, {"name": "cfg", "key": "n", "value_only": True}),
+        "get-value-only-reply": p.Frame(p.REPLY, p.KV_GET, 0, 5, {"found": True, "value": 42}),
+        "get-value-only-missing": p.Frame(p.REPLY, p.KV_GET, 0, 6, {"found": False}),
+    }
+    found = wire_blocks()
+    assert sorted(found) == sorted(expected)
+    for name, frame in expected.items():
+        assert list(p.decode_frames(found[name], 1 << 20)) == [frame], name
+        encoded = p.encode_frame(frame.kind, frame.command, frame.request_id, frame.body, frame.flags)
+        assert encoded == found[name], name
+
+
+def connect_raw(address: str) -> socket.socket:
+    host, port = address.rsplit(":", 1)
+    sock = socket.create_connection((host, int(port)), timeout=30)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
+
+
+def read_frames(sock: socket.socket, count: int | None, deadline_s: float = 30.0) -> list[p.Frame]:
+    """``count`` frames (or every frame until the server closes, if None), within the deadline."""
+    buf = b""
+    frames: list[p.Frame] = []
+    deadline = time.monotonic() + deadline_s
+    while count is None or len(frames) < count:
+        assert time.monotonic() < deadline, f"got {len(frames)} frames of {count}"
+        data = sock.recv(1 << 20)
+        if not data:
+            assert count is None, f"closed after {len(frames)} frames of {count}"
+            break
+        buf += data
+        at = 0
+        while len(buf) - at >= p.HEADER_SIZE:
+            size = int.from_bytes(buf[at + 12 : at + 16], "big")
+            if len(buf) - at < p.HEADER_SIZE + size:
+                break
+            frames += p.decode_frames(buf[at : at + p.HEADER_SIZE + size], 1 << 30)
+            at += p.HEADER_SIZE + size
+        buf = buf[at:]
+    return frames
+
+
+def request(command: int, request_id: int, **body: object) -> bytes:
+    return p.encode_frame(p.REQUEST, command, request_id, dict(body))
+
+
+def test_value_only_get_answers_get_getitem_and_in(running: Running) -> None:
+    with client.connect(running.address) as c:
+        s = c.kv("typed")
+        values: dict[str, object] = {"b": b"\x00raw", "s": "text", "i": -7, "f": 2.5, "t": True, "n": None}
+        for key, value in values.items():
+            s.set(key, value)
+        for key, value in values.items():
+            assert s.get(key, "default") == value and s[key] == value and key in s
+        assert s.get("missing", "default") == "default" and "missing" not in s
+        with pytest.raises(KeyError):
+            s["missing"]
+        s.set("touched", b"x", touch=5)  # a touch TTL: a read extends it (in the pool)
+        before = s.entry("touched", touch=False)
+        assert before is not None and before.expire_at is not None
+        deadline = time.monotonic() + 4  # (an extension is recorded once it moves the expiry 50 ms)
+        extended = False
+        while not extended and time.monotonic() < deadline:
+            assert s.get("touched") == b"x"
+            after = s.entry("touched", touch=False)
+            extended = (
+                after is not None and after.expire_at is not None and after.expire_at > before.expire_at
+            )
+            time.sleep(0.01)
+        assert extended
+    sock = connect_raw(running.address)
+    sock.sendall(request(p.KV_GET, 1, name="typed", key="i", value_only=True, data=False)
+                 + request(p.KV_GET, 2, name="typed", key="", value_only=True))  # fmt: skip
+    replies = {f.request_id: f for f in read_frames(sock, 2)}
+    assert replies[1].body == {"found": True} and not replies[1].flags
+    assert replies[2].flags & p.FLAG_ERROR and replies[2].body["error"] == "ValueError"
+    sock.close()
+
+
+def test_the_client_reads_a_whole_map_reply_from_a_daemon_before_value_only() -> None:
+    old_found = {"value": {"key": "k", "value": b"v"}}  # (the older daemon's reply, abridged)
+    old_missing: dict[str, object] = {"value": None}
+    assert _remote._found("d")(old_found) == b"v" and _remote._found("d")(old_missing) == "d"
+    assert _remote._must("path", "k")(old_found) == b"v"
+    with pytest.raises(errors.KeyNotFoundError):
+        _remote._must("path", "k")(old_missing)
+    assert _remote._present(old_found) and not _remote._present(old_missing)
+
+
+def test_a_batch_of_writes_answers_each_request_on_its_own(running: Running) -> None:
+    with client.connect(running.address) as c:
+        c.kv("batch").set("warm", 1)  # (open: the batch goes to a round, not to the pool first)
+    sock = connect_raw(running.address)
+    sock.sendall(request(p.KV_SET, 1, name="batch", key="a", value=1)
+                 + request(p.KV_NOT, 2, name="batch", key="missing")
+                 + request(p.KV_ADD, 3, name="batch", key="a", amount=2)
+                 + request(p.LOG_APPEND, 4, name="batch-log", records=[b"x", b"y"])
+                 + request(p.LOG_APPEND, 5, name="batch-log", records=["not bytes"])
+                 + request(p.KV_GET, 6, name="batch", key="warm", value_only=True))  # fmt: skip
+    replies = {f.request_id: f for f in read_frames(sock, 6)}
+    sock.close()
+    assert replies[1].body == {"ok": True} and not replies[1].flags
+    assert replies[2].flags & p.FLAG_ERROR and replies[2].body["error"] == "KeyNotFoundError"
+    assert replies[3].body == {"value": 3}
+    assert replies[4].body == {"first": 0, "count": 2}
+    assert replies[5].flags & p.FLAG_ERROR and replies[5].body["error"] == "TypeError"
+    assert replies[6].body == {"found": True, "value": 1}
+    with client.connect(running.address) as c:
+        assert c.kv("batch").get("a") == 3
+        assert [r.payload for r in c.log("batch-log").read_page("earliest")[0]] == [b"x", b"y"]
+
+
+def test_two_in_flight_at_most_and_every_reply_of_200_pipelined_requests(tmp_path: Path) -> None:
+    r = Running(tmp_path / "data", limits=Limits(in_flight_max=2))
+    try:
+        sock = connect_raw(r.address)
+        frames = b"".join(
+            request(p.KV_SET, i, name="bounded", key=f"k{i % 10}", value=i)
+            if i % 3
+            else request(p.KV_GET, i, name="bounded", key="k1", value_only=True)
+            for i in range(1, 201)
+        )
+        sock.sendall(frames)
+        replies = read_frames(sock, 200, 60)
+        sock.close()
+        assert sorted(f.request_id for f in replies) == list(range(1, 201))
+        assert not [f for f in replies if f.flags & p.FLAG_ERROR]
+    finally:
+        r.stop()
+
+
+def test_a_protocol_error_after_pipelined_writes_answers_them_then_closes(running: Running) -> None:
+    sock = connect_raw(running.address)
+    writes = b"".join(request(p.KV_SET, i, name="cut", key=f"k{i}", value=i) for i in (1, 2, 3))
+    sock.sendall(writes + b"XX" + bytes(14))
+    replies = read_frames(sock, None)
+    sock.close()
+    assert {f.request_id: f.body for f in replies if not f.flags} == {1: {"ok": True}, 2: {"ok": True},
+                                                                      3: {"ok": True}}  # fmt: skip
+    [refusal] = [f for f in replies if f.flags & p.FLAG_ERROR]
+    assert refusal.body["error"] == "ProtocolError"
+    with client.connect(running.address) as c:  # the daemon serves on
+        assert c.kv("cut").get("k3") == 3
+
+
+def test_kill_9_under_pipelined_writes_of_8_connections_loses_nothing_acknowledged(tmp_path: Path) -> None:
+    d = Daemon(tmp_path / "data").start()
+    acked_keys: set[str] = set()
+    acked_records: set[bytes] = set()
+    try:
+        with client.connect(d.address) as c:  # (open both stores: the writes go to rounds)
+            c.kv("crash").set("warm", 0)
+            c.log("crash-log").append(b"warm")
+        socks = [connect_raw(d.address) for _ in range(8)]
+        pending: dict[tuple[int, int], tuple[str, bytes]] = {}
+        killed_after = 0
+        for turn in range(200):  # bounded: 200 windows of 8 requests a connection
+            for n, sock in enumerate(socks):
+                window = []
+                for j in range(8):
+                    rid = turn * 8 + j
+                    key, record = f"c{n}-{rid}", b"c%d-%d" % (n, rid)
+                    if j % 2:
+                        window.append(request(p.LOG_APPEND, rid, name="crash-log", records=[record]))
+                    else:
+                        window.append(request(p.KV_SET, rid, name="crash", key=key, value=rid))
+                    pending[(n, rid)] = (key, record)
+                sock.sendall(b"".join(window))
+            if turn == 20:
+                d.kill()  # mid-stream: windows sent, some answered, some not
+                killed_after = turn
+                break
+            for n, sock in enumerate(socks):
+                for frame in read_frames(sock, 8):
+                    assert not frame.flags, frame
+                    key, record = pending.pop((n, frame.request_id))
+                    if frame.command == p.KV_SET:
+                        acked_keys.add(key)
+                    else:
+                        acked_records.add(record)
+        # Replies that were already in the sockets when the daemon died were acknowledged too.
+        for n, sock in enumerate(socks):
+            sock.settimeout(5)
+            try:
+                for frame in read_frames(sock, None, 10):
+                    if not frame.flags and (n, frame.request_id) in pending:
+                        key, record = pending.pop((n, frame.request_id))
+                        if frame.command == p.KV_SET:
+                            acked_keys.add(key)
+                        else:
+                            acked_records.add(record)
+            except (ConnectionError, TimeoutError, OSError):
+                pass
+            sock.close()
+        assert killed_after == 20 and len(acked_keys) >= 8 * 4 * 20
+        with kv.open(tmp_path / "data" / "kv" / "crash") as store:
+            missing = [k for k in acked_keys if store.get(k) is None]
+        assert not missing, f"{len(missing)} acknowledged SETs are missing, e.g. {missing[:3]}"
+        with logspool.open(tmp_path / "data" / "logs" / "crash-log") as log:
+            payloads = [r.payload for r in log.read("earliest")]
+        assert len(payloads) == len(set(payloads)), "a record appears twice"
+        assert not acked_records - set(payloads)
+    finally:
+        d.kill()
