@@ -33,18 +33,15 @@ import csv
 import io
 import multiprocessing
 import os
-import shutil
 import socket
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from typing import Any
 
 from logspool import _wire as p
-from logspool import client
 
 VALUE = b"v" * 100
 
@@ -66,72 +63,204 @@ def wait_port(port: int) -> None:
     raise RuntimeError(f"nothing listens on {port}")
 
 
-# --- logspool ------------------------------------------------------------------------------------
-def _worker(address: str, op: str, n: int, threads: int, out: Any) -> None:
-    c = client.connect(address)
-    k = c.kv("bench")
-
-    def run(t: int) -> None:
-        for i in range(n):
-            key = f"k{os.getpid()}-{t}-{i % 1000}"
-            if op == "set":
-                k.set(key, VALUE)
-            else:
-                got = k.get(f"k-{i % 1000}")
-                assert got == VALUE
-
-    ts = [threading.Thread(target=run, args=(t,)) for t in range(threads)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
-    c.close()
-    out.put(n * threads)
+# --- the native protocol: a load generator of several processes, pipelined -------------------------
+# (short name, label, command, connections, requests in flight a connection, requests per run,
+# with --quick, the RESP_CASES short name whose redis-server figure it is held against)
+NATIVE_CASES = [
+    ("set16", "kv.SET, 16 connections, durable", p.KV_SET, 16, 1, 20_000, 6_000, "set16"),
+    ("set50", "kv.SET, 50 connections, durable", p.KV_SET, 50, 1, 20_000, 6_000, "set50"),
+    ("getp16", "kv.GET, 16 connections, pipelined x16", p.KV_GET, 16, 16, 200_000, 50_000, "getp16"),
+    ("get1", "kv.GET, 1 connection", p.KV_GET, 1, 1, 20_000, 5_000, "get1"),
+    ("set1", "kv.SET, 1 connection, durable", p.KV_SET, 1, 1, 5_000, 2_000, "set1"),
+    ("append16", "log.APPEND of 1 record, 16 connections, durable", p.LOG_APPEND, 16, 1, 20_000, 6_000,
+     "xadd16"),
+]  # fmt: skip
+KEYS = 100_000  # the keys SET writes and GET reads (redis-benchmark -r 100000)
+FRAMES_PER_CONNECTION = 512  # requests encoded before the clock starts, sent round and round
 
 
-def logspool_rate(address: str, op: str, clients: int, pipeline: int, n: int) -> float:
-    if pipeline > 1:
-        c = client.connect(address)
-        command = p.KV_SET if op == "set" else p.KV_GET
-        started = time.perf_counter()
-        for i in range(0, n, pipeline):
-            bodies = [{"name": "bench", "key": f"k-{(i + j) % 1000}"} for j in range(pipeline)]
-            if op == "set":
-                for b in bodies:
-                    b["value"] = VALUE
-            replies = c.pipeline([(command, b) for b in bodies])
-            assert all(not isinstance(r, Exception) for r in replies)
-        elapsed = time.perf_counter() - started
-        c.close()
-        return n / elapsed
-    procs = min(clients, 4)
-    per_proc_threads = clients // procs
-    per_thread = max(1, n // clients)
-    ctx = multiprocessing.get_context("fork")
-    out = ctx.Queue()
-    workers = [ctx.Process(target=_worker, args=(address, op, per_thread, per_proc_threads, out))
-               for _ in range(procs)]  # fmt: skip
+def _request_frames(command: int, seed: int) -> list[bytes]:
+    """Requests with keys drawn as redis-benchmark's ``-r`` draws them, encoded once."""
+    frames = []
+    for i in range(FRAMES_PER_CONNECTION):
+        key = f"key:{(seed * 7919 + i * 104729) % KEYS:012d}"
+        if command == p.KV_SET:
+            body: dict[str, Any] = {"name": "bench", "key": key, "value": VALUE}
+        elif command == p.KV_GET:
+            body = {"name": "bench", "key": key, "value_only": True}  # (as the client's get)
+        else:
+            body = {"name": "bench", "records": [VALUE]}
+        frames.append(p.encode_frame(p.REQUEST, command, i, body))
+    return frames
+
+
+def _load_process(
+    address: str, command: int, connections: int, window: int, per_connection: int, seed: int,
+    go: Any, out: Any,
+) -> None:  # fmt: skip
+    """One process of the load generator: ``connections`` sockets, each sending ``window``
+    requests at once and the next ``window`` when all their replies came (redis-benchmark -P),
+    ``per_connection`` requests each. Replies are counted by their headers only (an error flag
+    fails the run). Puts (requests, started, ended, CPU seconds) on ``out``."""
+    import selectors
+
+    host, port = address.rsplit(":", 1)
+    sel = selectors.DefaultSelector()
+    states = []
+    for c in range(connections):
+        sock = socket.create_connection((host, int(port)))
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.setblocking(False)
+        frames = _request_frames(command, seed * 1000 + c)
+        windows = [b"".join(frames[i : i + window]) for i in range(0, len(frames), window)]
+        state = {"sock": sock, "windows": windows, "next": 0, "sent": 0, "got": 0, "buf": b""}
+        states.append(state)
+        sel.register(sock, selectors.EVENT_READ, state)
+    go.wait()
+    cpu_before = sum(os.times()[:2])
     started = time.perf_counter()
+    for state in states:
+        state["sock"].sendall(state["windows"][0])
+        state["next"], state["sent"] = 1, window
+    done = 0
+    while done < len(states):
+        for key, _ in sel.select(60):
+            state = key.data
+            data = state["sock"].recv(1 << 20)
+            if not data:
+                raise RuntimeError("the server closed a connection")
+            buf = state["buf"] + data
+            at, got = 0, 0
+            while len(buf) - at >= 16:
+                size = int.from_bytes(buf[at + 12 : at + 16], "big")
+                if len(buf) - at < 16 + size:
+                    break
+                if buf[at + 7] & p.FLAG_ERROR:
+                    raise RuntimeError(f"an error reply: {p.decode_body(buf[at + 16 : at + 16 + size])}")
+                at += 16 + size
+                got += 1
+            state["buf"] = buf[at:]
+            state["got"] += got
+            if state["got"] == state["sent"]:
+                if state["sent"] >= per_connection:
+                    sel.unregister(state["sock"])
+                    done += 1
+                    continue
+                windows = state["windows"]
+                state["sock"].sendall(windows[state["next"] % len(windows)])
+                state["next"] += 1
+                state["sent"] += window
+    ended = time.perf_counter()
+    cpu = sum(os.times()[:2]) - cpu_before
+    for state in states:
+        state["sock"].close()
+    out.put((sum(s["got"] for s in states), started, ended, cpu))
+
+
+def native_rate(
+    address: str, command: int, connections: int, window: int, n: int, procs: int
+) -> tuple[float, float]:
+    """Requests a second over all the load generator's processes, and their CPU (cores busy)."""
+    procs = min(procs, connections)
+    per_connection = max(window, n // connections // window * window)
+    ctx = multiprocessing.get_context("fork")
+    go, out = ctx.Event(), ctx.Queue()
+    shares = [connections // procs + (1 if i < connections % procs else 0) for i in range(procs)]
+    workers = [
+        ctx.Process(target=_load_process, args=(address, command, share, window, per_connection, i, go, out))
+        for i, share in enumerate(shares)
+    ]
     for w in workers:
         w.start()
-    done = sum(out.get(timeout=600) for _ in workers)
-    elapsed = time.perf_counter() - started
+    time.sleep(0.5)  # (the connections are made before the clock starts)
+    go.set()
+    results = [out.get(timeout=900) for _ in workers]
     for w in workers:
-        w.join()
-    return done / elapsed
+        w.join(60)
+        if w.exitcode != 0:
+            raise RuntimeError(f"a load process failed ({w.exitcode})")
+    total = sum(r[0] for r in results)
+    elapsed = max(r[2] for r in results) - min(r[1] for r in results)
+    return total / elapsed, sum(r[3] for r in results) / elapsed
 
 
-def start_logspool(data: str, durability: str) -> tuple[subprocess.Popen[bytes], str]:
+def start_logspool_native(data: str, src: str | None = None) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
+    env = dict(os.environ, PYTHONPATH=src) if src else None
     proc = subprocess.Popen([sys.executable, "-m", "logspool.cli", "serve", "--data", data, "--listen",
-                             f"127.0.0.1:{port}", "--durability", durability],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+                             f"127.0.0.1:{port}", "--durability", "always"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)  # fmt: skip
     wait_port(port)
-    c = client.connect(f"127.0.0.1:{port}")
-    for i in range(1000):
-        c.kv("bench").set(f"k-{i}", VALUE)
-    c.close()
     return proc, f"127.0.0.1:{port}"
+
+
+def native_main(quick: bool, runs: int, cases: list[str] | None, procs: int, versus: str | None) -> None:
+    """The native protocol (``logspool serve --listen``) driven by ``procs`` load processes,
+    the RESP door (``logspool serve --resp``) and redis-server (appendfsync always) driven by
+    redis-benchmark, in turns: each case's median of ``runs``, its ratio to redis and to the
+    RESP door, each server's CPU time an op, and the load generator's CPU (cores busy: below
+    ``procs`` and well below the machine's cores, it waits for the server, not the reverse)."""
+    rows = []
+    load_before = os.getloadavg()
+    with tempfile.TemporaryDirectory(prefix="bench-native-") as d:
+        nat_proc, nat_address = start_logspool_native(os.path.join(d, "native"))
+        vs_proc, vs_address = (
+            start_logspool_native(os.path.join(d, "versus"), versus) if versus else (None, "")
+        )
+        ls_proc, ls_port = start_logspool_resp(os.path.join(d, "logspool"))
+        os.makedirs(os.path.join(d, "redis"))
+        rd_proc, rd_port = start_redis(os.path.join(d, "redis"), durable=True)
+        try:
+            for port in (ls_port, rd_port):  # the keys GET reads: every key SET may write
+                benchmark_rate(port, ["-t", "set", "-c", "50", "-P", "64", "-r", str(KEYS)], 200_000)
+            for address in (nat_address, vs_address):
+                if address:
+                    native_rate(address, p.KV_SET, 16, 64, 2 * KEYS, procs)
+            resp_args = {c[0]: c[2] for c in RESP_CASES}
+            for short, label, command, conns, window, n_full, n_quick, resp_short in NATIVE_CASES:
+                if cases is not None and short not in cases:
+                    continue
+                n = n_quick if quick else n_full
+                native, other, resp, redis = [], [], [], []
+                gen_cpu, cpu_nat, cpu_other, cpu_resp, cpu_redis = [], [], [], [], []
+                for _ in range(runs):  # in turns: all see the same machine
+                    for address, proc, rates, cpu in ((nat_address, nat_proc, native, cpu_nat),
+                                                      (vs_address, vs_proc, other, cpu_other)):  # fmt: skip
+                        if proc is None:
+                            continue
+                        before = cpu_s(proc.pid)
+                        rate, busy = native_rate(address, command, conns, window, n, procs)
+                        rates.append(rate)
+                        cpu.append((cpu_s(proc.pid) - before) / n * 1e6)
+                        if proc is nat_proc:
+                            gen_cpu.append(busy)
+                    for port, proc, rates, cpu in ((ls_port, ls_proc, resp, cpu_resp),
+                                                   (rd_port, rd_proc, redis, cpu_redis)):  # fmt: skip
+                        before = cpu_s(proc.pid)
+                        rates.append(benchmark_rate(port, resp_args[resp_short], n))
+                        cpu.append((cpu_s(proc.pid) - before) / n * 1e6)
+                m = statistics.median
+                cpu_text = f"{m(cpu_nat):.0f} / {m(cpu_resp):.0f} / {m(cpu_redis):.0f}"
+                row = (label, median(native), median(resp), median(redis), f"{m(native) / m(redis):.2f}x",
+                       f"{m(native) / m(resp):.2f}x", cpu_text, f"{m(gen_cpu):.2f}")  # fmt: skip
+                rows.append(row)
+                print(row, flush=True)
+                if other:
+                    print(f"    versus {versus}: {median(other)}, {m(other) / m(redis):.2f}x redis, "
+                          f"CPU {m(cpu_other):.0f} us an op", flush=True)  # fmt: skip
+        finally:
+            for proc in (nat_proc, vs_proc, ls_proc, rd_proc):
+                if proc is not None:
+                    proc.terminate()
+                    proc.wait(30)
+    print(f"\nload average (1, 5, 15 min): before {load_before}, after {os.getloadavg()}")
+    print(f"\n| 100-byte values, median of {runs} | logspool native ({procs} load processes), ops/s | "
+          "logspool RESP (redis-benchmark), ops/s | redis-server (appendfsync always), ops/s | "
+          "native / redis | native / RESP | server CPU an op, us (native / RESP / redis) | "
+          "load generator, cores busy |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|")
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
 
 
 # --- redis ---------------------------------------------------------------------------------------
@@ -142,17 +271,6 @@ def start_redis(d: str, durable: bool) -> tuple[subprocess.Popen[bytes], int]:
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wait_port(port)
     return proc, port
-
-
-def redis_rate(port: int, op: str, clients: int, pipeline: int, n: int) -> float:
-    out = subprocess.run(["redis-benchmark", "-p", str(port), "-t", op, "-n", str(n), "-c", str(clients),
-                          "-P", str(pipeline), "-d", str(len(VALUE)), "-r", "1000", "--csv", "-q"],
-                         capture_output=True, text=True, check=True).stdout  # fmt: skip
-    rows = list(csv.reader(io.StringIO(out)))
-    for row in rows:
-        if row and row[0].upper() == op.upper():
-            return float(row[1])
-    raise RuntimeError(f"redis-benchmark said {out!r}")
 
 
 def median(samples: list[float]) -> str:
@@ -316,6 +434,13 @@ def main() -> None:
         "--cases",
         help="RESP cases to run, comma-separated: " + ",".join(c[0] for c in RESP_CASES) + " (default: all)",
     )
+    ap.add_argument(
+        "--native-cases",
+        help="native cases to run, comma-separated: "
+        + ",".join(c[0] for c in NATIVE_CASES)
+        + " (default: all)",
+    )
+    ap.add_argument("--procs", type=int, default=4, help="processes of the native load generator")
     ap.add_argument("--versus", metavar="SRC", help="also run the logspool of this src directory (A/B)")
     args = ap.parse_args()
     if args.part == "memory":
@@ -325,46 +450,8 @@ def main() -> None:
         resp_main(args.quick, args.runs, args.cases.split(",") if args.cases else None, args.versus)
     if args.part == "resp":
         return
-    n = 2000 if args.quick else 6000
-    runs = 3
-    cases = [("1 client", 1, 1), ("16 clients", 16, 1), ("pipelined x16", 1, 16)]
-    rows: list[tuple[str, str, str, str]] = []
-    with tempfile.TemporaryDirectory(prefix="bench-server-") as d:
-        for durability in ("always", "os"):
-            data = os.path.join(d, f"ls-{durability}")
-            proc, address = start_logspool(data, durability)
-            try:
-                for op in ("set", "get"):
-                    for label, clients, pipeline in cases:
-                        count = (
-                            n if op == "get" or durability == "os" or clients > 1 or pipeline > 1 else n // 4
-                        )
-                        got = [logspool_rate(address, op, clients, pipeline, count) for _ in range(runs)]
-                        rows.append(
-                            (f"logspool serve (durability {durability})", op.upper(), label, median(got))
-                        )
-                        print(rows[-1], flush=True)
-            finally:
-                proc.terminate()
-                proc.wait(30)
-                shutil.rmtree(data, ignore_errors=True)
-        for durable in (True, False):
-            rd = os.path.join(d, f"redis-{durable}")
-            os.makedirs(rd)
-            proc2, port = start_redis(rd, durable)
-            name = "redis-server (appendfsync always)" if durable else "redis-server (no persistence)"
-            try:
-                for op in ("set", "get"):
-                    for label, clients, pipeline in cases:
-                        got = [redis_rate(port, op, clients, pipeline, n * 2) for _ in range(runs)]
-                        rows.append((name, op.upper(), label, median(got)))
-                        print(rows[-1], flush=True)
-            finally:
-                proc2.terminate()
-                proc2.wait(30)
-    print("\n| server | op | clients | ops/s, median (min-max) |\n|---|---|---|---|")
-    for row in rows:
-        print("| " + " | ".join(row) + " |")
+    native_cases = args.native_cases.split(",") if args.native_cases else None
+    native_main(args.quick, args.runs, native_cases, args.procs, args.versus)
 
 
 if __name__ == "__main__":
