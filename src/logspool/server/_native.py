@@ -42,16 +42,27 @@ import contextlib
 import logging
 import time
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 from .. import _wire as p
 from .. import errors, limits
 from ..kv import _ops as kv_ops
 from ._resp_commit import Committer, _Batch
 from ._resp_kv import RedisKV
-
-if TYPE_CHECKING:
-    from ._server import Server
+from ._server import (  # (_server imports this module only in Server.start)
+    READ_LIMIT_MAX,
+    Server,
+    _get,
+    _name,
+    _need,
+    _position,
+    _Tail,
+    _Watched,
+    error_body,
+    hello_body,
+    raw_id,
+    value_to_wire,
+)
 
 _logger = logging.getLogger("logspool.server")
 
@@ -62,6 +73,7 @@ KV_WRITES = frozenset(
 )
 WRITES = KV_WRITES | {p.LOG_APPEND}
 _Request = tuple[int, int, dict[str, Any]]  # command, request id, body
+_HEADER_AT = p.HEADER.unpack_from
 
 
 class _RoundStores:
@@ -201,14 +213,10 @@ class WriteFailedError(Exception):
 
 
 def _store_name(body: dict[str, Any]) -> str:
-    from ._server import _name
-
     return _name(body)
 
 
 def error_frame(command: int, request_id: int, err: BaseException) -> bytes:
-    from ._server import error_body
-
     return p.encode_frame(p.REPLY, command, request_id, error_body(err), p.FLAG_ERROR)
 
 
@@ -273,6 +281,7 @@ class NativeConnection(asyncio.Protocol):
         self.listens: dict[int, asyncio.Task[None]] = {}
         self.tasks: set[asyncio.Task[None]] = set()
         self._buffer = bytearray()
+        self._wanted = p.HEADER_SIZE  # bytes the buffer needs before a frame is complete
         self._in_flight = 0  # requests taken and not yet answered (pool, rounds, waits)
         self._reading = True  # False once no more requests are taken (QUIT, refusal, stop)
         self._paused = False
@@ -326,7 +335,8 @@ class NativeConnection(asyncio.Protocol):
             return
         self.server.counters.bytes_in += len(data)
         self._buffer += data
-        self._take_frames()
+        if len(self._buffer) >= self._wanted:  # (a large frame arriving: not parsed again each read)
+            self._take_frames()
 
     def eof_received(self) -> bool | None:
         self._reading = False
@@ -337,40 +347,62 @@ class NativeConnection(asyncio.Protocol):
     def _take_frames(self) -> None:
         """Decode every complete frame buffered and run it (up to the bounds of the module
         docstring); the writes among them go to one commit round together."""
-        buf = self._buffer
+        chunk = bytes(self._buffer)  # (one copy; the frames are sliced from it)
         limits = self.server.limits
+        size_max = limits.frame_size_max
+        end_all = len(chunk)
         at = 0
         writes: list[_Request] = []
         replies: list[bytes] = []
         views = _Views()
+        gets = 0
+        self._wanted = p.HEADER_SIZE
         try:
-            while self._reading and len(buf) - at >= p.HEADER_SIZE:
+            while self._reading and end_all - at >= p.HEADER_SIZE:
                 if self._in_flight >= limits.in_flight_max or not self._writable.is_set():
                     self._pause()
                     break
-                raw = bytes(buf[at : at + p.HEADER_SIZE])
+                magic, version, kind, command, flags, request_id, size = _HEADER_AT(chunk, at)
+                if (
+                    magic != p.MAGIC
+                    or version != p.VERSION
+                    or kind != p.REQUEST
+                    or flags & ~p.FLAGS_KNOWN
+                    or size > size_max
+                ):
+                    raw = chunk[at : at + p.HEADER_SIZE]
+                    try:
+                        p.decode_header(raw, size_max)  # (names what is wrong)
+                        message = f"a client sends requests, not {p.KINDS[kind]} frames"
+                    except p.ProtocolError as err:
+                        message = str(err)
+                    self._refuse(replies, _raw_id(raw), "ProtocolError", message)
+                    break
+                end = at + p.HEADER_SIZE + size
+                if end > end_all:
+                    self._wanted = end - at
+                    break
                 try:
-                    head = p.decode_header(raw, limits.frame_size_max)
+                    body = p.decode_body(chunk[at + p.HEADER_SIZE : end])
                 except p.ProtocolError as err:
-                    self._refuse(replies, _raw_id(raw), "ProtocolError", str(err))
+                    self._refuse(replies, request_id, "ProtocolError", str(err))
                     break
-                end = at + p.HEADER_SIZE + head.size
-                if len(buf) < end:
-                    break
-                data = bytes(buf[at + p.HEADER_SIZE : end])
                 at = end
-                try:
-                    if head.kind != p.REQUEST:
-                        raise p.ProtocolError(f"a client sends requests, not {p.KINDS[head.kind]} frames")
-                    body = p.decode_body(data)
-                except p.ProtocolError as err:
-                    self._refuse(replies, head.request_id, "ProtocolError", str(err))
-                    break
-                self._dispatch(head.command, head.request_id, body, writes, replies, views)
+                if command == p.KV_GET and self.authed:  # (the common read, without the dispatch)
+                    try:
+                        if self._get_now(request_id, body, replies, views):
+                            gets += 1
+                            continue
+                    except Exception:
+                        pass  # (the dispatch runs it again and answers its error)
+                self._dispatch(command, request_id, body, writes, replies, views)
         finally:
             views.release()
+            if gets:
+                counts = self.server.counters.requests
+                counts["kv.get"] = counts.get("kv.get", 0) + gets
             if at:
-                del buf[:at]
+                del self._buffer[:at]
             if writes:
                 self._commit(writes)
             if replies:
@@ -448,8 +480,6 @@ class NativeConnection(asyncio.Protocol):
                 replies.append(self._frame(command, request_id, _hello(server)))
                 return
             elif command == p.UNLISTEN:
-                from ._server import _need
-
                 task = self.listens.pop(_need(body, "id", int), None)
                 if task is not None:
                     task.cancel()
@@ -474,8 +504,6 @@ class NativeConnection(asyncio.Protocol):
         loop: a decision or a snapshot holds it) and the read needs no write (a touch TTL's
         extension is a write: the pool does it). False (nothing done) if it cannot run here.
         With ``value_only``, from the batch's one view of the store (``_Views``)."""
-        from ._server import _get, _need, value_to_wire
-
         store = self.server.stores.opened("kv", _store_name(body))
         if store is None:
             return False
@@ -605,8 +633,6 @@ class NativeConnection(asyncio.Protocol):
     # --- LISTEN -----------------------------------------------------------------------------------
     async def listen(self, request_id: int, body: dict[str, Any]) -> dict[str, Any]:
         """Start a subscription: events carry this request's id until UNLISTEN or disconnection."""
-        from ._server import READ_LIMIT_MAX, _get, _need, _position, _Tail, _Watched
-
         kind = _need(body, "kind", str)
         if request_id in self.listens:
             raise ValueError(f"request id {request_id} is already listening")
@@ -658,20 +684,14 @@ class NativeConnection(asyncio.Protocol):
 
 
 def _error_body(err: BaseException) -> dict[str, Any]:
-    from ._server import error_body
-
     return error_body(err)
 
 
 def _hello(server: Server) -> dict[str, Any]:
-    from ._server import hello_body
-
     return hello_body(server)
 
 
 def _raw_id(raw: bytes) -> int:
-    from ._server import raw_id
-
     return raw_id(raw)
 
 
