@@ -148,6 +148,7 @@ class _Writes:
         self.conn = conn
         self.requests = requests
         self.round: Any = None  # (set by the Committer while it runs this batch)
+        self._wrote = False  # the round had written a store when this batch ended (take_writes)
 
     def run(self, cmds: list[_Request], *, sync: bool = False) -> list[bytes]:
         """Run the batch's writes in order inside the round (each store's ops written when the
@@ -173,6 +174,7 @@ class _Writes:
                 if not isinstance(err, errors.LogspoolError | ValueError | TypeError | KeyError):
                     _logger.exception("%s: %s failed", self.conn.peer, p.COMMANDS.get(command))
                 frames.append(error_frame(command, request_id, err))
+        self._wrote = bool(round_.synced)
         return frames
 
     def _append(self, tail: Any, body: dict[str, Any]) -> dict[str, Any]:
@@ -187,8 +189,12 @@ class _Writes:
         return {"first": lsns[0], "count": len(lsns)}
 
     def take_writes(self) -> tuple[bool, dict[str, Any]]:
-        # (the round's front syncs what the round wrote, ``_RoundStores.sync``: say it wrote)
-        return isinstance(self.round, _Round) and bool(self.round.synced), {}
+        """(wrote, {}): whether the round has written a store so far, so that the Committer
+        calls its front's ``kv.sync`` (``_RoundStores.sync``: one fsync of each store written)
+        before any reply. (Asked after ``run`` returned, once ``round`` is None again: a power
+        cut lost every reply's write while this read ``round``.)"""
+        wrote, self._wrote = self._wrote, False
+        return wrote, {}
 
     def _landed(self, outcome: list[bytes] | _Batch | BaseException) -> None:
         """On the loop: the batch's round is durable, or failed (then every request of the

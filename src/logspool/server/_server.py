@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from .. import _wire as p
 from .. import jobs, kv
+from .._fs import REAL, FileSystem
 from ..log import Log
 from ._resp import RespFront, RespOptions
 from ._resp import _Connection as _RespConnection
@@ -162,10 +163,13 @@ def error_body(err: BaseException) -> dict[str, Any]:
 class Stores:
     """The stores of a data directory, opened on first use, shared by every connection."""
 
-    def __init__(self, data: str, durability: str, stores_max: int = 4096) -> None:
+    def __init__(
+        self, data: str, durability: str, stores_max: int = 4096, fs: FileSystem | None = None
+    ) -> None:
         self.data = data
         self.durability = durability
         self.stores_max = stores_max
+        self.fs = fs  # the I/O seam of every store opened (None: the real one; tests fault it)
         self._open: dict[tuple[str, str], Any] = {}
         self._locks: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
@@ -180,11 +184,22 @@ class Stores:
                 if len(self._open) >= self.stores_max:
                     raise ValueError(f"{self.stores_max} stores are open already (--stores-max)")
                 path = os.path.join(self.data, kind, name)
-                os.makedirs(os.path.dirname(path), exist_ok=True)
+                kind_dir = os.path.dirname(path)
+                if not os.path.isdir(kind_dir):
+                    fs = self.fs or REAL
+                    fs.mkdir(kind_dir)
+                    # The kind's directory must survive a power cut before any store in it
+                    # matters: a store fsyncs the directory it is created in, not this one's
+                    # parent (without it a power cut could take every store of the kind with it).
+                    fs.fsync_dir(self.data)
                 openers: dict[str, Callable[..., Any]] = {"logs": Log, "jobs": jobs.open, "kv": kv.open,
                                                           "forward": kv.open}  # fmt: skip
                 opener = openers[kind]
-                owned = {"single_writer": True, "compact_in_background": True} if own and kind == "kv" else {}
+                owned: dict[str, Any] = (
+                    {"single_writer": True, "compact_in_background": True} if own and kind == "kv" else {}
+                )
+                if self.fs is not None:
+                    owned["fs"] = self.fs
                 found = opener(path, durability=self.durability, **owned)
                 self._open[(kind, name)] = found
             return found
@@ -285,14 +300,16 @@ class Server:
         limits: Limits | None = None,
         durability: str = "always",
         resp: RespOptions | None = None,
+        fs: FileSystem | None = None,
     ) -> None:
+        """``fs``: the I/O seam of the stores (tests/crash/faultfs.py cuts the power there)."""
         self.data = os.fspath(data)
         os.makedirs(self.data, exist_ok=True)
         self.host, self.port = host, port
         self._token = token.encode() if token is not None else None
         self._ssl = ssl_context
         self.limits = limits or Limits()
-        self.stores = Stores(self.data, durability, self.limits.stores_max)
+        self.stores = Stores(self.data, durability, self.limits.stores_max, fs)
         self.counters = Counters()
         self.started = time.time()
         self._pool = concurrent.futures.ThreadPoolExecutor(self.limits.threads, thread_name_prefix="logspool")
@@ -395,6 +412,17 @@ class Server:
         if self.resp is not None:
             counts.update(self.resp.request_counts())
         return counts
+
+    def commit_counters(self) -> dict[str, Any]:
+        """The native door's commit rounds: rounds run (``rounds_here`` of them on the loop),
+        the batches they held (a batch: one read's writes of one connection), and where their
+        time went, in seconds: deciding (the requests and the write), fsyncs, and the commit
+        delay's waits for the rest of a group."""
+        c = self._committer
+        if c is None:
+            return {}
+        return {"rounds": c.rounds + c.rounds_here, "rounds_here": c.rounds_here, "batches": c.batches,
+                "decide_s": c.decide_s, "sync_s": c.sync_s, "delay_s": c.delay_s}  # fmt: skip
 
     def connection_count(self) -> int:
         """Connections open now, native and RESP (``Limits.connections_max`` bounds them together)."""
@@ -568,6 +596,7 @@ class Server:
                 "connections": c.connections, "connections_total": c.connections_total, "refused": c.refused,
                 "requests": self.request_counts(), "errors": c.errors, "protocol_errors": c.protocol_errors,
                 "bytes_in": c.bytes_in, "bytes_out": c.bytes_out, "stores": self.stores.listing(),
+                "commit": self.commit_counters(),
             }  # fmt: skip
 
         return {
