@@ -45,6 +45,15 @@ except ImportError:  # pragma: no cover (a dependency; the pure-Python parser do
     _hiredis = None  # type: ignore[assignment]
 
 
+def _pack(args: tuple[Any, ...]) -> bytes:
+    """A command as a client sends it (``*N``, then ``$len`` and the bytes of each argument):
+    hiredis's ``pack_command`` (C; 0.33 us a GET against 0.56 formatted in Python). An element
+    that was not sent as a bulk string comes back from the reader as another type (a list, an
+    int, None, an error), which this refuses (TypeError) or formats as a bulk string: never the
+    bytes it was sent as (those start with another type byte than ``$``)."""
+    return _hiredis.pack_command(args)  # type: ignore[no-any-return]
+
+
 class RespProtocolError(Exception):
     """The bytes a client sent are not RESP (or break a bound): its connection is closed."""
 
@@ -170,8 +179,7 @@ class RespParser:
         # bytes after a bulk string unread (as redis-server does) and this parser wants a CRLF
         # there; and a command of anything but bulk strings (nesting) fails to format.
         try:
-            sent = b"".join([b"*%d\r\n%b" % (len(c), b"".join([b"$%d\r\n%b\r\n" % (len(a), a) for a in c]))
-                             for c in got])  # fmt: skip
+            sent = b"".join([_pack(tuple(c)) for c in got])
         except TypeError:
             return False  # nesting, or another type: the Python parser says which
         if not chunk.startswith(sent):
@@ -208,9 +216,9 @@ class RespParser:
         if not cmd:
             return False  # (incomplete; or an empty array, which the Python parser skips)
         try:
-            sent = b"*%d\r\n%b" % (len(cmd), b"".join([b"$%d\r\n%b\r\n" % (len(a), a) for a in cmd]))
+            sent = _pack(tuple(cmd))
         except TypeError:
-            return False  # (not bulk strings)
+            return False  # (nesting, or another type)
         if not chunk.startswith(sent):
             return False  # (a bulk string not ended by CRLF, a length spelled otherwise)
         out.append(cmd)
