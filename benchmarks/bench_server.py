@@ -440,7 +440,7 @@ def main() -> None:
         + ",".join(c[0] for c in NATIVE_CASES)
         + " (default: all)",
     )
-    ap.add_argument("--procs", type=int, default=4, help="processes of the native load generator")
+    ap.add_argument("--procs", type=int, default=8, help="processes of the native load generator")
     ap.add_argument("--versus", metavar="SRC", help="also run the logspool of this src directory (A/B)")
     args = ap.parse_args()
     if args.part == "memory":

@@ -74,6 +74,14 @@ KV_WRITES = frozenset(
 WRITES = KV_WRITES | {p.LOG_APPEND}
 _Request = tuple[int, int, dict[str, Any]]  # command, request id, body
 _HEADER_AT = p.HEADER.unpack_from
+_REPLY_HEADER = p.HEADER.pack
+# value_only kv.GET replies, encoded once (PROTOCOL.md, kv.GET): {found: false}, {found: true}
+# (a probe), and the head of {found: true, value: ...}.
+_NOT_FOUND = p.encode_frame(p.REPLY, p.KV_GET, 0, {"found": False})[p.HEADER_SIZE :]
+_FOUND_PROBE = p.encode_frame(p.REPLY, p.KV_GET, 0, {"found": True})[p.HEADER_SIZE :]
+_FOUND_VALUE = b"\x08\x00\x00\x00\x02\x00\x05found\x06\x00\x05value"
+assert p.decode_body(_FOUND_VALUE + b"\x00") == {"found": True, "value": None}
+_KEY_CHARS_SAFE = limits.KV_KEY_SIZE_MAX // 4  # a key of at most this many characters fits in UTF-8
 
 
 class _RoundStores:
@@ -238,10 +246,10 @@ class _Views:
         self.used = False  # a read ran (its replies wait for any round it may have seen)
         self._held: dict[int, tuple[Any, Any, int]] = {}  # id(store): (mutex, state, now)
 
-    def value(self, store: Any, key: str, data: bool, touch: bool) -> dict[str, Any] | None:
-        """A value_only kv.GET's reply, or None if it cannot run here (the store busy, a key
-        the store would refuse, a touch TTL to extend: the pool runs those)."""
-        if not key or len(key.encode("utf-8")) > limits.KV_KEY_SIZE_MAX:
+    def value(self, store: Any, key: str, data: bool, touch: bool) -> bytes | None:
+        """A value_only kv.GET's reply body (encoded), or None if it cannot run here (the store
+        busy, a key the store would refuse, a touch TTL to extend: the pool runs those)."""
+        if not key or (len(key) > _KEY_CHARS_SAFE and len(key.encode("utf-8")) > limits.KV_KEY_SIZE_MAX):
             return None  # (the pool's kv.GET answers the store's error)
         held = self._held.get(id(store))
         if held is None:
@@ -258,13 +266,15 @@ class _Views:
         entry = state.live(key, now)
         self.used = True
         if entry is None:
-            return {"found": False}
+            return _NOT_FOUND
         if touch and entry.touch_ns:
             return None
         state.used(entry, now)
         if not data:
-            return {"found": True}
-        return {"found": True, "value": kv_ops.decode_value(entry.vtype, store._bytes(entry), store.path)}
+            return _FOUND_PROBE
+        parts = [_FOUND_VALUE]
+        p.encode_value(kv_ops.decode_value(entry.vtype, store._bytes(entry), store.path), parts, 1)
+        return b"".join(parts)
 
     def release(self) -> None:
         for mutex, _, _ in self._held.values():
@@ -508,20 +518,30 @@ class NativeConnection(asyncio.Protocol):
     def _get_now(self, request_id: int, body: dict[str, Any], replies: list[bytes], views: _Views) -> bool:
         """A kv.GET on the loop, if its store is open and its mutex free (never wait on the
         loop: a decision or a snapshot holds it) and the read needs no write (a touch TTL's
-        extension is a write: the pool does it). False (nothing done) if it cannot run here.
-        With ``value_only``, from the batch's one view of the store (``_Views``)."""
-        store = self.server.stores.opened("kv", _store_name(body))
+        extension is a write: the pool does it). False (nothing done) if it cannot run here,
+        or if a field is wrong (the dispatch answers the error). With ``value_only``, from the
+        batch's one view of the store (``_Views``)."""
+        name, key = body.get("name"), body.get("key")
+        if type(name) is not str or type(key) is not str:
+            return False
+        store = self.server.stores.opened("kv", name)  # (only names checked when opened are there)
         if store is None:
             return False
-        key = _need(body, "key", str)
-        data = _get(body, "data", bool, True)
-        touch = _get(body, "touch", bool, True)
-        if _get(body, "value_only", bool, False):
-            reply = views.value(store, key, data, touch)
-            if reply is None:
+        data, touch, value_only = body.get("data"), body.get("touch"), body.get("value_only")
+        data = True if data is None else data
+        touch = True if touch is None else touch
+        if type(data) is not bool or type(touch) is not bool:
+            return False
+        if value_only is True:
+            payload = views.value(store, key, data, touch)
+            if payload is None:
                 return False
-            replies.append(self._frame(p.KV_GET, request_id, reply))
+            replies.append(
+                _REPLY_HEADER(p.MAGIC, p.VERSION, p.REPLY, p.KV_GET, 0, request_id, len(payload)) + payload
+            )
             return True
+        if value_only not in (None, False):
+            return False
         mutex = store._mutex
         if not mutex.acquire(blocking=False):
             return False
