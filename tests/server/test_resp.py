@@ -111,6 +111,27 @@ def test_redis_cli_speaks_to_the_daemon(daemon: Daemon) -> None:
     assert "redis_version:" in cli(port, "INFO", "server")
 
 
+def test_serve_runs_on_the_event_loop_it_is_told(tmp_path: Path) -> None:
+    """``serve`` runs on uvloop where it is installed (a Linux dependency) and on asyncio's own
+    loop with ``--event-loop asyncio``: the same commands answer the same on both, and INFO
+    says which loop runs."""
+    try:
+        import uvloop  # noqa: F401
+
+        default = "uvloop"
+    except ImportError:
+        default = "asyncio"
+    for choice, expected in (("asyncio", "asyncio"), ("auto", default)):
+        d = Daemon(tmp_path / choice, "--event-loop", choice, resp=True).start()
+        try:
+            port = d.resp_port
+            assert cli(port, "SET", "loop:k", "v") == "OK\n"
+            assert cli(port, stdin=b"INCR loop:n\nINCR loop:n\nGET loop:k\n") == "1\n2\nv\n"
+            assert f"logspool_event_loop:{expected}" in cli(port, "INFO", "server")
+        finally:
+            d.kill()
+
+
 # --- redis-py, RESP2 ------------------------------------------------------------------------------
 def test_strings_as_redis_answers_them(r: redis.Redis) -> None:
     assert r.set("s:a", b"\x00\xff binary") and r.get("s:a") == b"\x00\xff binary"

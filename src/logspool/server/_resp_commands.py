@@ -264,6 +264,9 @@ def _info(s: Session, args: list[bytes]) -> bytes:
         "server": [("redis_version", REDIS_VERSION), ("logspool_version", __version__),
                    ("redis_mode", "standalone"), ("process_id", os.getpid()),
                    ("tcp_port", s.front.options.port),
+                   # uvloop, or asyncio's own loop (``serve --event-loop``)
+                   ("logspool_event_loop", "uvloop" if type(s.conn.loop).__module__.startswith("uvloop")
+                    else "asyncio"),
                    ("uptime_in_seconds", int(time.time() - server.started))],
         "clients": [("connected_clients", c.connections)],
         "persistence": [("aof_enabled", int(server.stores.durability == "always")),
