@@ -108,13 +108,18 @@ class State:
     def _forget(self, entry: Entry) -> None:
         if entry.value is not None:
             self.hot_bytes -= entry.size
-        self._lru.pop(entry.key, None)
+        if self._lru:
+            self._lru.pop(entry.key, None)
 
     def _hold(self, entry: Entry) -> None:
-        """Count ``entry``'s bytes in memory; let them leave memory later if they may."""
+        """Count ``entry``'s bytes in memory; let them leave memory later if they may (only
+        with a memory bound: without one nothing leaves, and the order of use is not kept, an
+        ordered-dict node a key of 128 bytes or more)."""
         if entry.value is None:
             return
         self.hot_bytes += entry.size
+        if self.memory_max is None:
+            return
         if entry.where is not None and entry.size >= limits.KV_COLD_VALUE_MIN:
             self._lru[entry.key] = None
             self._lru.move_to_end(entry.key)
@@ -142,7 +147,7 @@ class State:
 
     def used(self, entry: Entry, now_ns: int) -> None:
         entry.accessed_ns = now_ns
-        if entry.key in self._lru:
+        if self._lru and entry.key in self._lru:
             self._lru.move_to_end(entry.key)
 
     def add_row(self, row: ops.ValueRow, value: bytes | None, where: Where) -> None:
@@ -251,6 +256,7 @@ class State:
         assert self.order == sorted(self.values), "sorted keys out of step"
         held = sum(e.size for e in self.values.values() if e.value is not None)
         assert held == self.hot_bytes, (held, self.hot_bytes)
+        assert self.memory_max is not None or not self._lru, "an order of use kept without a bound"
         for key in self._lru:
             entry = self.values[key]
             assert entry.value is not None and entry.where is not None, key
