@@ -204,10 +204,11 @@ class Stores:
                 self._open[(kind, name)] = found
             return found
 
-    def opened(self, kind: str, name: str) -> Any:
+    def opened(self, kind: str, name: object) -> Any:
         """The store ``kind``/``name`` if it is open, else None; never opens one (the event loop
-        asks: opening recovers a store from disk)."""
-        return self._open.get((kind, name))
+        asks: opening recovers a store from disk). Any ``name`` may be asked: only names that
+        were checked when their store was opened are found."""
+        return self._open.get((kind, name)) if type(name) is str else None
 
     def lock_for(self, name: str) -> threading.Lock:
         """The lock that orders forwarded appends into the log ``name``."""
