@@ -1,8 +1,9 @@
 """The daemon: an asyncio server that serves logs, job journals and key-value stores by name.
 
 Longer than 600 lines: the native protocol's handler table (one short handler per command of
-docs/PROTOCOL.md) with the connection and the server that run it; the RESP door, the stores and
-the wire codec (``logspool._wire``) are apart. Next to split when it grows: the handler table.
+docs/PROTOCOL.md) with the server that runs it; the native connection (``_native.py``), the RESP
+door, the stores and the wire codec (``logspool._wire``) are apart. Next to split when it grows:
+the handler table.
 
 ``logspool serve --data DIR --listen 127.0.0.1:PORT``. Each store lives in ``DIR/logs/NAME``,
 ``DIR/jobs/NAME`` or ``DIR/kv/NAME`` and is opened on first use; the daemon is one more process
@@ -10,9 +11,11 @@ sharing them (embedded users may open the same directories), except the key-valu
 door serves, which it owns (``RespOptions.own_kv``, the default: opened with ``single_writer``,
 so ``kv.open`` of it in another process waits for the daemon to stop, or fails with LockedError).
 Requests are read as they come and run concurrently (pipelining: replies carry the request's id
-and may come in any order); a store call runs in a thread pool so that fsyncs of concurrent
-requests are shared (group commit). A reply is sent after the store call returned, so a
-durable store's reply means durable.
+and may come in any order). Where each runs (``_native.py``): kv.GET on the event loop; writes
+of key-value stores and log appends in commit rounds shared by every connection (the RESP door's
+``Committer``: one write and one fsync a store a round); the rest in a thread pool. A write's
+reply is sent after its round's fsync, a read's after any round it may have seen is durable, so
+a durable store's reply means durable.
 
 Safety: listens on 127.0.0.1 by default; an optional shared-secret token (HELLO first, compared
 in constant time) and TLS; limits on frame size, connections and requests in flight per
