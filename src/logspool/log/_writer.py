@@ -541,7 +541,12 @@ class Tail:
         compress = self._writer.compress
 
         def prepare(chunk: Sequence[bytes]) -> tuple[list[bytes], list[int] | None]:
-            items = checked_payloads(chunk, size_max)
+            if type(chunk) is list and all(type(p) is bytes for p in chunk):  # (the usual case)
+                items = list(chunk)  # (compress replaces items in place: not the caller's list)
+                if max(map(len, items), default=0) > size_max:
+                    raise RecordTooLargeError(max(map(len, items)), size_max)
+            else:
+                items = checked_payloads(chunk, size_max)
             return items, compress(items)
 
         first = self._active.write_batch(chunks, size, prepare, timestamp)
