@@ -217,6 +217,101 @@ def daemon_case(spark: Any, rows: int, runs: int, work: str, parquet_path: str |
     }
 
 
+def write_case(spark: Any, rows: int, runs: int, work: str) -> dict[str, float]:
+    """``--write``: df.write.format("logspool") and a streaming sink (one ``availableNow`` batch
+    of the rows from a Parquet directory) against df.write.parquet and a Parquet streaming sink,
+    the same cached rows, taking turns; and, inside the log's batch write, the seconds of the
+    driver's commit (the append of the staged rows), the rest being the tasks' staging and
+    Spark's own costs."""
+    from logspool.spark import _source
+
+    source = spark.range(rows).selectExpr(
+        "cast(concat(lpad(cast(id as string), 12, '0'), repeat('x', 88)) as binary) as payload"
+    )
+    parquet_in = os.path.join(work, "in")
+    source.write.mode("overwrite").parquet(parquet_in)
+    data = spark.read.parquet(parquet_in).select("payload").cache()
+    data.count()
+    from pyspark.sql.types import BinaryType, StructField, StructType
+
+    def commit_alone() -> float:
+        """The driver's commit by itself: the rows staged as two tasks stage them, appended."""
+        path = os.path.join(work, "clog")
+        shutil.rmtree(path, ignore_errors=True)
+        writer = _source._BatchWriter({"path": path}, StructType([StructField("payload", BinaryType())]))
+        import pyarrow as pa
+
+        messages = []
+        for part in range(2):  # as two tasks stage them: Arrow batches of 10,000 rows
+            count = rows // 2
+            batches = (
+                pa.record_batch(
+                    [
+                        pa.array(
+                            [b"%012d" % i + b"x" * 88 for i in range(j, min(j + 10_000, (part + 1) * count))]
+                        )
+                    ],
+                    names=["payload"],
+                )
+                for j in range(part * count, (part + 1) * count, 10_000)
+            )
+            messages.append(writer.w.write(batches))
+        t0 = time.perf_counter()
+        writer.commit(messages)
+        return time.perf_counter() - t0
+
+    n = [0]
+
+    def write_log() -> None:
+        shutil.rmtree(os.path.join(work, "wlog"), ignore_errors=True)
+        data.write.format("logspool").mode("append").save(os.path.join(work, "wlog"))
+
+    def write_parquet() -> None:
+        data.write.mode("overwrite").parquet(os.path.join(work, "wparquet"))
+
+    def stream(fmt_name: str) -> Callable[[], None]:
+        def run() -> None:
+            n[0] += 1
+            out = os.path.join(work, f"s{fmt_name}{n[0]}")
+            query = (
+                spark.readStream.schema("payload binary")
+                .parquet(parquet_in)
+                .writeStream.format(fmt_name)
+                .option("checkpointLocation", out + ".cp")
+                .trigger(availableNow=True)
+                .start(out)
+            )
+            query.awaitTermination()
+            shutil.rmtree(out, ignore_errors=True)
+            shutil.rmtree(out + ".cp", ignore_errors=True)
+
+        return run
+
+    load_before = os.getloadavg()
+    turns = taking_turns(
+        {
+            "write_log": write_log,
+            "write_parquet": write_parquet,
+            "stream_log": stream("logspool"),
+            "stream_parquet": stream("parquet"),
+        },
+        runs,
+    )
+    load_after = os.getloadavg()
+    return {
+        "write_logspool_rows_per_s": rows / turns["write_log"],
+        "write_parquet_rows_per_s": rows / turns["write_parquet"],
+        "write_ratio_to_parquet": turns["write_parquet"] / turns["write_log"],
+        "write_logspool_commit_s_median": statistics.median(commit_alone() for _ in range(runs)),
+        "write_logspool_s_median": turns["write_log"],
+        "sink_logspool_rows_per_s": rows / turns["stream_log"],
+        "sink_parquet_rows_per_s": rows / turns["stream_parquet"],
+        "sink_ratio_to_parquet": turns["stream_parquet"] / turns["stream_log"],
+        "write_load_average_1m_before": load_before[0],
+        "write_load_average_1m_after": load_after[0],
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, default=1_000_000)
@@ -226,6 +321,9 @@ def main() -> int:
     parser.add_argument("--out", help="write the results as JSON here")
     parser.add_argument(
         "--daemon", action="store_true", help="only the read through the daemon (and its write)"
+    )
+    parser.add_argument(
+        "--write", action="store_true", help="only the writes (batch and streaming) against Parquet's"
     )
     args = parser.parse_args()
     rows, runs = (100_000, 3) if args.quick else (args.rows, args.runs)
@@ -256,6 +354,11 @@ def main() -> int:
         if args.daemon:
             results = {"rows": rows, "payload_bytes": 100, "master": args.master, "runs": runs}
             results.update(daemon_case(spark, rows, runs, work, None))
+            report(results, args.out)
+            return 0
+        if args.write:
+            results = {"rows": rows, "payload_bytes": 100, "master": args.master, "runs": runs}
+            results.update(write_case(spark, rows, runs, work))
             report(results, args.out)
             return 0
         log_path, parquet_path = os.path.join(work, "log"), os.path.join(work, "parquet")

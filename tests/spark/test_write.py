@@ -15,8 +15,9 @@ import os
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
-from pyspark.sql.types import Row, StringType, StructField, StructType
+from pyspark.sql.types import StringType, StructField, StructType
 
 import logspool
 from logspool.spark import _source
@@ -107,7 +108,8 @@ SCHEMA = StructType([StructField("payload", StringType())])
 
 
 def staged(sink: _source._StreamWriter, rows: list[str]) -> list[Any]:
-    return [sink.write(iter([Row(payload=r) for r in rows]))]
+    """A task's staging of ``rows``, handed over as Spark hands an Arrow writer its rows."""
+    return [sink.write(iter([pa.record_batch([pa.array(rows, pa.string())], names=["payload"])]))]
 
 
 def test_a_replayed_streaming_batch_is_not_written_twice(tmp_path: Path) -> None:
@@ -138,12 +140,13 @@ def test_a_batch_whose_commit_was_cut_short_is_finished_on_replay(tmp_path: Path
 
 _KILLED_COMMIT = """
 import os, sys
-from pyspark.sql.types import Row, StringType, StructField, StructType
+import pyarrow as pa
+from pyspark.sql.types import StringType, StructField, StructType
 from logspool.spark import _source
 sink = _source._StreamWriter({"path": sys.argv[1], "checkpointlocation": sys.argv[2]},
                              StructType([StructField("payload", StringType())]))
-rows = [Row(payload=os.urandom(48).hex()) for _ in range(int(sys.argv[3]))]  # differ on replay
-staged = [sink.write(iter(rows[i::4])) for i in range(4)]
+rows = [os.urandom(48).hex() for _ in range(int(sys.argv[3]))]  # differ on replay
+staged = [sink.write(iter([pa.record_batch([pa.array(rows[i::4])], names=["payload"])])) for i in range(4)]
 print("staged", flush=True)
 sink.commit(staged, 1)
 print("done", flush=True)

@@ -11,11 +11,14 @@ each task reads its range into Arrow record batches (``_partition``). Streaming 
 exact.
 
 Writes: each task stages its rows in a file under ``DIR/.spark-staging/`` (nothing is in the log
-yet; an aborted job removes its files), and the driver's ``commit`` appends them to the log under
-the writer lock, in partition order. For a streaming sink the batch id makes this exactly-once:
-before appending, the driver durably records an intent (batch id, the head lsn, the staged files);
-a batch replayed after a failure finds its intent and finishes it from those files, appending
-only what is not already there, whatever rows the replay computed.
+yet; an aborted job removes its files), taking them as Arrow batches and writing the payload
+column's buffers as they are, and the driver's ``commit`` appends them to the log under the
+writer lock, in partition order, as one batch published at once (``Tail.append_batch``: readers
+see all of it or none, and a crash leaves it whole or absent). For a streaming sink the batch id
+makes this exactly-once: before appending, the driver durably records an intent (batch id, the
+head lsn, the staged files and their row count); a batch replayed after a failure finds its
+intent and, unless the batch is in the log already, appends it from those files, whatever rows
+the replay computed.
 
 Options (case-insensitive) and their defaults are documented in docs/SPARK.md.
 """
@@ -35,10 +38,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import (
     DataSource,
+    DataSourceArrowWriter,
     DataSourceReader,
+    DataSourceStreamArrowWriter,
     DataSourceStreamReader,
     DataSourceStreamWriter,
     DataSourceWriter,
@@ -56,7 +62,6 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import (
     BinaryType,
     LongType,
-    Row,
     StringType,
     StructField,
     StructType,
@@ -80,7 +85,12 @@ PARTITION_SIZE_DEFAULT = 32 * limits.MIB
 DECODES = ("binary", "string", "json")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _TIMESTAMP_US = pa.timestamp("us", tz="UTC")
-_STAGE_LEN = struct.Struct("<I")
+_STAGE_LEN = struct.Struct("<I")  # a row's size, in files staged before the blocks
+# A staged file: this magic, then blocks of (row count, data size) u32, the rows' sizes (u32),
+# their bytes. (A file of a release before it has no magic: a u32 size, the row, and again; a
+# size is below 2**28, and the magic read as one is above.)
+_STAGE_MAGIC = b"LSSTAGE2"
+_STAGE_BLOCK = struct.Struct("<II")
 _STAGE_READ_SIZE = 4 * limits.MIB
 # The framed bytes of a batch published at once: what one segment may hold (Tail.append_batch).
 _BATCH_SIZE_MAX = limits.SEGMENT_SIZE_LIMIT - fmt.SEGMENT_HEADER_SIZE - fmt.RECORD_OVERHEAD
@@ -592,7 +602,11 @@ class _Writer:
         with Log(self.path):  # create the log now, in the driver, with default settings
             pass
 
-    def write(self, rows: Iterator[Row]) -> _Staged:
+    def write(self, batches: Iterator[pa.RecordBatch]) -> _Staged:
+        """In a task: stage the payload column of ``batches`` (Arrow record batches, as Spark
+        hands them to an Arrow writer) in a file of blocks, one a batch: its row count and data
+        size, the rows' sizes, then their bytes, copied from the Arrow buffers as they are (no
+        row becomes a Python object). Fsynced before the task reports success."""
         from pyspark import TaskContext
 
         ctx = TaskContext.get()
@@ -602,13 +616,17 @@ class _Writer:
         path = os.path.join(self.staging, f"{partition:08d}.{attempt}.{uuid.uuid4().hex}")
         count = 0
         with open(path, "wb") as f:
-            for row in rows:
-                value = row[self.column]
-                if value is None:
-                    raise OptionError(f"row {count} of partition {partition}: payload is null")
-                data = value.encode("utf-8") if isinstance(value, str) else bytes(value)
-                f.write(_STAGE_LEN.pack(len(data)) + data)
-                count += 1
+            f.write(_STAGE_MAGIC)
+            for batch in batches:  # bounded by the task's rows
+                column = batch.column(self.column)
+                if column.null_count:
+                    at = int(np.argmax(column.is_null().to_numpy(zero_copy_only=False)))
+                    raise OptionError(f"row {count + at} of partition {partition}: payload is null")
+                sizes, data = _arrow_payloads(column)
+                f.write(_STAGE_BLOCK.pack(len(column), len(data)))
+                f.write(sizes)
+                f.write(data)
+                count += len(column)
             f.flush()
             os.fsync(f.fileno())  # staged durably before the task reports success
         return _Staged(partition, path, count)
@@ -628,11 +646,11 @@ class _Writer:
         shutil.rmtree(self.staging, ignore_errors=True)
 
 
-class _BatchWriter(DataSourceWriter):
+class _BatchWriter(DataSourceArrowWriter):
     def __init__(self, options: dict[str, str], schema: StructType) -> None:
         self.w = _Writer(options, schema, f"batch-{time.time_ns()}-{uuid.uuid4().hex[:8]}")
 
-    def write(self, iterator: Iterator[Row]) -> WriterCommitMessage:
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
         return self.w.write(iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
@@ -648,7 +666,7 @@ class _BatchWriter(DataSourceWriter):
         self.w.discard()
 
 
-class _StreamWriter(DataSourceStreamWriter):
+class _StreamWriter(DataSourceStreamArrowWriter):
     """Exactly-once by batch id, for any query (see the module doc and docs/SPARK.md).
 
     The intent of a batch names its staged files. A replay after the driver died while
@@ -661,7 +679,7 @@ class _StreamWriter(DataSourceStreamWriter):
         self.sink = hashlib.sha256(self.identity.encode()).hexdigest()[:32]
         self.w = _Writer(options, schema, f"stream-{self.sink}")
 
-    def write(self, iterator: Iterator[Row]) -> WriterCommitMessage:
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
         return self.w.write(iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
@@ -766,9 +784,25 @@ def _matching_prefix(log: Log, start: int, payloads: list[bytes]) -> int:
     return n
 
 
+def _arrow_payloads(column: pa.Array) -> tuple[memoryview, memoryview]:
+    """A binary or string Arrow column's rows: their sizes (u32, little-endian) and their bytes,
+    back to back (views of the column's own buffers where they can be)."""
+    large = pa.types.is_large_binary(column.type) or pa.types.is_large_string(column.type)
+    if not (large or pa.types.is_binary(column.type) or pa.types.is_string(column.type)):
+        raise OptionError(f"column payload must be binary or string, not {column.type}")
+    _validity, offsets_buffer, data_buffer = column.buffers()
+    offsets = np.frombuffer(offsets_buffer, np.int64 if large else np.int32)
+    offsets = offsets[column.offset : column.offset + len(column) + 1]
+    sizes = np.diff(offsets).astype("<u4")
+    first, last = (int(offsets[0]), int(offsets[-1])) if len(offsets) else (0, 0)
+    data = memoryview(data_buffer)[first:last] if data_buffer is not None else memoryview(b"")
+    return memoryview(sizes.tobytes()), data
+
+
 def _staged_chunks(files: Sequence[str], skip: int = 0) -> Iterator[list[bytes]]:
-    """The rows of the staged ``files``, in order, past the first ``skip``, in lists of those of
-    about 4 MiB of a file (the memory one step holds)."""
+    """The rows of the staged ``files``, in order, past the first ``skip``: a list a block (the
+    rows of one Arrow batch of a task), or of about 4 MiB of a file staged by a release before
+    the blocks (a streaming batch whose first attempt such a release made)."""
     for path in files:
         try:
             f = open(path, "rb")  # noqa: SIM115 (closed below, across the yields)
@@ -778,6 +812,15 @@ def _staged_chunks(files: Sequence[str], skip: int = 0) -> Iterator[list[bytes]]
                 "file system the driver and every executor mount at the same path)"
             ) from None
         with f:
+            if f.read(len(_STAGE_MAGIC)) == _STAGE_MAGIC:
+                for chunk in _staged_blocks(f, path):
+                    if skip >= len(chunk):
+                        skip -= len(chunk)
+                        continue
+                    yield chunk[skip:] if skip else chunk
+                    skip = 0
+                continue
+            f.seek(0)
             rest = b""
             for _ in range(1 << 40):  # bounded by the file's size: each turn reads a block
                 block = f.read(_STAGE_READ_SIZE)
@@ -800,6 +843,27 @@ def _staged_chunks(files: Sequence[str], skip: int = 0) -> Iterator[list[bytes]]
                     yield out
             if rest:
                 raise LogspoolError(f"{path}: staged file cut short")
+
+
+def _staged_blocks(f: Any, path: str) -> Iterator[list[bytes]]:
+    """The rows of a staged file's blocks, a list a block (``f`` stands after the magic)."""
+    for _ in range(1 << 40):  # bounded by the file's size: each turn reads a block or ends
+        head = f.read(_STAGE_BLOCK.size)
+        if not head:
+            return
+        if len(head) < _STAGE_BLOCK.size:
+            raise LogspoolError(f"{path}: staged file cut short")
+        count, size = _STAGE_BLOCK.unpack(head)
+        sizes = f.read(4 * count)
+        data = f.read(size)
+        if len(sizes) < 4 * count or len(data) < size:
+            raise LogspoolError(f"{path}: staged file cut short")
+        ends = np.cumsum(np.frombuffer(sizes, "<u4"), dtype=np.int64).tolist()
+        if count and ends[-1] != size:
+            raise LogspoolError(f"{path}: a staged block's sizes do not add up to its data")
+        starts = [0, *ends[:-1]]
+        yield [data[i:j] for i, j in zip(starts, ends, strict=True)]
+    raise AssertionError("unreachable")
 
 
 def _staged_count(files: Sequence[str]) -> int:
