@@ -226,3 +226,39 @@ def test_two_queries_with_the_same_checkpoint_text_have_their_own_state(
     assert payloads(Path(path)) == [b"from a", b"from b"]
     with pytest.raises(_source.OptionError, match="checkpointLocation"):
         _source._StreamWriter({"path": path}, SCHEMA)
+
+
+def test_a_first_attempt_staged_by_a_release_before_the_blocks_is_finished_on_replay(tmp_path: Path) -> None:
+    """A streaming batch whose intent names files staged by a release before Arrow blocks (a
+    size and a row, again and again, no magic): the replay appends their rows, not its own."""
+    path = tmp_path / "log"
+    sink = _source._StreamWriter({"path": str(path), "queryname": "q"}, SCHEMA)
+    sink.commit(staged(sink, ["x"]), 0)
+    staging = path / _source.STAGING_DIR / f"stream-{sink.sink}"
+    staging.mkdir(parents=True, exist_ok=True)
+    old = staging / "00000000.0.old"
+    old.write_bytes(b"".join(len(r).to_bytes(4, "little") + r for r in (b"first", b"", b"third")))
+    state = path / _source.SINKS_DIR / sink.sink
+    state.write_text(json.dumps({"batch": 1, "start": 1, "files": [f"stream-{sink.sink}/00000000.0.old"]}))
+    sink.commit(staged(sink, ["replayed"]), 1)
+    assert payloads(path) == [b"x", b"first", b"", b"third"]
+    assert json.loads(state.read_text())["done"]
+
+
+def test_a_task_stages_arrow_rows_of_every_shape(tmp_path: Path) -> None:
+    """Binary, string and their large forms, empty rows, a batch sliced by Spark (an offset into
+    its buffers), and a null payload refused naming its row."""
+    path = tmp_path / "log"
+    sink = _source._StreamWriter({"path": str(path), "queryname": "q"}, SCHEMA)
+    rows = [b"", b"\x00\xff", b"abc", b""]
+    batches = [
+        pa.record_batch([pa.array(rows, pa.binary())], names=["payload"]),
+        pa.record_batch([pa.array(rows, pa.large_binary())], names=["payload"]),
+        pa.record_batch([pa.array(["é", "", "z"], pa.large_string())], names=["payload"]),
+        pa.record_batch([pa.array([b"skip", b"kept", b"too"], pa.binary())], names=["payload"]).slice(1),
+        pa.record_batch([pa.array([b"", b""], pa.binary())], names=["payload"]),
+    ]
+    sink.commit([sink.write(iter(batches))], 0)
+    assert payloads(path) == [*rows, *rows, "é".encode(), b"", b"z", b"kept", b"too", b"", b""]
+    with pytest.raises(_source.OptionError, match="row 2 of partition 0: payload is null"):
+        sink.write(iter([pa.record_batch([pa.array([b"a", b"b", None])], names=["payload"])]))
