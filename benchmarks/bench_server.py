@@ -119,6 +119,13 @@ def _load_process(
     go.wait()
     cpu_before = sum(os.times()[:2])
     started = time.perf_counter()
+    if len(states) == 1:  # one connection: blocking calls, no selector (a shorter round trip)
+        _one_connection(states[0], window, per_connection)
+        ended = time.perf_counter()
+        cpu = sum(os.times()[:2]) - cpu_before
+        states[0]["sock"].close()
+        out.put((states[0]["got"], started, ended, cpu))
+        return
     for state in states:
         state["sock"].sendall(state["windows"][0])
         state["next"], state["sent"] = 1, window
@@ -155,6 +162,32 @@ def _load_process(
     for state in states:
         state["sock"].close()
     out.put((sum(s["got"] for s in states), started, ended, cpu))
+
+
+def _one_connection(state: dict[str, Any], window: int, per_connection: int) -> None:
+    sock, windows = state["sock"], state["windows"]
+    sock.setblocking(True)
+    buf = b""
+    for turn in range(per_connection // window):
+        sock.sendall(windows[turn % len(windows)])
+        got = 0
+        while got < window:
+            data = sock.recv(1 << 20)
+            if not data:
+                raise RuntimeError("the server closed the connection")
+            buf += data
+            at = 0
+            while len(buf) - at >= 16:
+                size = int.from_bytes(buf[at + 12 : at + 16], "big")
+                if len(buf) - at < 16 + size:
+                    break
+                if buf[at + 7] & p.FLAG_ERROR:
+                    raise RuntimeError(f"an error reply: {p.decode_body(buf[at + 16 : at + 16 + size])}")
+                at += 16 + size
+                got += 1
+            buf = buf[at:]
+        state["got"] += got
+    state["sent"] = state["got"]
 
 
 def native_rate(
