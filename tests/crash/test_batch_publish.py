@@ -185,10 +185,10 @@ WRITER = textwrap.dedent(
 def test_writers_killed_while_appending_large_batches_leave_whole_batches(tmp_path: Path) -> None:
     path = str(tmp_path / "log")
     rng = random.Random(5)
-    next_batch = 0
+    next_batch = next_lsn = 0
     for rnd in range(12):
         child = subprocess.Popen(
-            [sys.executable, "-c", WRITER, path, str(next_batch), "20000", "700", str(1 << 20)],
+            [sys.executable, "-c", WRITER, path, str(next_batch), "5000", "300", str(1 << 20)],
             stdout=subprocess.PIPE,
             text=True,
         )
@@ -198,9 +198,11 @@ def test_writers_killed_while_appending_large_batches_leave_whole_batches(tmp_pa
         child.send_signal(signal.SIGKILL)
         child.communicate()
         with logspool.open(path) as log:  # recovery (same boot): no CorruptionError
-            numbers = check_whole([r.payload for r in log.read()])
-        assert numbers == list(range(len(numbers))), f"round {rnd}: batches {numbers}"
-        next_batch = len(numbers)
+            new = [r.payload for r in log.read(next_lsn)]  # (what the last round left was checked)
+        numbers = check_whole(new)
+        assert numbers == list(range(next_batch, next_batch + len(numbers))), f"round {rnd}: {numbers}"
+        next_batch += len(numbers)
+        next_lsn += len(new)
     assert logspool.verify(path).ok
 
 
@@ -268,3 +270,38 @@ def test_readers_in_other_processes_never_see_part_of_a_batch(tmp_path: Path) ->
     for polled, followed in lines:
         assert polled in boundaries, f"a one-shot read saw {polled} records: part of a batch"
         assert followed in boundaries, followed
+
+
+@pytest.mark.parametrize(
+    ("change", "cut"),
+    [
+        (lambda right: right[:2] + bytes(b ^ 0xFF for b in right[2:]), True),  # a publish torn mid-CRC
+        (lambda right: bytes(b ^ 0xFF for b in right), True),  # never published
+        (lambda right: right[:3] + bytes([right[3] ^ 0x01]), False),  # damage, not a publish
+    ],
+    ids=["torn-publish", "unpublished", "damage"],
+)
+def test_an_unpublished_head_is_cut_in_the_same_boot_and_other_damage_is_still_reported(
+    tmp_path: Path, change: Callable[[bytes], bytes], cut: bool
+) -> None:
+    """The batch's first record with each CRC byte right or complemented (a publish torn across a
+    page boundary, or none) is cut with the batch, in the boot that wrote it; a CRC wrong in any
+    other way, with valid records after it, is damage there as before."""
+    path = tmp_path / "log"
+    with logspool.open(path, durability="os") as log:
+        log.append(b"before")
+        payloads = batch(1, 5)
+        with log.exclusive() as tail:
+            tail.append_batch([payloads], size=framed(payloads))
+    segment = path / "00000000000000000000.seg"
+    data = bytearray(segment.read_bytes())
+    crc_at = fmt.SEGMENT_HEADER_SIZE + fmt.RECORD_OVERHEAD + len(b"before") + 32 + len(payloads[0])
+    data[crc_at : crc_at + 4] = change(bytes(data[crc_at : crc_at + 4]))
+    segment.write_bytes(bytes(data))
+    if cut:
+        with logspool.open(path) as log:  # (this boot: the one that wrote the log)
+            assert [r.payload for r in log.read()] == [b"before"]
+        assert logspool.verify(path).ok
+    else:
+        with pytest.raises(logspool.CorruptionError, match="followed by valid records"):
+            logspool.open(path)
