@@ -262,3 +262,21 @@ def test_a_task_stages_arrow_rows_of_every_shape(tmp_path: Path) -> None:
     assert payloads(path) == [*rows, *rows, "é".encode(), b"", b"z", b"kept", b"too", b"", b""]
     with pytest.raises(_source.OptionError, match="row 2 of partition 0: payload is null"):
         sink.write(iter([pa.record_batch([pa.array([b"a", b"b", None])], names=["payload"])]))
+
+
+def test_a_batch_larger_than_a_segment_may_hold_is_appended_in_parts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The limit of one published batch (4 GiB framed) lowered to 1,000 bytes: the rows go in
+    parts of at most that, in order, none lost or doubled, rows of a block split between parts."""
+    monkeypatch.setattr(_source, "_BATCH_SIZE_MAX", 1000)
+    path = tmp_path / "log"
+    writer = _source._BatchWriter({"path": str(path)}, SCHEMA)
+    rows = [f"row-{i}-" + "." * (i % 50) for i in range(300)]
+    messages = [
+        writer.write(iter([pa.record_batch([pa.array(rows[j : j + 70])], names=["payload"])]))
+        for j in range(0, 300, 70)
+    ]
+    writer.commit(messages)
+    assert payloads(path) == [r.encode() for r in rows]
+    assert logspool.verify(path).ok
