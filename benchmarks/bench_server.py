@@ -217,17 +217,43 @@ def native_rate(
     return total / elapsed, sum(r[3] for r in results) / elapsed
 
 
-def start_logspool_native(data: str, src: str | None = None) -> tuple[subprocess.Popen[bytes], str]:
+# ``serve`` has no switch for Server(own_kv=True) yet: --own-kv starts the daemon's Server so,
+# on the loop ``serve`` picks (uvloop where installed).
+_OWN_KV_DAEMON = """
+import asyncio, sys
+from logspool.server import Server
+try:
+    import uvloop
+    factory = uvloop.new_event_loop
+except ImportError:
+    factory = None
+async def main():
+    server = await Server(sys.argv[1], port=int(sys.argv[2]), own_kv=True).start()
+    await server.wait_stopped()
+with asyncio.Runner(loop_factory=factory) as runner:
+    runner.run(main())
+"""
+
+
+def start_logspool_native(
+    data: str, src: str | None = None, own_kv: bool = False
+) -> tuple[subprocess.Popen[bytes], str]:
+    """``own_kv``: the daemon owns the key-value stores it serves (``Server(own_kv=True)``)."""
     port = free_port()
     env = dict(os.environ, PYTHONPATH=src) if src else None
-    proc = subprocess.Popen([sys.executable, "-m", "logspool.cli", "serve", "--data", data, "--listen",
-                             f"127.0.0.1:{port}", "--durability", "always"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)  # fmt: skip
+    if own_kv:
+        cmd = [sys.executable, "-c", _OWN_KV_DAEMON, data, str(port)]
+    else:
+        cmd = [sys.executable, "-m", "logspool.cli", "serve", "--data", data, "--listen", f"127.0.0.1:{port}",
+               "--durability", "always"]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     wait_port(port)
     return proc, f"127.0.0.1:{port}"
 
 
-def native_main(quick: bool, runs: int, cases: list[str] | None, procs: int, versus: str | None) -> None:
+def native_main(
+    quick: bool, runs: int, cases: list[str] | None, procs: int, versus: str | None, own_kv: bool = False
+) -> None:
     """The native protocol (``logspool serve --listen``) driven by ``procs`` load processes,
     the RESP door (``logspool serve --resp``) and redis-server (appendfsync always) driven by
     redis-benchmark, in turns: each case's median of ``runs``, its ratio to redis and to the
@@ -236,7 +262,7 @@ def native_main(quick: bool, runs: int, cases: list[str] | None, procs: int, ver
     rows = []
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="bench-native-") as d:
-        nat_proc, nat_address = start_logspool_native(os.path.join(d, "native"))
+        nat_proc, nat_address = start_logspool_native(os.path.join(d, "native"), own_kv=own_kv)
         vs_proc, vs_address = (
             start_logspool_native(os.path.join(d, "versus"), versus) if versus else (None, "")
         )
@@ -287,7 +313,8 @@ def native_main(quick: bool, runs: int, cases: list[str] | None, procs: int, ver
                     proc.terminate()
                     proc.wait(30)
     print(f"\nload average (1, 5, 15 min): before {load_before}, after {os.getloadavg()}")
-    print(f"\n| 100-byte values, median of {runs} | logspool native ({procs} load processes), ops/s | "
+    owned = ", owning its kv stores" if own_kv else ""
+    print(f"\n| 100-byte values, median of {runs} | logspool native{owned} ({procs} load processes), ops/s | "
           "logspool RESP (redis-benchmark), ops/s | redis-server (appendfsync always), ops/s | "
           "native / redis | native / RESP | server CPU an op, us (native / RESP / redis) | "
           "load generator, cores busy |")  # fmt: skip
@@ -473,6 +500,7 @@ def main() -> None:
         + ",".join(c[0] for c in NATIVE_CASES)
         + " (default: all)",
     )
+    ap.add_argument("--own-kv", action="store_true", help="the native daemon owns its key-value stores")
     ap.add_argument("--procs", type=int, default=8, help="processes of the native load generator")
     ap.add_argument("--versus", metavar="SRC", help="also run the logspool of this src directory (A/B)")
     args = ap.parse_args()
@@ -484,7 +512,7 @@ def main() -> None:
     if args.part == "resp":
         return
     native_cases = args.native_cases.split(",") if args.native_cases else None
-    native_main(args.quick, args.runs, native_cases, args.procs, args.versus)
+    native_main(args.quick, args.runs, native_cases, args.procs, args.versus, args.own_kv)
 
 
 if __name__ == "__main__":

@@ -286,3 +286,21 @@ def test_a_power_cut_after_the_replies_keeps_every_acknowledged_write(tmp_path: 
     with logspool.open(after / "logs" / "power-log") as log:
         payloads = {rec.payload for rec in log.read("earliest")}
     assert {b"c%d-%d" % (n, i) for n in range(4) for i in range(0, 40, 2)} <= payloads
+
+
+def test_own_kv_serves_its_stores_alone_until_it_stops(tmp_path: Path) -> None:
+    """``Server(own_kv=True)``: the daemon holds each key-value store's writer lock from its
+    first use to its stop (an embedded open gives up with LockedError), and serves it as before."""
+    r = Running(tmp_path / "data", own_kv=True)
+    try:
+        with client.connect(r.address) as c:
+            s = c.kv("owned")
+            s.set("a", b"1")
+            s.add("n", 5)
+            assert s.get("a") == b"1" and s["n"] == 5 and "a" in s
+        with pytest.raises(errors.LockedError):
+            kv.open(tmp_path / "data" / "kv" / "owned", lock_timeout_s=0.5)
+    finally:
+        r.stop()
+    with kv.open(tmp_path / "data" / "kv" / "owned") as store:
+        assert store.get("a") == b"1" and store.get("n") == 5

@@ -167,11 +167,18 @@ class Stores:
     """The stores of a data directory, opened on first use, shared by every connection."""
 
     def __init__(
-        self, data: str, durability: str, stores_max: int = 4096, fs: FileSystem | None = None
+        self,
+        data: str,
+        durability: str,
+        stores_max: int = 4096,
+        fs: FileSystem | None = None,
+        *,
+        own_kv: bool = False,
     ) -> None:
         self.data = data
         self.durability = durability
         self.stores_max = stores_max
+        self.own_kv = own_kv  # every key-value store opened is owned (``Server``'s ``own_kv``)
         self.fs = fs  # the I/O seam of every store opened (None: the real one; tests fault it)
         self._open: dict[tuple[str, str], Any] = {}
         self._locks: dict[str, threading.Lock] = {}
@@ -199,7 +206,9 @@ class Stores:
                                                           "forward": kv.open}  # fmt: skip
                 opener = openers[kind]
                 owned: dict[str, Any] = (
-                    {"single_writer": True, "compact_in_background": True} if own and kind == "kv" else {}
+                    {"single_writer": True, "compact_in_background": True}
+                    if kind == "kv" and (own or self.own_kv)
+                    else {}
                 )
                 if self.fs is not None:
                     owned["fs"] = self.fs
@@ -305,15 +314,22 @@ class Server:
         durability: str = "always",
         resp: RespOptions | None = None,
         fs: FileSystem | None = None,
+        own_kv: bool = False,
     ) -> None:
-        """``fs``: the I/O seam of the stores (tests/crash/faultfs.py cuts the power there)."""
+        """``fs``: the I/O seam of the stores (tests/crash/faultfs.py cuts the power there).
+        ``own_kv``: the daemon owns every key-value store it serves, as the RESP door owns its
+        own (``kv.open(single_writer=True, compact_in_background=True)``): no catch-up with the
+        op log before each read batch and decision, no cross-process fsync protocol (same run:
+        kv.GET x1 7,250 -> 19,400/s, SET x16 9,640 -> 12,570/s); ``kv.open`` of a served store
+        in another process then waits for the daemon to stop (or LockedError). Off by default:
+        embedded processes share the stores the daemon serves."""
         self.data = os.fspath(data)
         os.makedirs(self.data, exist_ok=True)
         self.host, self.port = host, port
         self._token = token.encode() if token is not None else None
         self._ssl = ssl_context
         self.limits = limits or Limits()
-        self.stores = Stores(self.data, durability, self.limits.stores_max, fs)
+        self.stores = Stores(self.data, durability, self.limits.stores_max, fs, own_kv=own_kv)
         self.counters = Counters()
         self.started = time.time()
         self._pool = concurrent.futures.ThreadPoolExecutor(self.limits.threads, thread_name_prefix="logspool")
