@@ -445,7 +445,7 @@ class NativeConnection(asyncio.Protocol):
             if replies:
                 # What the reads saw is durable before their replies go out: a round decided
                 # but not yet fsynced (its store's mutex was free) holds them until it is.
-                settling = self.committer.settled() if views.used else None
+                settling = self._settling() if views.used else None
                 if settling is None:
                     self._write(b"".join(replies))
                 else:
@@ -578,6 +578,17 @@ class NativeConnection(asyncio.Protocol):
         )
         return True
 
+    def _settling(self) -> asyncio.Future[Any] | None:
+        """After a read: a future done once every commit round started so far, the native
+        door's and the RESP door's (a native read may read the RESP door's store), is durable
+        and answered; None if they all are."""
+        resp = self.server.resp
+        waits = [c.settled() for c in (self.committer, resp.committer if resp is not None else None) if c]
+        pending = [w for w in waits if w is not None]
+        if not pending:
+            return None
+        return pending[0] if len(pending) == 1 else asyncio.gather(*pending)
+
     # --- the commit rounds ------------------------------------------------------------------------
     def _commit(self, writes: list[_Request]) -> None:
         """Hand a read's writes to the next commit round; ``_Writes._landed`` answers them."""
@@ -627,7 +638,7 @@ class NativeConnection(asyncio.Protocol):
             else:
                 handler = server._handlers[command]
                 reply = await server.call(lambda: handler(body))
-                settling = self.committer.settled()  # (as _get_now: no reply before its round)
+                settling = self._settling()  # (as _take_frames: no reply before its round)
                 if settling is not None:
                     await settling
             self._write(self._frame(command, request_id, reply))
