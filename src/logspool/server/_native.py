@@ -1,38 +1,49 @@
 """The native protocol's connection (docs/PROTOCOL.md), served by the same engine as the RESP door.
 
+Longer than 600 lines: a request's path (frames cut, placed, run on the loop, in a round or in
+the pool, answered) crosses the connection, the read views and the round's member, which share
+its bounds and its durability rule; next to move out when it grows: LISTEN's event loops.
+
 How a connection is served (one ``asyncio.Protocol`` each, ``NativeConnection``):
 - Frames are cut and decoded on the event loop as bytes arrive; every complete frame of a read
   is taken at once (``_take_frames``), each header checked against ``frame_size_max`` before
   its body is buffered.
 - Where a request runs (``_dispatch``):
-  * reads that need no disk and no lock wait (kv.GET of an open store whose mutex is free, PING,
-    HELLO, UNLISTEN, STATS) run on the event loop at once (no thread hop);
+  * kv.GET of an open store whose mutex is free, and PING, HELLO, UNLISTEN, run on the event
+    loop at once (no thread hop); a read batch's value_only GETs read one view of each store
+    (``_Views``: its mutex taken without waiting, one catch-up with its op log);
   * writes of key-value stores and log appends (``WRITES``) go, every write of one read together,
-    to the commit rounds of the RESP door's ``Committer`` (``_resp_commit.py``): a round runs
-    the batches queued by every connection of both doors one after another on its thread, then
-    fsyncs each store written once, before any reply of the round is sent (group commit); a
-    lone writer's round runs on the loop itself (``Committer.run_here``);
+    to the commit rounds of a ``Committer`` (``_resp_commit.py``, the RESP door's class; the
+    native door has one of its own): a round runs the batches queued by every connection one
+    after another on its thread, in one decision of each kv store and one hold of each log's
+    writer lock (``_RoundStores``), then fsyncs each store written once, before any reply of
+    the round is sent (group commit); a lone writer's round runs on the loop itself
+    (``Committer.run_here``);
   * the rest (scans, log reads, job calls, which sync themselves and may wait, forwarding,
-    opening a store) in the server's thread pool, as before.
+    LISTEN, opening a store) in the server's thread pool, as before.
 - Replies carry their request's id and may come in any order (the protocol has always allowed
   it: requests of a connection run concurrently); the replies of one batch go out in one write.
-- Durability: a write's reply is sent only after its round's fsync (``_Writes`` registers every
-  store it wrote with the round, ``sync_writes`` syncs them). A read that ran while a round was
-  decided but not yet durable (``Committer.settled``) keeps its reply until that round is: no
-  reply shows a write that a crash could take back.
+- Durability: a write's reply is sent only after its round's fsync (``_Writes.take_writes``
+  tells the round it wrote; ``_RoundStores.sync`` fsyncs every store the round wrote). A read
+  that ran while a round was decided but not yet durable (``Committer.settled``, of this door's
+  committer and the RESP door's) keeps its reply until that round is: no reply shows a write
+  that a crash could take back.
 - Bounds: at most ``in_flight_max`` requests of a connection being served (then its reading
   pauses); no request is taken while the socket's send buffer is over ``OUTPUT_HIGH_SIZE``
   (a client that never reads stops being read); a frame that breaks the protocol gets a
   ProtocolError reply and closes its connection only.
 
-What the Committer's interface gives the native door, and what it lacks (a member of a round
-is a "session": ``name``, ``round``, ``run(cmds, sync=False)``, ``take_writes()``; its outcome
-goes to ``conn._landed``): the round opens a decision of the RESP door's store only, so a
-native batch opens its own decision of each store it writes (``RedisKV.decide``: one write a
-store a batch, not a round) and registers the store with ``take_writes``'s logs so that the
-round's one fsync a store covers it; a failed round answers RESP bytes (``_Batch``), which
-``_landed`` turns into error replies. Without the RESP door the daemon runs a Committer of its
-own whose round opens no decision (``_NoStore``).
+What the Committer's interface gives the native door, and what it lacks. A member of a round
+is a "session" (``name``, ``round``, ``run(cmds, sync=False)``, ``take_writes()``) whose outcome
+goes to ``conn._landed``; its front gives ``kv`` (``decide()``, ``sync()``), ``server`` and
+``tails``. Missing, and worked around here: (1) typed member and front interfaces (they are
+RESP's ``Session`` and ``RespFront``: this module casts to Any); (2) a round decides its front's
+one key-value store, so the native front's ``kv`` is ``_RoundStores``, whose "decision" spans
+the round and opens one of each store a batch writes; (3) ``take_writes`` is asked after
+``round`` is cleared, so a member must remember what it wrote itself; (4) a failed round
+answers RESP bytes (``_Batch``), which ``_Writes._landed`` turns into error replies; (5) each
+door has its own Committer, so a round of one never shares an fsync with the other's (one
+Committer for both needs (2) in the Committer itself).
 """
 
 from __future__ import annotations
