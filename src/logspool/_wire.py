@@ -317,6 +317,41 @@ def decode_body(buf: bytes) -> dict[str, Any]:
     return body
 
 
+# The body of the client's ``get`` (kv.GET with value_only), in the order it encodes its fields:
+# the daemon's most frequent request, decoded by matching its fixed bytes (a third of the
+# general decoder's time); anything else returns None and takes the general decoder.
+_GET_HEAD = b"\x08\x00\x00\x00\x03\x00\x04name\x02"  # a map of 3; "name": a string
+_GET_KEY = b"\x00\x03key\x02"  # "key": a string
+_GET_TAIL = b"\x00\x0avalue_only\x06"  # "value_only": true, and the body's end
+
+
+def decode_get_value_only(buf: bytes) -> dict[str, Any] | None:
+    """``decode_body(buf)`` if ``buf`` is exactly ``{"name": str, "key": str, "value_only":
+    true}`` in that order; else None (the caller decodes it the general way, which also names
+    any error)."""
+    if not buf.startswith(_GET_HEAD):
+        return None
+    start = len(_GET_HEAD) + 4
+    size = _U32_AT(buf, len(_GET_HEAD))[0] if len(buf) >= start else -1
+    at = start + size
+    if size < 0 or buf[at : at + len(_GET_KEY)] != _GET_KEY:
+        return None
+    key_at = at + len(_GET_KEY) + 4
+    if len(buf) < key_at:
+        return None
+    end = key_at + _U32_AT(buf, at + len(_GET_KEY))[0]
+    if buf[end:] != _GET_TAIL:
+        return None
+    try:
+        return {
+            "name": buf[start:at].decode("utf-8"),
+            "key": buf[key_at:end].decode("utf-8"),
+            "value_only": True,
+        }
+    except UnicodeDecodeError:
+        return None
+
+
 def decode_frames(buf: bytes, size_max: int) -> Iterator[Frame]:
     """Every whole frame in ``buf`` (tests and fuzzing); ProtocolError on the first bad one."""
     at = 0

@@ -1,6 +1,7 @@
 """The frame decoder against anything: random bytes, mutated valid frames, and round trips.
 Whatever arrives, decoding yields frames or raises ProtocolError, never another exception and
-never a hang; every value the client can send comes back as it was."""
+never a hang; every value the client can send comes back as it was; the daemon's fast path for
+the client's kv.GET decodes as the decoder does, or declines."""
 
 from __future__ import annotations
 
@@ -64,3 +65,25 @@ def test_mutated_frames_decode_or_fail_cleanly(body: dict[str, Any], data: st.Da
     for frames in (decode_all(bytes(frame)), decode_all(bytes(frame[:cut]))):
         for f in frames:  # whatever decoded is a well-formed frame with a map body
             assert isinstance(f.body, dict) and f.kind in p.KINDS
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=40), st.text(max_size=40), st.data())
+def test_the_get_fast_path_decodes_as_the_decoder_or_declines(
+    name: str, key: str, data: st.DataObject
+) -> None:
+    """``decode_get_value_only`` (the daemon's kv.GET path) gives what ``decode_body`` gives for
+    the client's get body, and for that body mutated or cut it gives the same or None."""
+    body = p.encode_frame(p.REQUEST, p.KV_GET, 1, {"name": name, "key": key, "value_only": True})[16:]
+    assert (
+        p.decode_get_value_only(body) == p.decode_body(body) == {"name": name, "key": key, "value_only": True}
+    )
+    mutated = bytearray(body)
+    for _ in range(data.draw(st.integers(1, 3))):
+        mutated[data.draw(st.integers(0, len(mutated) - 1))] = data.draw(st.integers(0, 255))
+    for candidate in (bytes(mutated), body[: data.draw(st.integers(0, len(body)))], body + b"\x00"):
+        fast = p.decode_get_value_only(candidate)
+        if fast is not None:
+            assert fast == p.decode_body(candidate)
+    other = p.encode_frame(p.REQUEST, p.KV_GET, 1, {"key": key, "name": name, "value_only": True})[16:]
+    assert p.decode_get_value_only(other) in (None, p.decode_body(other))

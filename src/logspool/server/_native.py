@@ -431,7 +431,10 @@ class NativeConnection(asyncio.Protocol):
                     self._wanted = end - at
                     break
                 try:
-                    body = p.decode_body(chunk[at + p.HEADER_SIZE : end])
+                    raw_body = chunk[at + p.HEADER_SIZE : end]
+                    body = (
+                        p.decode_get_value_only(raw_body) if command == p.KV_GET else None
+                    ) or p.decode_body(raw_body)
                 except p.ProtocolError as err:
                     self._refuse(replies, request_id, "ProtocolError", str(err))
                     break
