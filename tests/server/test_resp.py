@@ -316,6 +316,58 @@ def test_a_shared_resp_store_is_read_and_written_by_embedded_processes(tmp_path:
 
 
 # --- streams --------------------------------------------------------------------------------------
+def test_xadds_of_a_round_share_the_lock_and_other_stream_commands_still_run(daemon: Daemon) -> None:
+    """A commit round takes a stream's writer lock once for all its XADDs and gives it back
+    before any command that takes it itself (an XADD with a trim, XLEN inside a transaction whose
+    EXEC runs in a round): 8 clients adding to two streams at once, some of them in MULTI/EXEC with
+    those commands, get every entry once, with ids that grow within each stream."""
+    names = ["held-a", "held-b"]
+    failures: list[BaseException] = []
+    per_client = 60
+
+    def client_work(n: int, out: list[tuple[str, bytes]]) -> None:
+        c = redis.Redis(port=daemon.resp_port, socket_timeout=30)
+        try:
+            for i in range(per_client):
+                name = names[(n + i) % 2]
+                if i % 10 == 9:
+                    # One command a round trip, so that EXEC arrives alone and runs in a round
+                    # (a read holding XLEN would run in the pool).
+                    assert c.execute_command("MULTI") == b"OK"
+                    for cmd in (("XADD", name, "*", "payload", f"{n}-{i}"), ("XLEN", name),
+                                ("XADD", name, "MAXLEN", "~", "100000", "*", "payload", f"{n}-{i}-t"),
+                                ("XLEN", name)):  # fmt: skip
+                        assert c.execute_command(*cmd) == b"QUEUED"
+                    got = c.execute_command("EXEC")
+                    assert isinstance(got[1], int) and got[3] >= got[1] + 1, got
+                    out.extend([(name, got[0]), (name, got[2])])
+                else:
+                    out.append((name, c.xadd(name, {"payload": f"{n}-{i}"})))
+        except BaseException as err:
+            failures.append(err)
+        finally:
+            c.close()
+
+    results: list[list[tuple[str, bytes]]] = [[] for _ in range(8)]
+    threads = [threading.Thread(target=client_work, args=(n, results[n])) for n in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not any(t.is_alive() for t in threads) and not failures, failures
+    given = [i for out in results for i in out]  # (an id is unique within its stream)
+    assert len(given) == len(set(given)) == 8 * (per_client + per_client // 10)
+    r = redis.Redis(port=daemon.resp_port, socket_timeout=30)
+    try:
+        stored = {name: [i for i, _ in r.xrange(name)] for name in names}
+    finally:
+        r.close()
+    for ids in stored.values():
+        keys = [tuple(int(x) for x in i.split(b"-")) for i in ids]
+        assert keys == sorted(keys) and len(set(keys)) == len(keys)
+    assert sorted(given) == sorted((name, i) for name, ids in stored.items() for i in ids)
+
+
 def test_streams_are_logs(r: redis.Redis, daemon: Daemon) -> None:
     first = r.xadd("events", {"payload": "one"})
     second = r.xadd("events", {"a": "1", "b": "2"})

@@ -66,7 +66,7 @@ from . import _resp_wire as w
 from ._resp_commands import COMMANDS, INLINE, POOL, WRITER, Block, _arity_error, places
 from ._resp_commit import Committer, _Batch, sync_writes
 from ._resp_kv import RedisError, RedisKV, View
-from ._resp_streams import STREAM_REPLY_BYTES_MAX, Cursor, Entry, Streams, Tails, entries_reply
+from ._resp_streams import STREAM_REPLY_BYTES_MAX, Cursor, Entry, HeldTails, Streams, Tails, entries_reply
 
 if TYPE_CHECKING:
     from ._server import Server
@@ -534,6 +534,7 @@ class Session:
         self.watched: dict[str, int | None] = {}
         self._tx: Any = None  # the Decision of a running EXEC
         self.round: Any = None  # the committer's Decision, while it runs this session's batch
+        self.tails: HeldTails | None = None  # the round's held writer locks of logs (XADD)
         self._wrote_kv = False
         self._wrote_logs: dict[str, Any] = {}
         self._caught_up = False  # the store was caught up with its op log in this batch
@@ -674,6 +675,10 @@ class Session:
             if self.multi is not None and name not in (b"EXEC", b"DISCARD", b"MULTI", b"WATCH", b"QUIT"):
                 self.multi.append(args)
                 return w.QUEUED
+            if self.tails is not None and spec.kind in ("stream", "jobs") and name != b"XADD":
+                # (a command that may take a log's writer lock itself: the round's are given
+                # back first, as the lock is not reentrant; an XADD takes them again)
+                self.tails.close()
             if spec.kind == "write":
                 self._wrote_kv = True
             return spec.handler(self, args)

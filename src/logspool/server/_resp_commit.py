@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from .. import errors
 from . import _resp_wire as w
 from ._resp_commands import Block
+from ._resp_streams import HeldTails
 
 if TYPE_CHECKING:
     from ._resp import RespFront, Session, _Connection
@@ -175,19 +176,23 @@ class Committer:
             # One decision for the whole round: one writer lock, one catch-up, one write of
             # every op (each command is still atomic: they run one after another inside it).
             started = time.perf_counter()
-            with self.front.kv.decide() as d:
-                for session, cmds, fut in round_:
-                    d.owner = session.name  # (locks are checked against each connection's name)
-                    session.round = d
-                    try:
-                        done.append((fut, session.run(cmds, sync=False)))
-                    except BaseException as err:  # (run answers each command's error itself)
-                        done.append((fut, err))
-                    finally:
-                        session.round = None
-                    kv_written, logs_written = session.take_writes()
-                    wrote_kv |= kv_written
-                    logs.update(logs_written)
+            held = HeldTails()  # (the logs' writer locks: once a round a stream, not an XADD)
+            try:
+                with self.front.kv.decide() as d:
+                    for session, cmds, fut in round_:
+                        d.owner = session.name  # (locks are checked against each connection's name)
+                        session.round, session.tails = d, held
+                        try:
+                            done.append((fut, session.run(cmds, sync=False)))
+                        except BaseException as err:  # (run answers each command's error itself)
+                            done.append((fut, err))
+                        finally:
+                            session.round = session.tails = None
+                        kv_written, logs_written = session.take_writes()
+                        wrote_kv |= kv_written
+                        logs.update(logs_written)
+            finally:
+                held.close()  # (before the fsync: every record of the round is written)
             decided = time.perf_counter()
             sync_writes(self.front, wrote_kv, logs)  # before any reply of the round is sent
             self.decide_s += decided - started

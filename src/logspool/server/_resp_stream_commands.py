@@ -38,7 +38,13 @@ def _xadd(s: Session, args: list[bytes]) -> bytes:
     log = s.front.streams.log(name, create=not nomkstream)
     if log is None:
         return s.nil()
-    entry_id = s.front.streams.add(log, fields, wanted)
+    held = s.tails  # (a commit round's writer locks: taken once a round a stream)
+    if held is not None and trim is None:
+        entry_id = s.front.streams.add(log, fields, wanted, held.tail(log))
+    else:
+        if held is not None:
+            held.release(log)  # (the trim below takes the lock itself)
+        entry_id = s.front.streams.add(log, fields, wanted)
     s._wrote_logs[name] = log
     if trim is not None:
         s.front.streams.trim(log, maxlen=trim.maxlen, minid=trim.minid, limit=trim.limit)
