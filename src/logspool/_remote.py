@@ -153,9 +153,12 @@ class RemoteKV(_Remote):
             expire_at: datetime | float | None = None, touch: float | None = None, persist: bool = True,
             ts: datetime | float | None = None, owner: str | None = None) -> bool:  # fmt: skip
         """``Store.set``: store ``value`` under ``key``; False if ``overwrite=False`` found one."""
-        return self._call(p.KV_SET, _ok, key=key, value=value, overwrite=overwrite, ttl=ttl,
-                          expire_at=_when(expire_at), touch=touch, persist=persist, ts=_when(ts),
-                          owner=owner)  # fmt: skip
+        # (overwrite and persist are sent only when not their default, True: a plain set is the
+        # daemon's most frequent write, and three fields cost less to send and to read)
+        return self._call(p.KV_SET, _ok, key=key, value=value, ttl=ttl, expire_at=_when(expire_at),
+                          touch=touch, ts=_when(ts), owner=owner,
+                          overwrite=None if overwrite is True else overwrite,
+                          persist=None if persist is True else persist)  # fmt: skip
 
     def get(self, key: str, default: Any = None) -> Any:
         """``Store.get``: ``key``'s value, or ``default`` if it holds none; a read, so it

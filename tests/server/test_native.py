@@ -304,3 +304,26 @@ def test_own_kv_serves_its_stores_alone_until_it_stops(tmp_path: Path) -> None:
         r.stop()
     with kv.open(tmp_path / "data" / "kv" / "owned") as store:
         assert store.get("a") == b"1" and store.get("n") == 5
+
+
+def test_a_set_with_its_options_at_their_defaults_or_not(running: Running) -> None:
+    """The round's plain-SET path takes a SET whose options are absent or their defaults (as
+    clients before this daemon sent them); anything else, a wrong type included, takes the
+    handler, which answers as before."""
+    with client.connect(running.address) as c:
+        c.kv("plain").set("warm", 0)
+    sock = connect_raw(running.address)
+    sock.sendall(request(p.KV_SET, 1, name="plain", key="a", value=1, overwrite=True, persist=True)
+                 + request(p.KV_SET, 2, name="plain", key="a", value=2, overwrite=False)
+                 + request(p.KV_SET, 3, name="plain", key="b", value=3, overwrite=1)
+                 + request(p.KV_SET, 4, name="plain", key="c", value=4, persist=None))  # fmt: skip
+    replies = {f.request_id: f for f in read_frames(sock, 4)}
+    sock.close()
+    assert replies[1].body == {"ok": True} and replies[2].body == {"ok": False}
+    assert replies[3].flags & p.FLAG_ERROR and replies[3].body["error"] == "TypeError"
+    assert replies[4].body == {"ok": True}
+    with client.connect(running.address) as c:
+        s = c.kv("plain")
+        assert (s.get("a"), s.get("b"), s.get("c")) == (1, None, 4)
+        assert s.set("a", 5, overwrite=False) is False and s.set("d", 6, persist=False) is True
+        assert s.get("a") == 1 and s.get("d") == 6

@@ -192,12 +192,7 @@ class _Writes:
                     store = stores.log(body) if command == p.LOG_APPEND else stores.kv(body)
                 if command == p.LOG_APPEND:
                     reply = self._append(round_.log(name, store), body)
-                elif (
-                    command == p.KV_SET
-                    and len(body) == 3
-                    and type(body.get("key")) is str
-                    and "value" in body
-                ):
+                elif command == p.KV_SET and _plain_set(body):
                     # A plain SET (no option): the handler's call with its defaults, and its
                     # reply encoded once (a fifth of a SET's time in the round went to options).
                     round_.kv(name, store)
@@ -260,6 +255,23 @@ class WriteFailedError(Exception):
 
 def _store_name(body: dict[str, Any]) -> str:
     return _name(body)
+
+
+def _plain_set(body: dict[str, Any]) -> bool:
+    """A kv.SET of a key (a string) and a value with no option but the defaults (overwrite and
+    persist true, or absent: clients before 2516df1's sent both)."""
+    if type(body.get("key")) is not str or "value" not in body:
+        return False
+    if len(body) == 3:
+        return True
+    return all(
+        k in _SET_PLAIN_FIELDS or (k in _SET_DEFAULT_TRUE and (v is True or v is None))
+        for k, v in body.items()
+    )
+
+
+_SET_PLAIN_FIELDS = frozenset(("name", "key", "value"))
+_SET_DEFAULT_TRUE = frozenset(("overwrite", "persist"))
 
 
 def error_frame(command: int, request_id: int, err: BaseException) -> bytes:
