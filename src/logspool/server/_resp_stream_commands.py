@@ -40,7 +40,7 @@ def _xadd(s: Session, args: list[bytes]) -> bytes:
         return s.nil()
     held = s.tails  # (a commit round's writer locks: taken once a round a stream)
     if held is not None and trim is None:
-        entry_id = s.front.streams.add(log, fields, wanted, held.tail(log))
+        entry_id = s.front.streams.add(log, fields, wanted, held)
     else:
         if held is not None:
             held.release(log)  # (the trim below takes the lock itself)

@@ -36,6 +36,7 @@ import os
 import struct
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from .._fs import REAL
@@ -156,38 +157,82 @@ class Cursor:
     after: Id | None = None
 
 
+class _Held:
+    """One log's writer lock held by a round, and the entries appended under it not yet written."""
+
+    __slots__ = ("pending", "stack", "stamp", "tail")
+
+    def __init__(self, stack: contextlib.ExitStack, tail: Tail) -> None:
+        self.stack = stack
+        self.tail = tail
+        self.pending: list[bytes] = []
+        self.stamp = 0  # the timestamp the pending entries share (their ids' ms)
+
+
 class HeldTails:
     """The writer locks of the logs a commit round appended to, held until the round's end
     (``close``, before its fsync), so that its XADDs to one stream take the lock once, not once
-    an entry (20% of the committer's time under XADD x16, benchmarks/RESULTS.md). The lock is
-    not reentrant: a command that takes it itself (a trim) has the log's released first
-    (``release``). Used by the committer's thread only."""
+    an entry (20% of the committer's time under XADD x16, benchmarks/RESULTS.md), and are
+    written as one batch (one pwrite a stream a round): an entry's id is known before it is
+    written, as nobody else appends while the lock is held (its lsn is the tail's next plus the
+    entries before it; its time the batch's). Nothing is acknowledged before ``close`` wrote
+    them and the round fsynced them; if a write fails the round fails, every reply an error.
+    The lock is not reentrant: a command that takes it itself (a trim) has the log's written
+    and released first (``release``). Used by the committer's thread only."""
 
     def __init__(self) -> None:
-        self._held: dict[str, tuple[contextlib.ExitStack, Tail]] = {}
+        self._held: dict[str, _Held] = {}
 
-    def tail(self, log: Log) -> Tail:
+    def add(
+        self,
+        log: Log,
+        payload: bytes,
+        wanted: tuple[int, int | None] | None,
+        append_now: Callable[[Tail, bytes, tuple[int, int | None] | None], bytes],
+    ) -> bytes:
+        """Append ``payload`` to ``log`` under its held lock; the entry's id. An explicit id
+        (``wanted``) is appended at once, after the pending ones (``append_now``: its checks
+        need the tail as it is)."""
         held = self._held.get(log.path)
-        if held is not None:
-            return held[1]
-        stack = contextlib.ExitStack()
-        tail = stack.enter_context(log.exclusive(sync=False))
-        self._held[log.path] = (stack, tail)
-        return tail
+        if held is None:
+            stack = contextlib.ExitStack()
+            tail = stack.enter_context(log.exclusive(sync=False))
+            held = self._held[log.path] = _Held(stack, tail)
+        tail = held.tail
+        tail.check([payload])  # (too large: this XADD's error, not the round's)
+        if wanted is not None:
+            self._write(held)
+            return append_now(tail, payload, wanted)
+        if not held.pending:
+            now = time.time_ns()
+            held.stamp = now if now > tail.timestamp else tail.timestamp  # (never decreasing)
+        held.pending.append(payload)
+        return format_id(held.stamp, tail.next_lsn + len(held.pending) - 1)
+
+    @staticmethod
+    def _write(held: _Held) -> None:
+        if held.pending:
+            payloads, held.pending = held.pending, []
+            first = held.tail.next_lsn
+            lsns = held.tail.append_many(payloads, timestamp=held.stamp)
+            assert lsns[0] == first, (lsns[0], first)  # (ids were given from it)
 
     def release(self, log: Log) -> None:
+        """Write ``log``'s pending entries and give its lock back."""
         held = self._held.pop(log.path, None)
         if held is not None:
-            held[0].close()
+            with held.stack:
+                self._write(held)
 
     def close(self) -> None:
-        """Give every lock back (each log's records are written; the round fsyncs them after).
-        Every one is given back even if one fails; the first error is raised."""
+        """Write every log's pending entries and give every lock back (each one, even if a
+        write fails; the first error is raised). The round fsyncs them after."""
         held, self._held = self._held, {}
         first: BaseException | None = None
-        for stack, _ in held.values():
+        for one in held.values():
             try:
-                stack.close()
+                with one.stack:
+                    self._write(one)
             except BaseException as err:
                 first = first or err
         if first is not None:
@@ -228,11 +273,12 @@ class Streams:
         log: Log,
         fields: list[bytes],
         wanted: tuple[int, int | None] | None = None,
-        tail: Tail | None = None,
+        held: HeldTails | None = None,
     ) -> bytes:
         """Append one entry; its id. Not yet durable: the caller syncs the log before replying.
-        ``tail``: the log's writer lock is held already (a commit round's, ``HeldTails``), so
-        the entry is appended through it; else the lock is taken for this entry.
+        ``held``: a commit round's writer locks (``HeldTails``): the entry is written with the
+        round's others to that log when the round closes them (before its fsync); else the lock
+        is taken for this entry and it is written at once.
 
         ``wanted``: an explicit id (``strict_id``). An id is ``<ms>-<lsn>`` and the log gives the
         lsn, so the only ids it can honour are those it would give: the sequence is the next lsn
@@ -240,10 +286,10 @@ class Streams:
         record's timestamp is then that millisecond. Any other id is refused with Redis's error
         where Redis would refuse it too (not above the last id), else with one naming why."""
         payload = encode_fields(fields)
-        if tail is not None:
+        if held is not None:
+            return held.add(log, payload, wanted, self._append)
+        with log.exclusive(sync=False) as tail:
             return self._append(tail, payload, wanted)
-        with log.exclusive(sync=False) as held:
-            return self._append(held, payload, wanted)
 
     def _append(self, tail: Tail, payload: bytes, wanted: tuple[int, int | None] | None) -> bytes:
         stamp = max(time.time_ns(), tail.timestamp)
