@@ -33,6 +33,7 @@ import pytest
 
 import logspool
 from logspool import _format as fmt
+from logspool._fs import FileSystem
 from tests.crash.faultfs import FaultFS, PowerLoss, materialize
 
 STATES_PER_CUT = 2 * int(os.environ.get("LOGSPOOL_TORTURE", "1"))
@@ -305,3 +306,50 @@ def test_an_unpublished_head_is_cut_in_the_same_boot_and_other_damage_is_still_r
     else:
         with pytest.raises(logspool.CorruptionError, match="followed by valid records"):
             logspool.open(path)
+
+
+# --- an exception of any kind between the first write and the publish ----------------------------
+class _InterruptingFS(FileSystem):
+    """The real file system, whose next fsync, once armed, raises KeyboardInterrupt (as a Ctrl-C
+    arriving there would) after the fsync itself."""
+
+    armed = False
+
+    def fsync(self, fd: int) -> None:
+        super().fsync(fd)
+        if self.armed:
+            self.armed = False
+            raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize("mode", ["single_writer", "hold", "plain"])
+def test_an_interrupted_batch_is_never_written_over_nor_read(tmp_path: Path, mode: str) -> None:
+    """A KeyboardInterrupt in the batch's fsync (after its records were written, before the
+    publish) leaves the handle unsure of its end: the next append recovers it first, so the
+    unpublished batch is cut, never left readable behind appends that skipped the catch-up (a
+    single writer, or a handle holding the writer lock between appends: review of issue 28)."""
+    path = tmp_path / "log"
+    fs = _InterruptingFS()
+    log = logspool.open(
+        path, fs=fs, single_writer=mode == "single_writer", durability="always" if mode == "plain" else "os"
+    )
+    try:
+        log.append_many([b"A%d" % i for i in range(3)])
+        if mode == "hold":
+            log.append(b"A3")
+            log.append(b"A4")  # (a burst: the handle keeps the writer lock between them)
+        before = [b"A%d" % i for i in range(5 if mode == "hold" else 3)]
+        payloads = batch(1, 5)
+        fs.armed = True
+        with pytest.raises(KeyboardInterrupt), log.exclusive() as tail:
+            tail.append_batch([payloads], size=framed(payloads))
+        assert not fs.armed, "the batch's fsync was not reached"
+        after = [log.append(b"C%d" % i) for i in range(2)]
+        assert after == [len(before), len(before) + 1]
+        with logspool.open(path, readonly=True) as reader:
+            assert [r.payload for r in reader.read()] == [*before, b"C0", b"C1"]
+    finally:
+        log.close()
+    with logspool.open(path) as log:  # a writer's recovery keeps the same records
+        assert [r.payload for r in log.read()] == [*before, b"C0", b"C1"]
+    assert logspool.verify(path).ok

@@ -556,6 +556,11 @@ class ActiveSegment:
         head_crc_at = -1
         head_crc = b""
         last_size = 0
+        # Until ``end`` and ``next_lsn`` describe the published batch, this view is unsure: an
+        # exception of any kind between here and there (a KeyboardInterrupt in the fsync, say)
+        # makes the next write recover the segment's end first, which cuts an unpublished batch
+        # or adopts a published one; never a write over the batch's first record.
+        self.needs_recovery = True
         try:
             for chunk in chunks:  # bounded by the caller's chunks; each write by ``limit``
                 items, flags = prepare(chunk)
@@ -610,6 +615,7 @@ class ActiveSegment:
                 self._handle.fail(err2)  # (the next writer's recovery cuts it)
             raise
         if lsn == first:
+            self.needs_recovery = False  # (nothing was written)
             return first
         try:
             # The batch durable before the 4 bytes that publish it: after a power loss the
@@ -630,6 +636,7 @@ class ActiveSegment:
         self.next_lsn = lsn
         self.last_ts = ts
         self.index_due = due
+        self.needs_recovery = False
         self.mark_written()
         if index:
             self._write_index_entry_bytes(b"".join(index))
