@@ -72,7 +72,7 @@ from .. import _format as fmt
 from .. import _segment as seg
 from .. import limits
 from .._fs import REAL, replace_file
-from ..errors import DataLossError, LogspoolError
+from ..errors import CorruptionError, DataLossError, LogspoolError
 from ..log import Log
 from ..log._directory import list_segments
 from . import _daemon
@@ -398,13 +398,21 @@ class _Scan:
 
 
 def _bounds(log: Log, verify: bool) -> tuple[int, int]:
-    """(first lsn, next lsn) of the log now. With checksums off, the head is found by the same
-    unchecked parse the tasks will use, so a damaged record does not stop the planning."""
+    """(first lsn, next lsn) of the log now. With checksums off, the head is still where every
+    reader ends (``_head``): a batch being appended is written before the 4 bytes that publish it
+    (FORMAT.md §7.1), and an unchecked parse would read its records, which may yet be cut. Only
+    when damage at the newest segment's end stops that (CorruptionError) is the head found by
+    the unchecked parse the tasks will use, so that a damaged record does not stop the
+    planning."""
     if verify:
         return _first_lsn(log), _head(log)
     bases = list_segments(REAL, log.path)
     if not bases:
         return 0, 0
+    try:
+        return bases[0], _head(log)
+    except CorruptionError:
+        pass  # (damage proven past the end a reader finds: read on, unchecked, as asked)
     with open(os.path.join(log.path, fmt.segment_name(bases[-1])), "rb") as f:
         data = f.read()
     stop = seg.parse(
