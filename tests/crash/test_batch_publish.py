@@ -363,3 +363,44 @@ def test_an_interrupted_batch_is_never_written_over_nor_read(tmp_path: Path, mod
     with logspool.open(path) as log:  # a writer's recovery keeps the same records
         assert [r.payload for r in log.read()] == [*before, b"C0", b"C1"]
     assert logspool.verify(path).ok
+
+
+def test_a_live_writer_never_adopts_the_unpublished_batch_of_a_writer_that_died(tmp_path: Path) -> None:
+    """A handle that dies at any operation of its batch (the process gone: every write made is in
+    the files) leaves a live writer in another handle, whose catch-up trusts the tail hint (FORMAT.md
+    §8.1), a log with the batch whole or absent: the hint names no record of a batch before its
+    publish (review of issue 28: nothing else held that order)."""
+    before = [b"A%d" % i for i in range(3)]
+    payloads = batch(1, 40)
+
+    def run(work: Path, crash_at: int) -> FaultFS:
+        """The log with a live writer; a second handle through FaultFS appends the batch, dying
+        at operation ``crash_at`` (0: never); the live writer appends after it."""
+        path = work / "log"
+        with logspool.open(path, durability="os") as log:
+            log.append_many(before)
+        live = logspool.open(path, durability="os")  # another handle, the real file system
+        try:
+            live.append(b"B0")
+            fs = FaultFS(str(work), crash_at=crash_at)
+            try:
+                dying = logspool.open(path, fs=fs, durability="os")
+                with dying.exclusive() as tail:
+                    tail.append_batch([payloads[:15], payloads[15:]], size=framed(payloads))
+            except PowerLoss:
+                pass
+            finally:
+                fs.release()  # (its flock goes with its fds, as a dead process's does)
+            live.append(b"C0")
+        finally:
+            live.close()
+        return fs
+
+    total = run(tmp_path / "clean", 0).count
+    for n in range(1, total + 1):
+        work = tmp_path / f"cut{n}"
+        assert run(work, n).crashed, f"operation {n} of {total} was never reached"
+        with logspool.open(work / "log", readonly=True) as log:
+            got = [r.payload for r in log.read()]
+        assert got in ([*before, b"B0", b"C0"], [*before, b"B0", *payloads, b"C0"]), f"operation {n}: {got}"
+        assert logspool.verify(work / "log").ok, f"operation {n}"
