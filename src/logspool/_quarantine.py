@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Iterable
 
 from . import _format as fmt
 from ._fs import FileSystem, replace_file
@@ -30,9 +31,13 @@ def quarantine_dir(fs: FileSystem, root: str) -> str:
     return qdir
 
 
-def save(fs: FileSystem, root: str, base: int, offset: int, data: bytes, *, dry: bool = False) -> str:
+def save(
+    fs: FileSystem, root: str, base: int, offset: int, data: bytes | Iterable[bytes], *, dry: bool = False
+) -> str:
     """Save ``data``, found at ``offset`` of segment ``base``, durably, before it is overwritten
-    or cut. Returns the file's name relative to ``root``. ``dry``: only the name."""
+    or cut. Returns the file's name relative to ``root``. ``dry``: only the name. ``data`` may
+    be pieces, written in turn and read only if the file does not exist yet (a writer's recovery
+    streams a tail, which may be a 4 GiB unpublished batch, a chunk at a time)."""
     name = f"{fmt.segment_name(base)}.{offset}.bad"
     if not dry:
         qdir = quarantine_dir(fs, root)

@@ -2,7 +2,9 @@
 
 A segment is ``header | record | record | ... [| seal]`` (docs/FORMAT.md §3-4). This module parses
 records out of bytes already read; it does no I/O of its own, so readers, the writer's catch-up,
-recovery and verify all share one parser.
+recovery and verify all share one parser. Judging damage (§9) needs the bytes from the damage to
+the end of the file, which may be a 4 GiB unpublished batch: the caller passes a ``Read`` instead,
+and the judgment reads them a chunk (``SCAN_CHUNK``) at a time, in memory for a few chunks.
 
 The parser stops at the first thing that is not a complete, valid record and says why:
 
@@ -23,6 +25,7 @@ reported in ``gaps``.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from typing import NamedTuple
 
 from . import _codec, limits
@@ -55,6 +58,15 @@ _GAP = "gap"  # internal to parse: a valid gap record
 
 _ZERO_HEADER = bytes(RECORD_HEADER_SIZE)
 _CRC = struct.Struct("<I")
+
+# A segment file's bytes: read(offset, count) returns ``count`` bytes from ``offset`` (fewer at
+# the end of the file). The functions that judge damage read through it a chunk at a time.
+Read = Callable[[int, int], bytes]
+# What judging damage reads at once (unless a record is longer): its memory is a few of these,
+# whatever the size of the bytes after the damage (FORMAT.md §9: "in chunks").
+SCAN_CHUNK = 1 << 20
+# The search (FORMAT.md §9.3) examines at most this many offsets of each lsn it looks for.
+_TRIES_MAX = 1024
 
 
 class Stop(NamedTuple):
@@ -241,28 +253,108 @@ def find_resume(data: bytes, pos: int, lsn: int, size_max: int, lsns_max: int) -
 
 
 def durable_proof_after(buf: bytes, pos: int, lsn: int, size_max: int) -> int:
-    """The highest durable_lsn carried by valid records found after a damaged record at ``pos``.
+    """``durable_proof_in`` over bytes already read: ``buf`` holds the file from offset 0."""
+    return durable_proof_in(_reader_of(buf, 0), len(buf), pos, lsn, size_max)
+
+
+def durable_proof_in(
+    read: Read, size: int, pos: int, lsn: int, size_max: int, chunk: int = SCAN_CHUNK
+) -> int:
+    """The highest durable_lsn carried by valid records found after a damaged record at ``pos``
+    of a file of ``size`` bytes, read through ``read`` (docs/FORMAT.md §9.3, the search).
 
     The record at ``pos`` (which should carry ``lsn``) is damaged and its length cannot be trusted,
     so we look for the next records by the lsn they must carry: lsn+1, lsn+2, ... (at most
-    RECOVERY_RESYNC_LSNS), whose 8 bytes stand at offset 8 of a record header. From the first
-    candidate that parses as a valid record we parse on. Returns -1 if nothing valid follows
-    (else at least 0).
+    RECOVERY_RESYNC_LSNS), whose 8 bytes stand at offset 8 of a record header: for each lsn, its
+    first 1024 occurrences after ``pos`` in file order. From the first candidate that parses as a
+    valid record (or a seal) we parse on to the first record that is not valid. Returns -1 if
+    nothing valid follows (else at least 0).
+
+    Memory: two chunks (or a record, if longer) and at most 1024 offsets for each lsn looked
+    for, whatever the size of the file after ``pos``: a 4 GiB unpublished batch is judged in
+    reads of ``chunk`` bytes (before issue 28's review it was read whole, three times its size
+    in memory). One pass over the file finds the occurrences of every lsn; the first lsn's
+    candidates are tried as they are found, so the usual case, a valid record right after the
+    damage, reads little more than the records it parses.
     """
-    for later in range(lsn + 1, lsn + 1 + limits.RECOVERY_RESYNC_LSNS):
-        needle = later.to_bytes(8, "little")
-        at = buf.find(needle, pos + 1)
-        tries = 0
-        while at >= 0 and tries < 1024:  # bounded: false matches of 8 bytes are rare
-            start = at - 8
-            if start > pos:
-                infos: list[RecordInfo] = []
-                stop = parse(buf, start, later, size_max, None, infos)
-                if infos or stop.kind == SEAL:
-                    return max([0, *(i.durable_lsn for i in infos)])
-            at = buf.find(needle, at + 1)
-            tries += 1
+    needles = [m.to_bytes(8, "little") for m in range(lsn + 1, lsn + 1 + limits.RECOVERY_RESYNC_LSNS)]
+    hits: list[list[int]] = [[] for _ in needles]  # offsets of each needle, in file order
+    tried = 0  # how many of the first lsn's hits were tried
+    for window in range(pos + 1, size, chunk):  # bounded by the size
+        data = read(window, min(chunk + 7, size - window))  # (7: a needle across the boundary)
+        limit = window + chunk  # a needle starting there or later is the next window's
+        for needle, found in zip(needles, hits, strict=True):
+            at = data.find(needle)
+            while at >= 0 and window + at < limit and len(found) < _TRIES_MAX:  # bounded
+                found.append(window + at)
+                at = data.find(needle, at + 1)
+        del data
+        for at in hits[0][tried:]:
+            tried += 1
+            proof = _proof_from(read, size, pos, at - 8, lsn + 1, size_max, chunk)
+            if proof >= 0:
+                return proof
+    for k in range(1, len(needles)):
+        for at in hits[k]:
+            proof = _proof_from(read, size, pos, at - 8, lsn + 1 + k, size_max, chunk)
+            if proof >= 0:
+                return proof
     return -1
+
+
+def _proof_from(read: Read, size: int, pos: int, start: int, lsn: int, size_max: int, chunk: int) -> int:
+    """A candidate of the search at ``start`` for ``lsn``: the highest durable_lsn of the valid
+    records parsed from there (0 if none but a seal is there), or -1 if it is not accepted."""
+    if start <= pos:
+        return -1  # (the needle lies in the damaged record's own header: not a candidate)
+    found, durable, stop = parse_in(read, size, start, lsn, size_max, chunk)
+    return durable if found or stop.kind == SEAL else -1
+
+
+def parse_in(
+    read: Read, size: int, pos: int, lsn: int, size_max: int, chunk: int = SCAN_CHUNK
+) -> tuple[bool, int, Stop]:
+    """``parse`` over the file's bytes from ``pos`` to ``size``, as if they were one buffer, in
+    reads of ``chunk`` bytes (or a record's length, if longer). Returns whether a plain or
+    compressed record was valid, the largest durable_lsn among them (0 if none), and the stop.
+
+    A stop decided by bytes past the end of a read (the end of the read itself, a record that
+    runs past it) is parsed again from there with the bytes that follow: ``parse`` is a walk
+    from record to record, so the result is the one-buffer result exactly."""
+    found, durable = False, 0
+    want = chunk
+    infos: list[RecordInfo] = []
+    for _ in range(2 * (size - pos) + 2):  # bounded: a record parsed, or a longer read, per turn
+        asked = min(want, size - pos)
+        data = read(pos, asked)
+        stop = parse(data, 0, lsn, size_max, None, infos, pos)
+        if infos:
+            found = True
+            durable = max(durable, max(info.durable_lsn for info in infos))
+            infos.clear()
+        need = _bytes_needed(data, stop.pos - pos, size_max)
+        if len(data) < asked or pos + len(data) >= size or not need:
+            return found, durable, stop
+        want = max(chunk, need)
+        pos, lsn = stop.pos, stop.lsn
+    raise AssertionError(f"parse from offset {pos} did not end")
+
+
+def _bytes_needed(data: bytes, at: int, size_max: int) -> int:
+    """0 if what ``parse`` decided at ``data[at:]`` depends on those bytes only; else how many
+    bytes from ``at`` it needs: a record header, or the whole record its length field names."""
+    if at + RECORD_HEADER_SIZE > len(data):
+        return RECORD_HEADER_SIZE
+    length = int.from_bytes(data[at : at + 4], "little")
+    if length > size_max:
+        return 0  # (TORN whatever follows)
+    need = RECORD_OVERHEAD + length
+    return need if at + need > len(data) else 0
+
+
+def _reader_of(buf: bytes, base: int) -> Read:
+    """A ``Read`` over ``buf``, which holds a file's bytes from offset ``base``."""
+    return lambda offset, size: buf[offset - base : offset - base + size]
 
 
 def unpublished_batch_head(buf: bytes, pos: int, lsn: int, size_max: int) -> bool:
@@ -285,6 +377,18 @@ def unpublished_batch_head(buf: bytes, pos: int, lsn: int, size_max: int) -> boo
     return all(s == r or s == r ^ 0xFF for s, r in zip(stored, right, strict=True))
 
 
+def unpublished_batch_head_in(read: Read, size: int, pos: int, lsn: int, size_max: int) -> bool:
+    """``unpublished_batch_head`` for the record at ``pos`` of a file of ``size`` bytes: reads
+    the record only (its header, then as much as its length says, at most ``size_max``)."""
+    head = read(pos, min(RECORD_HEADER_SIZE, size - pos))
+    if len(head) < RECORD_HEADER_SIZE:
+        return False
+    length = int.from_bytes(head[:4], "little")
+    if length > size_max:
+        return False
+    return unpublished_batch_head(read(pos, min(RECORD_OVERHEAD + length, size - pos)), 0, lsn, size_max)
+
+
 def judge_damage(
     path: str,
     buf: bytes,
@@ -296,14 +400,42 @@ def judge_damage(
     proven_end: int = 0,
     same_boot: bool = False,
 ) -> int:
+    """``judge_damage_in`` over bytes already read: ``buf`` holds the segment's bytes from file
+    offset ``base`` to its end (repair and verify, which hold the segment whole)."""
+    return judge_damage_in(
+        path,
+        _reader_of(buf, base),
+        base + len(buf),
+        stop,
+        durable_known,
+        size_max,
+        proven_end=proven_end,
+        same_boot=same_boot,
+    )
+
+
+def judge_damage_in(
+    path: str,
+    read: Read,
+    size: int,
+    stop: Stop,
+    durable_known: int,
+    size_max: int,
+    *,
+    proven_end: int = 0,
+    same_boot: bool = False,
+    chunk: int = SCAN_CHUNK,
+) -> int:
     """Decide whether the damage at ``stop`` is a crash state to cut, or corruption to report.
 
     Returns the offset to truncate the segment at; raises CorruptionError for corruption.
-    ``buf`` holds the segment bytes from file offset ``base``. ``durable_known`` is the highest
-    durable_lsn known from the records before the damage (and from this process's own fsyncs).
-    ``proven_end``: the offset below which the sync mark proves every byte fsynced (0: none).
-    ``same_boot``: the bytes were written in the running boot of the machine (a process crash,
-    not a power loss, is all that can have happened to them).
+    ``read(offset, count)`` returns the segment's bytes there, and ``size`` is its size: the
+    bytes from the damage to the end are read ``chunk`` bytes at a time (or a record, if longer),
+    so the memory it takes does not grow with them (a 4 GiB unpublished batch included).
+    ``durable_known`` is the highest durable_lsn known from the records before the damage (and
+    from this process's own fsyncs). ``proven_end``: the offset below which the sync mark proves
+    every byte fsynced (0: none). ``same_boot``: the bytes were written in the running boot of
+    the machine (a process crash, not a power loss, is all that can have happened to them).
 
     The rule (docs/FORMAT.md §9): a record is proven acknowledged if it lies below the sync
     mark, or below a durable_lsn carried by a valid record before or after it; no crash may lose
@@ -324,17 +456,17 @@ def judge_damage(
         raise CorruptionError(
             path,
             stop.pos,
-            f"{why} at lsn {stop.lsn}, below offset {min(proven_end, len(buf) + base)} that the "
+            f"{why} at lsn {stop.lsn}, below offset {min(proven_end, size)} that the "
             "sync mark proves fsynced: an acknowledged record is damaged",
         )
     if durable_known > stop.lsn:
         raise CorruptionError(path, stop.pos, f"{why} in a record fsynced before (lsn {stop.lsn})")
-    later = durable_proof_after(buf, stop.pos - base, stop.lsn, size_max)
+    later = durable_proof_in(read, size, stop.pos, stop.lsn, size_max, chunk)
     if later > stop.lsn:
         raise CorruptionError(
             path, stop.pos, f"{why} at lsn {stop.lsn}, and a later record proves it was fsynced"
         )
-    if unpublished_batch_head(buf, stop.pos - base, stop.lsn, size_max):
+    if unpublished_batch_head_in(read, size, stop.pos, stop.lsn, size_max):
         # A batch its writer had not published yet (docs/FORMAT.md §7.1): the whole batch was
         # written after this record, which was to be made valid last. Never acknowledged and
         # never readable: a crash state, whatever follows it, in this boot or after a reboot.
