@@ -54,6 +54,10 @@ def sync_writes(front: RespFront, wrote_kv: bool, logs: dict[str, Any]) -> None:
             front.tails.wake_threadsafe({"logs/" + name for name in logs})
 
 
+# Held while a commit round decides (takes its stores' locks and writes), by every Committer of
+# the process (``Committer._round``).
+_ROUNDS = threading.Lock()
+
 _Queued = tuple["Session", list[list[bytes]], "asyncio.Future[_Batch] | _Connection"]
 _Done = list[tuple["asyncio.Future[_Batch] | _Connection", "_Batch | BaseException"]]  # a round's outcomes
 
@@ -177,6 +181,11 @@ class Committer:
             # every op (each command is still atomic: they run one after another inside it).
             started = time.perf_counter()
             held = HeldTails()  # (the logs' writer locks: once a round a stream, not an XADD)
+            # One round at a time in the process, whichever door's committer runs it: a round
+            # takes its stores' locks in the order its commands come (the RESP door's key-value
+            # store, then streams; the native door's stores in request order), so two rounds
+            # at once could each hold a lock the other waits for. The fsyncs still overlap.
+            _ROUNDS.acquire()
             try:
                 with self.front.kv.decide() as d:
                     for session, cmds, fut in round_:
@@ -192,7 +201,10 @@ class Committer:
                         wrote_kv |= kv_written
                         logs.update(logs_written)
             finally:
-                held.close()  # (before the fsync: every record of the round is written)
+                try:
+                    held.close()  # (before the fsync: every record of the round is written)
+                finally:
+                    _ROUNDS.release()
             decided = time.perf_counter()
             sync_writes(self.front, wrote_kv, logs)  # before any reply of the round is sent
             self.decide_s += decided - started

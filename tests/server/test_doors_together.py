@@ -1,0 +1,78 @@
+"""Both doors write the same key-value store and the same log at once, each door in commit rounds
+of its own: a RESP round takes the store's decision, then the stream's writer lock (SET, then
+XADD); a native round takes them in its requests' order (log.APPEND, then kv.SET). Two such
+rounds running at once would each hold what the other waits for; one round at a time in the
+process (``_resp_commit._ROUNDS``) rules it out.
+
+How: a daemon in a thread with both doors; RESP clients (redis-py) pipeline SET + XADD, native
+connections pipeline log.APPEND + kv.SET (raw frames, so that both arrive in one read and run
+in one round), for a fixed number of batches each, within a time bound; then every write
+acknowledged is there.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import redis
+
+from logspool import _wire as p
+from logspool import client
+from logspool.server import RespOptions
+from tests.server.conftest import Running
+from tests.server.test_native import connect_raw, read_frames, request
+
+BATCHES = 150
+
+
+def test_rounds_of_both_doors_writing_the_same_store_and_log_never_wait_on_each_other(tmp_path: Path) -> None:
+    running = Running(tmp_path / "data", resp=RespOptions(port=0))
+    failures: list[BaseException] = []
+    try:
+        port = running.server.resp.options.port  # type: ignore[union-attr]
+
+        def resp_writer(i: int) -> None:
+            try:
+                r = redis.Redis(port=port, socket_timeout=60)
+                for n in range(BATCHES):
+                    pipe = r.pipeline(transaction=False)  # (one write: one batch, one round)
+                    pipe.set(f"r{i}", n)
+                    pipe.xadd("both", {"payload": b"r%d-%d" % (i, n)})
+                    pipe.execute()
+                r.close()
+            except BaseException as err:  # (reported below)
+                failures.append(err)
+
+        def native_writer(i: int) -> None:
+            try:
+                sock = connect_raw(running.address)
+                for n in range(BATCHES):
+                    sock.sendall(
+                        request(p.LOG_APPEND, 2 * n, name="both", records=[b"n%d-%d" % (i, n)])
+                        + request(p.KV_SET, 2 * n + 1, name="default", key=f"n{i}", value=n)
+                    )
+                    replies = read_frames(sock, 2, deadline_s=60)
+                    assert not any(f.flags & p.FLAG_ERROR for f in replies), [f.body for f in replies]
+                sock.close()
+            except BaseException as err:  # (reported below)
+                failures.append(err)
+
+        threads = [threading.Thread(target=resp_writer, args=(i,)) for i in range(4)]
+        threads += [threading.Thread(target=native_writer, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + 120
+        for t in threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+        assert not any(t.is_alive() for t in threads), "a writer is stuck: the rounds wait on each other"
+        assert not failures, failures
+        r = redis.Redis(port=port)
+        assert r.xlen("both") == 8 * BATCHES
+        assert [r.get(f"r{i}") for i in range(4)] == [str(BATCHES - 1).encode()] * 4
+        r.close()
+        with client.connect(running.address) as c:
+            assert [c.kv("default").get(f"n{i}") for i in range(4)] == [BATCHES - 1] * 4
+    finally:
+        running.stop()
