@@ -453,15 +453,7 @@ class ActiveSegment:
         # own).
         size_max = self._segment_size_max - fmt.RECORD_OVERHEAD
         interval = self.index_interval
-        now = time.time_ns()
-        ts = now if now > self.last_ts else self.last_ts  # timestamps never decrease
-        if timestamp is not None:
-            ts = timestamp  # (checked by the caller: not below the last)
-        if now >= self.deadline_ns:
-            if self.end > fmt.SEGMENT_HEADER_SIZE:
-                self.rotate(ts)  # rotation by age
-            else:
-                self.set_deadline(now)  # an empty segment's age starts with its first record
+        ts = self._stamp(timestamp)
         durable = self._syncer.durable_lsn
         # A batch is written whole into one segment, with one pwrite, so that it is in the log
         # whole or not at all (a failed write is cut back): if it does not fit in the active
@@ -524,15 +516,7 @@ class ActiveSegment:
                 f"a batch of {size} bytes is more than a segment may hold ({limits.SEGMENT_SIZE_LIMIT}): "
                 "append it in smaller batches"
             )
-        now = time.time_ns()
-        ts = now if now > self.last_ts else self.last_ts  # timestamps never decrease
-        if timestamp is not None:
-            ts = timestamp  # (checked by the caller: not below the last)
-        if now >= self.deadline_ns:
-            if self.end > fmt.SEGMENT_HEADER_SIZE:
-                self.rotate(ts)  # rotation by age
-            else:
-                self.set_deadline(now)
+        ts = self._stamp(timestamp)
         # One segment holds the whole batch (as write_records(whole=True)): sealed first if the
         # batch does not fit; a batch larger than a segment gets a larger segment of its own.
         if (
@@ -643,6 +627,21 @@ class ActiveSegment:
         if not self.single:
             self._syncer.publish_tail(self.base, offset - last_size, lsn - 1, offset)
         return first
+
+    def _stamp(self, timestamp: int | None) -> int:
+        """Under the writer lock, before a write: the records' timestamp (``timestamp``, checked
+        by the caller not to be below the last, or now; timestamps never decrease), after the
+        active segment was rotated if it is due by age."""
+        now = time.time_ns()
+        ts = now if now > self.last_ts else self.last_ts
+        if timestamp is not None:
+            ts = timestamp
+        if now >= self.deadline_ns:
+            if self.end > fmt.SEGMENT_HEADER_SIZE:
+                self.rotate(ts)  # rotation by age
+            else:
+                self.set_deadline(now)  # an empty segment's age starts with its first record
+        return ts
 
     def write_at_end(self, data: bytes, what: str, *, grow: bool = True) -> None:
         """Write ``data`` at the end of the active segment's records (into the zeros preallocated

@@ -61,6 +61,17 @@ def checked_payloads(payloads: Iterable[object], size_max: int) -> list[bytes]:
     return items
 
 
+def _check_timestamp(timestamp: int | None, last_ts: int) -> None:
+    """A batch's given timestamp (ns since the epoch): an integer not below the last record's
+    (timestamps never decrease); ValueError otherwise. None: now, stamped by the writer."""
+    if timestamp is not None and (
+        not isinstance(timestamp, int) or isinstance(timestamp, bool) or timestamp < last_ts
+    ):
+        raise ValueError(
+            f"timestamp must be an integer of ns not below the last record's ({last_ts}), not {timestamp!r}"
+        )
+
+
 def _as_bytes(payload: object) -> bytes:
     if isinstance(payload, bytes):
         return payload
@@ -499,14 +510,7 @@ class Tail:
         the epoch): the records' timestamp, for a caller that had to know it before writing
         (at least ``self.timestamp``: timestamps never decrease); by default, now."""
         items = checked_payloads(payloads, self._active.size_max)
-        last_ts = self._active.last_ts
-        if timestamp is not None and (
-            not isinstance(timestamp, int) or isinstance(timestamp, bool) or timestamp < last_ts
-        ):
-            raise ValueError(
-                f"timestamp must be an integer of ns not below the last record's ({last_ts}), "
-                f"not {timestamp!r}"
-            )
+        _check_timestamp(timestamp, self._active.last_ts)
         if not items:
             return []
         flags = self._writer.compress(items)
@@ -529,14 +533,7 @@ class Tail:
         published (one fsync more than ``append_many``); the write that publishes it is made
         durable as any append is, when the exclusive block ends with "always" or by ``sync``.
         ``timestamp``: as ``append_many``."""
-        last_ts = self._active.last_ts
-        if timestamp is not None and (
-            not isinstance(timestamp, int) or isinstance(timestamp, bool) or timestamp < last_ts
-        ):
-            raise ValueError(
-                f"timestamp must be an integer of ns not below the last record's ({last_ts}), "
-                f"not {timestamp!r}"
-            )
+        _check_timestamp(timestamp, self._active.last_ts)
         size_max = self._active.size_max
         compress = self._writer.compress
 
