@@ -282,6 +282,28 @@ class FoldedStore(Generic[S, OpT]):
                 except CorruptionError as err:
                     _logger.error("%s: snapshot unreadable, trying an older one: %s", self.path, err)
             start = state.next_lsn if state is not None else 0
+            if state is not None and start > self._log.next_lsn:
+                # The snapshot holds ops the op log does not: they were written but not yet
+                # fsynced when it was taken (a decision's fsync follows it), and a power loss
+                # took them. They were never acknowledged; trusting it would skip the next ops
+                # appended at those lsns. An older snapshot, or the op log from its start, holds
+                # only durable ops (the op log keeps every op above the older kept snapshot).
+                _logger.warning(
+                    "%s: snapshot %s is ahead of the op log (next lsn %d): ops in it were lost "
+                    "before they were durable; using an older one",
+                    self.path,
+                    snapshot_name(start),
+                    self._log.next_lsn,
+                )
+                older = [lsn for lsn in listed if lsn < start]
+                state = None
+                for lsn in older:
+                    try:
+                        state = self._read_snapshot(os.path.join(self.path, snapshot_name(lsn)))
+                        break
+                    except (FileNotFoundError, CorruptionError) as err:
+                        _logger.error("%s: older snapshot unreadable: %s", self.path, err)
+                start = state.next_lsn if state is not None else 0
             try:
                 reader = self._log.reader(start)
             except PositionError as err:
@@ -475,6 +497,11 @@ class FoldedStore(Generic[S, OpT]):
                 next_lsn, frozen = self._freeze()
                 self._snapshot_lsn = next_lsn
                 self._fold_bytes = 0
+            # The ops the snapshot holds durable before it is: a decision writes its ops, then
+            # fsyncs after its locks are released (a daemon's round, ``durable=False``), so the
+            # state may hold ops not yet on disk; a snapshot ahead of the op log after a power
+            # loss would hide the ops appended next at those lsns (``_load`` skips one anyway).
+            self._log.sync()
             data = self._encode_snapshot(frozen)
             # replace_file: temp, fsync, rename, fsync dir. A crash anywhere leaves the older
             # snapshots and the whole op log above them: nothing is removed until this is durable.
