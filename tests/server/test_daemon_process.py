@@ -13,9 +13,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
+
 import logspool
-from logspool import client
-from logspool.errors import RemoteError
+from logspool import client, kv
+from logspool.errors import LockedError, RemoteError
 from tests.server.conftest import Daemon
 
 
@@ -141,3 +143,22 @@ def test_both_clients_reconnect_after_the_daemon_restarts(tmp_path: Path) -> Non
         sync.close()
     finally:
         d.kill()
+
+
+def test_serve_own_kv_owns_the_key_value_stores_it_serves_until_it_stops(tmp_path: Path) -> None:
+    """``logspool serve --own-kv``: the daemon holds the writer lock of every key-value store it
+    serves (an embedded ``kv.open`` in another process waits, then gives up); after SIGTERM the
+    store opens and holds every acknowledged write."""
+    d = Daemon(tmp_path / "data", "--own-kv").start()
+    try:
+        with client.connect(d.address, timeout=10) as c:
+            store = c.kv("owned")
+            for i in range(50):
+                store.set(f"k{i}", i)
+        with pytest.raises(LockedError):
+            kv.open(d.data / "kv" / "owned", lock_timeout_s=0.5)
+        assert d.signal(signal.SIGTERM) == 0
+    finally:
+        d.kill()
+    with kv.open(d.data / "kv" / "owned") as opened:
+        assert dict(opened.items()) == {f"k{i}": i for i in range(50)}

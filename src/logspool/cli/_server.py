@@ -28,7 +28,8 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
             conf = tomllib.load(f)
         known = {"data", "listen", "token", "token_file", "tls_cert", "tls_key", "durability",
                  "connections_max", "in_flight_max", "frame_size_max", "threads", "metrics", "resp",
-                 "resp_kv", "resp_flushdb", "resp_shared_kv", "stores_max", "event_loop"}  # fmt: skip
+                 "resp_kv", "resp_flushdb", "resp_shared_kv", "stores_max", "event_loop",
+                 "own_kv"}  # fmt: skip
         unknown = sorted(set(conf) - known)
         if unknown:
             raise SystemExit(
@@ -82,7 +83,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     async def run() -> None:
         server = Server(conf["data"], host=host, port=port if native else None, token=token,
                         ssl_context=context, limits=limits, durability=conf.get("durability", "always"),
-                        resp=resp)  # fmt: skip
+                        resp=resp, own_kv=bool(conf.get("own_kv", False)))  # fmt: skip
         await server.start()
         if conf.get("metrics"):
             m_host, m_port = parse_address(conf["metrics"])
@@ -180,6 +181,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--resp-shared-kv", dest="resp_shared_kv", action="store_true", default=None,
                    help="share the RESP key-value store with other processes (embedded kv.open) "
                         "instead of owning it (faster: the default)")  # fmt: skip
+    p.add_argument("--own-kv", dest="own_kv", action="store_true", default=None,
+                   help="own every key-value store served, as the RESP door owns its own (faster: "
+                        "no catch-up a call; kv.open of them elsewhere waits until it stops)")  # fmt: skip
     p.add_argument("--metrics", metavar="HOST:PORT", help="serve Prometheus text at http://HOST:PORT/metrics")
     p.add_argument("--event-loop", dest="event_loop", choices=["auto", "uvloop", "asyncio"],
                    help="uvloop, or asyncio's own loop (default auto: uvloop where installed)")  # fmt: skip
