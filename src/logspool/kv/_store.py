@@ -996,8 +996,10 @@ class Store(FoldedStore[State, ops.Op], MutableMapping[str, ops.Value]):
             i = 0 if cursor is None else state.keys_from(cursor, True)
             page: list[tuple[str, ops.Value]] = []
             size = 0
-            while i < len(order) and len(page) < self.ITER_PAGE_COUNT:
-                key = order[i]
+            # (an iterator: indexing a SortedList is a search a key)
+            for key in order.islice(i):
+                if len(page) >= self.ITER_PAGE_COUNT:
+                    break
                 entry = state.live(key, now)
                 if entry is not None:
                     held = _held(entry, data)
@@ -1105,8 +1107,9 @@ class Store(FoldedStore[State, ops.Op], MutableMapping[str, ops.Value]):
             i = state.keys_from(cursor if after and cursor is not None else start, after)
             items: list[Value] = []
             order = state.order
+            keys = order.islice(i)  # (an iterator: indexing a SortedList is a search a key)
             while i < len(order) and len(items) < count:
-                key = order[i]
+                key = next(keys)
                 if end is not None and key >= end:
                     return Page(items, None)
                 entry = state.live(key, now)
@@ -1153,10 +1156,11 @@ class Store(FoldedStore[State, ops.Op], MutableMapping[str, ops.Value]):
             i = 0 if cursor is None else state.keys_from(cursor, True)
             items: list[Value] = []
             last = cursor
+            keys = order.islice(i)  # (an iterator: indexing a SortedList is a search a key)
             while i < len(order):
                 if len(items) >= count or time.monotonic() > deadline:
                     return Page(items, last)
-                key = order[i]
+                key = next(keys)
                 if regex.search(key):
                     entry = state.live(key, now)
                     if entry is not None:
