@@ -574,9 +574,14 @@ class _Writer(Generic[S, OpT]):
         state = store._state
         out = []
         store._stale = True  # until the write: an apply that fails halfway leaves it so too
+        path = store.path
         for payload in payloads:
             self._payloads.append(payload)
-            op = store._decode_op(payload, f"{store.path}: lsn {state.next_lsn}")
+            try:
+                op = store._decode_op(payload, path)
+            except CorruptionError:  # (the message names the lsn: built only when it is needed)
+                store._decode_op(payload, f"{path}: lsn {state.next_lsn}")
+                raise
             out.append(state.apply(state.next_lsn, timestamp, op))
         return out
 

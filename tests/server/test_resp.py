@@ -316,6 +316,64 @@ def test_a_shared_resp_store_is_read_and_written_by_embedded_processes(tmp_path:
 
 
 # --- streams --------------------------------------------------------------------------------------
+def test_plain_sets_of_many_connections_at_once_answer_each_as_alone(daemon: Daemon) -> None:
+    """A commit round writes the plain SETs of its connections with one write (``plain_sets``),
+    each still checked against its own connection: 16 raw connections send their SETs at once,
+    round after round: a key locked by another owner is refused to every connection but the
+    owner's (its SET lands), an integer is stored as one (INCR works on it), a key that is not
+    UTF-8 gets its error (logspool's keys are text) and takes no one else's SET with it; every
+    other SET lands, and what each key holds at the end is the last value its connection set."""
+    setup = redis.Redis(port=daemon.resp_port, socket_timeout=10)
+    try:
+        assert setup.set("round:locked", "before")
+        assert setup.execute_command("LS.LOCK", "round:locked", "owner-7", "60")
+    finally:
+        setup.close()
+    socks = [socket.create_connection(("127.0.0.1", daemon.resp_port), timeout=30) for _ in range(16)]
+    readers = [s.makefile("rb") for s in socks]
+    try:
+
+        def send(i: int, *args: bytes) -> None:
+            socks[i].sendall(b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%b\r\n" % (len(a), a) for a in args))
+
+        def line(i: int) -> bytes:
+            return readers[i].readline()
+
+        send(7, b"CLIENT", b"SETNAME", b"owner-7")
+        assert line(7) == b"+OK\r\n"
+        for turn in range(40):  # each turn: 16 SETs sent before any reply is read
+            for i in range(16):
+                if i == 3:
+                    send(i, b"SET", b"round:int", b"%d" % (turn * 10))
+                elif i == 5:
+                    send(i, b"SET", b"round:\xff%d" % turn, b"x")
+                elif i in (7, 9):
+                    send(i, b"SET", b"round:locked", b"by-%d-%d" % (i, turn))
+                else:
+                    send(i, b"SET", b"round:%d" % i, b"v-%d-%d" % (i, turn))
+            for i in range(16):
+                reply = line(i)
+                if i == 9:
+                    assert reply.startswith(b"-LOCKED"), reply
+                elif i == 5:
+                    assert reply.startswith(b"-ERR logspool keys are UTF-8"), reply
+                else:
+                    assert reply == b"+OK\r\n", (i, turn, reply)
+    finally:
+        for f in readers:
+            f.close()
+        for s in socks:
+            s.close()
+    check = redis.Redis(port=daemon.resp_port, socket_timeout=10)
+    try:
+        assert check.get("round:locked") == b"by-7-39"
+        assert check.incr("round:int") == 391
+        for i in set(range(16)) - {3, 5, 7, 9}:
+            assert check.get(f"round:{i}") == b"v-%d-39" % i
+    finally:
+        check.close()
+
+
 def test_xadds_of_a_round_share_the_lock_and_other_stream_commands_still_run(daemon: Daemon) -> None:
     """A commit round takes a stream's writer lock once for all its XADDs and gives it back
     before any command that takes it itself (an XADD with a trim, XLEN inside a transaction whose

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import errors
 from . import _resp_wire as w
-from ._resp_commands import Block
+from ._resp_commands import SET_NAMES, Block
 from ._resp_streams import HeldTails
 
 if TYPE_CHECKING:
@@ -188,7 +188,22 @@ class Committer:
             _ROUNDS.acquire()
             try:
                 with self.front.kv.decide() as d:
-                    for session, cmds, fut in round_:
+                    i = 0
+                    while i < len(round_):  # bounded: each turn takes one batch or more
+                        session, cmds, fut = round_[i]
+                        # SET x16: every batch one plain SET (a native round's requests are not)
+                        if len(cmds) == 1 and len(cmds[0]) == 3 and cmds[0][0] in SET_NAMES:
+                            session.round = d
+                            try:
+                                plain = session.plain_sets(round_, i)
+                            finally:
+                                session.round = None
+                            if plain:
+                                wrote_kv = True
+                                done.extend((f, _Batch([w.OK], [])) for _, _, f in round_[i : i + plain])
+                                i += plain
+                                continue
+                        i += 1
                         d.owner = session.name  # (locks are checked against each connection's name)
                         session.round, session.tails = d, held
                         try:
