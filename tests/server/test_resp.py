@@ -894,17 +894,50 @@ _pieces = st.lists(
 )
 
 
-def test_hiredis_takes_a_pipeline_whole() -> None:
-    parser = RespParser(LIMITS)
+@pytest.mark.parametrize("limits", [LIMITS, RespLimits()], ids=["args-64", "default"])
+def test_hiredis_takes_a_pipeline_whole(limits: RespLimits) -> None:
+    parser = RespParser(limits)
     parser.feed(b"".join(_encode([b"GET", b"k%d" % i]) for i in range(16)))
     out: list[list[bytes]] = []
     assert parser._fast(parser._buf, len(parser._buf), 1000, out)
     assert out == [[b"GET", b"k%d" % i] for i in range(16)] and parser.buffered == 0
 
 
+def test_hiredis_is_never_fed_counts_past_the_bound() -> None:
+    """Counts that sum past ``args_max`` send a read to the Python parser, whether one count has
+    three digits or many small ones add up (the quick bound refuses both); the Python parser
+    then answers the commands before them and parses the rest."""
+    limits = RespLimits(args_max=300)
+    many = b"".join(_encode([b"K"] * 60) for _ in range(6))  # 6 headers of 60: 360 > 300
+    big = _encode([b"GET", b"a"]) + _encode([b"K"] * 299)  # a count of three digits: 301 > 300
+    for data, n in ((many, 6), (big, 2)):
+        parser = RespParser(limits)
+        parser.feed(data)
+        out: list[list[bytes]] = []
+        assert not parser._fast(parser._buf, len(parser._buf), 1000, out) and out == []
+        assert len(parser.commands(1000)) == n and parser.buffered == 0
+
+
+# The pre-check's two ways to bound hiredis's allocations: LIMITS (64 elements) always sums the
+# counts; 1,000 elements take the quick bound (no count of three digits, headers * 99 <= 1,000)
+# for reads of at most ten headers, and sum the counts past it.
+WIDE = RespLimits(bulk_size_max=1 << 12, command_size_max=1 << 14, args_max=1000, line_size_max=256)
+
+
+@pytest.mark.parametrize("limits", [LIMITS, WIDE], ids=["args-64", "args-1000"])
 @settings(max_examples=300, deadline=None)
-@given(_pieces, st.lists(st.integers(1, 64), max_size=20))
-def test_hiredis_parses_as_the_python_parser(pieces: list[bytes], cuts: list[int]) -> None:
+@given(
+    st.lists(
+        st.one_of(
+            _pieces.map(b"".join), st.sampled_from([b"*99\r\n", b"*100\r\n", b"*1001\r\n", b"*2\r\n*98\r\n"])
+        ),
+        max_size=4,
+    ),
+    st.lists(st.integers(1, 64), max_size=20),
+)
+def test_hiredis_parses_as_the_python_parser(
+    limits: RespLimits, pieces: list[bytes], cuts: list[int]
+) -> None:
     """The hiredis path (with its pre-check) gives the same commands and the same error as the
     pure-Python parser, however the bytes are split into reads."""
     data = b"".join(pieces)
@@ -913,7 +946,7 @@ def test_hiredis_parses_as_the_python_parser(pieces: list[bytes], cuts: list[int
         reads.append(data[pos : pos + cut])
         pos += cut
     reads.append(data[pos:])
-    fast, slow = RespParser(LIMITS), RespParser(LIMITS, fast=False)
+    fast, slow = RespParser(limits), RespParser(limits, fast=False)
     assert fast._reader is not None  # (hiredis is a dependency: this tests it)
     assert _parse_all(fast, reads) == _parse_all(slow, reads)
     assert fast.buffered == slow.buffered

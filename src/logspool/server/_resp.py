@@ -274,12 +274,16 @@ class _Connection(asyncio.Protocol):
         committer = self.front.committer
         where = INLINE
         for args in cmds:
-            place = PLACES.get(args[0].upper(), POOL)
-            if place > where:
-                where = place
-            if place == POOL or args[0].upper() == b"QUIT":
+            name = args[0]
+            place = PLACES.get(name)  # (a client's usual spelling: no upper() a command)
+            if place is None:
+                name = name.upper()
+                place = PLACES.get(name, POOL)
+            if place == POOL or name == b"QUIT":
                 where = POOL
                 break
+            if place > where:
+                where = place
         if where == WRITER and committer is not None and not self.parser.failed:
             self._inflight = True
             if not committer.run_here(self.session, cmds, self):

@@ -24,7 +24,8 @@ parses from the same place, and says what is wrong in Redis's words. hiredis all
 aggregate header announces (``*4294967295`` is a 32 GiB list, and nested arrays allocate level
 after level), so it is fed only bytes that a C-speed pre-check has bounded (``_FAST_SIZE_MAX``
 bytes at most, and the counts after every byte that may start an aggregate, ``*%~>|``, summing
-to at most ``args_max``, so all it can allocate is ``args_max`` slots whatever the nesting; a
+to at most ``args_max`` (proven at C speed when no count has three digits: then 99 a header at
+most), so all it can allocate is ``args_max`` slots whatever the nesting; a
 payload byte that looks like a header only sends that read to the Python parser). The commands
 it returns are formatted back as a client sends them and must be the very bytes read: bulk
 strings only (no nesting, no other type), each ended by CRLF (hiredis, as redis-server, skips
@@ -36,6 +37,7 @@ Inline commands and everything before AUTH (when a token is set) go through the 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -75,6 +77,10 @@ _CRLF = b"\r\n"
 # parser's cost per command is small beside them), so no bulk it returns can pass a size bound.
 _FAST_SIZE_MAX = 64 * 1024
 _AGGREGATE_COUNT = re.compile(rb"[*%~>|](\d{1,19})")  # (every place hiredis might read one)
+_AGGREGATE_BYTES = b"*%~>|"
+# ``_pack`` for many commands, called from C (``map``): no Python call a command.
+_PACK: Callable[[tuple[bytes, ...]], bytes] = _hiredis.pack_command if _hiredis is not None else None  # type: ignore[assignment]
+_LARGE_COUNT = re.compile(rb"[*%~>|]\d{3}")  # (a count of 100 or more)
 _OTHER_AGGREGATE = re.compile(rb"[*%~>|]")  # (after a lone command's own header: see _fast_one)
 
 
@@ -156,30 +162,36 @@ class RespParser:
         if buf.find(b"*", start + 1, end) < 0:
             return self._fast_one(buf, start, end, out)
         chunk = bytes(buf[start:end])
-        counts = _AGGREGATE_COUNT.findall(chunk)
+        # The bound on what hiredis may allocate, at C speed: when no count after an aggregate
+        # byte has three digits, the counts sum to at most 99 a header (a pipeline of GETs: 16
+        # headers of *2); else each count is summed (a third of a pipelined GET's parse).
+        headers = len(chunk) - len(chunk.translate(None, _AGGREGATE_BYTES))
         # (one command costs less in Python than hiredis's fixed cost and the checks below)
-        if len(counts) < 2 or sum(map(int, counts)) > self.limits.args_max:
+        if headers < 2:
+            return False
+        bounded = headers * 99 <= self.limits.args_max and not _LARGE_COUNT.search(chunk)
+        if not bounded and sum(map(int, _AGGREGATE_COUNT.findall(chunk))) > self.limits.args_max:
             return False
         reader = self._reader
         reader.feed(chunk)
-        got: list[list[bytes]] = []
         try:
-            for _ in range(count_max - len(out)):
-                cmd = reader.gets()
-                if cmd is False:
-                    break
-                if cmd:  # (an empty or null array is ignored, as Redis does)
-                    got.append(cmd)
+            # (bounded: hiredis returns False once the bytes fed hold no complete reply)
+            got: list[list[bytes]] = list(iter(reader.gets, False))
         except _hiredis.ProtocolError:
             self._reader = _hiredis.Reader()
             return False  # (the Python parser answers the commands before it, then the error)
-        if reader.has_data():  # (a command not complete yet, or count_max: fed again next time)
+        if len(got) > count_max - len(out):
+            del got[count_max - len(out) :]  # (their bytes stay buffered: fed again next time)
             self._reader = _hiredis.Reader()
+        elif reader.has_data():  # (a command not complete yet: fed again next time)
+            self._reader = _hiredis.Reader()
+        if not all(got):
+            return False  # an empty or null array (ignored, as Redis does: the Python parser)
         # The commands as a client must have sent them, against the bytes: hiredis skips the two
         # bytes after a bulk string unread (as redis-server does) and this parser wants a CRLF
         # there; and a command of anything but bulk strings (nesting) fails to format.
         try:
-            sent = b"".join([_pack(tuple(c)) for c in got])
+            sent = b"".join(map(_PACK, map(tuple, got)))
         except TypeError:
             return False  # nesting, or another type: the Python parser says which
         if not chunk.startswith(sent):
