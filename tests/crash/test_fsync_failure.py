@@ -31,6 +31,8 @@ class RetryingFS(FaultFS):
         except OSError:
             super().fsync(fd)  # "succeeds": the dropped pages are never written
 
+    fdatasync = fsync  # (the log's data syncs are fdatasyncs: the same fault, the same count)
+
 
 def payload(i: int) -> bytes:
     return b"acknowledged-%03d-" % i + b"p" * 100

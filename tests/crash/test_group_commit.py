@@ -47,6 +47,8 @@ class SyncTracker(FileSystem):
             path = self.paths[fd]
             self.durable[path] = max(self.durable.get(path, 0), size)
 
+    fdatasync = fsync  # (the log's data syncs are fdatasyncs: the same fault, the same count)
+
     def truncate(self, fd: int, size: int) -> None:
         super().truncate(fd, size)
         with self.mutex:  # bytes written past the cut later were never fsynced
@@ -211,6 +213,8 @@ class SlowSyncTracker(SyncTracker):
             with self.mutex:
                 self.segment_fsyncs += 1
             time.sleep(max(0.0, self.floor_s - (time.monotonic() - start)))
+
+    fdatasync = fsync  # (the log's data syncs are fdatasyncs: the same fault, the same count)
 
 
 def test_handles_that_gather_still_acknowledge_only_what_an_fsync_covered(log_dir: str) -> None:
