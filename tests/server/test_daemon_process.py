@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import random
 import signal
+import socket
 import threading
 import time
 from dataclasses import dataclass, field
@@ -162,3 +163,53 @@ def test_serve_own_kv_owns_the_key_value_stores_it_serves_until_it_stops(tmp_pat
         d.kill()
     with kv.open(d.data / "kv" / "owned") as opened:
         assert dict(opened.items()) == {f"k{i}": i for i in range(50)}
+
+
+def _soft_files_limit(pid: int) -> int:
+    with open(f"/proc/{pid}/limits") as f:
+        for line in f:
+            if line.startswith("Max open files"):
+                return int(line.split()[3])
+    raise AssertionError("no Max open files line")
+
+
+@pytest.mark.parametrize("hard", [None, 600])
+def test_serve_raises_its_open_files_limit_or_says_what_to_change(tmp_path: Path, hard: int | None) -> None:
+    """Started with a soft limit of 256 open files (a hard one of 600, or the machine's), the
+    daemon raises its soft limit to what its bounds need (256 connections, 100 stores: about
+    1,100 files), up to the hard limit; when the hard limit is lower, it says so on stderr with
+    what to change, and serves anyway."""
+    import resource
+    import subprocess
+    import sys
+
+    machine_hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    limit_hard = machine_hard if hard is None else hard
+    if limit_hard != resource.RLIM_INFINITY and limit_hard < 1200 and hard is None:
+        pytest.skip(f"this machine's hard limit on open files is {limit_hard}")
+
+    def lower() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (256, limit_hard))
+
+    d = Daemon(tmp_path / "data")  # (its address; started here, with the limit lowered)
+    cmd = [sys.executable, "-m", "logspool.cli", "serve", "--data", str(d.data), "--listen", d.address,
+           "--stores-max", "100"]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=lower)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and proc.poll() is None:  # bounded: up to 30 s
+            try:
+                socket.create_connection(("127.0.0.1", d.port), timeout=0.2).close()
+                break
+            except OSError:
+                time.sleep(0.05)
+        with client.connect(d.address, timeout=10) as c:
+            assert c.log("events").append(b"x") == 0
+        soft = _soft_files_limit(proc.pid)
+        wanted = 256 + 100 * 8 + 64
+        assert soft == (wanted if hard is None else 600)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    warned = "at most 600 files open" in err.decode()
+    assert warned == (hard is not None), err.decode()

@@ -79,6 +79,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         if bound not in ("127.0.0.1", "::1", "localhost") and token is None:
             print(f"logspool serve: warning: listening on {bound} without a token", file=sys.stderr)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    _open_files_limit(limits.connections_max, limits.stores_max)
 
     async def run() -> None:
         server = Server(conf["data"], host=host, port=port if native else None, token=token,
@@ -104,6 +105,37 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     with asyncio.Runner(loop_factory=_loop_factory(conf.get("event_loop", "auto"))) as runner:
         runner.run(run())
     return 0
+
+
+FDS_A_STORE = 8  # files a served store holds open (a key-value store 7: its op log's 5, snapshots)
+FDS_RESERVED = 64  # the daemon's own: listeners, the loop's, the stores' directory watches...
+
+
+def _open_files_limit(connections_max: int, stores_max: int) -> None:
+    """Raise the process's limit on open files (its soft RLIMIT_NOFILE, up to the hard one) to
+    what the daemon may hold at its bounds: a socket a connection, the files of every store it
+    may open, and a reserve. A common default of 1,024 runs out at ~120 stores, and then every
+    open, accept and snapshot of the daemon fails with EMFILE. As Redis does for its clients:
+    raise it, and if the hard limit is lower, say so once, with what to change."""
+    import resource
+
+    wanted = connections_max + stores_max * FDS_A_STORE + FDS_RESERVED
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= wanted:
+        return
+    raised = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    if raised > soft:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (raised, hard))
+            soft = raised
+        except (ValueError, OSError) as err:  # (a container may forbid it)
+            print(f"logspool serve: warning: cannot raise the open files limit from {soft}: {err}",
+                  file=sys.stderr)  # fmt: skip
+    if soft < wanted:
+        print(f"logspool serve: warning: at most {soft} files open (ulimit -n; hard limit {hard}); "
+              f"{connections_max} connections and {stores_max} stores may need {wanted}: raise the "
+              "limit (ulimit -Hn, systemd's LimitNOFILE) or lower --stores-max / --connections-max",
+              file=sys.stderr, flush=True)  # fmt: skip
 
 
 def _loop_factory(choice: str) -> Any:
