@@ -353,7 +353,7 @@ def _pending_reply(s: Session, store: GroupStore, group: str, raw_key: bytes, mi
             return w.EMPTY_ARRAY
         at = now_ms()
         rows: list[bytes] = []
-        for lsn in g.order[g.ids_from(start) :]:  # bounded by count
+        for lsn in g.order.islice(g.ids_from(start)):  # bounded by count
             if len(rows) >= min(count, STREAM_REPLY_COUNT_MAX):
                 break
             entry = g.pel[lsn]

@@ -17,10 +17,11 @@ Not thread-safe by itself: used under the store's mutex (``_fold.FoldedStore``).
 
 from __future__ import annotations
 
-import bisect
 import time
 from dataclasses import dataclass
 from typing import Any
+
+from sortedcontainers import SortedList
 
 from .. import limits
 from .._subscribers import check_name, is_transient
@@ -124,7 +125,9 @@ class Group:
     last: Id  # the last id delivered (or set by CREATE/SETID)
     consumers: dict[str, Consumer]
     pel: dict[int, Pending]  # by lsn
-    order: list[int]  # the PEL's lsns, ascending
+    # The PEL's lsns, ascending. A SortedList: an XACK of the oldest entry of a list kept sorted
+    # moved every lsn after it (O(n) an ack: ~0.5 ms an XACK with 1,000,000 pending).
+    order: SortedList[int]
 
     def floor(self) -> int:
         """The lowest lsn the group may still need (its durable subscriber's position)."""
@@ -140,26 +143,33 @@ class Group:
     def put(self, lsn: int, entry: Pending) -> None:
         self.drop(lsn)
         self.pel[lsn] = entry
-        if not self.order or lsn > self.order[-1]:
-            self.order.append(lsn)
-        else:
-            bisect.insort(self.order, lsn)
+        self.order.add(lsn)
         self.consumer(entry.consumer, entry.delivered_ms).pending += 1
 
     def drop(self, lsn: int) -> bool:
         entry = self.pel.pop(lsn, None)
         if entry is None:
             return False
-        del self.order[bisect.bisect_left(self.order, lsn)]
+        self.order.remove(lsn)
         owner = self.consumers.get(entry.consumer)
         if owner is not None:
             owner.pending -= 1
         return True
 
     def ids_from(self, start: Id) -> int:
-        """The index in ``order`` of the first pending entry whose id is >= ``start``."""
-        pel = self.pel
-        return bisect.bisect_left(self.order, start, key=lambda lsn: (pel[lsn].ms, lsn))
+        """The index in ``order`` of the first pending entry whose id is >= ``start`` (ids grow
+        with lsns: an entry's id is its record's time in ms, never decreasing along a log, and
+        its lsn)."""
+        pel, order = self.pel, self.order
+        low, high = 0, len(order)
+        while low < high:  # bounded: log2 of the PEL's size
+            middle = (low + high) // 2
+            lsn = order[middle]
+            if (pel[lsn].ms, lsn) < start:
+                low = middle + 1
+            else:
+                high = middle
+        return low
 
     def pending_id(self, eid: Id) -> Pending | None:
         entry = self.pel.get(eid[1])
@@ -178,7 +188,7 @@ class GroupState:
         kind, name = op["op"], op["g"]
         if kind == "create":
             if name not in self.groups:
-                self.groups[name] = Group(op["at"], op["next"], tuple(op["last"]), {}, {}, [])
+                self.groups[name] = Group(op["at"], op["next"], tuple(op["last"]), {}, {}, SortedList())
             return
         if kind == "destroy":
             self.groups.pop(name, None)
@@ -242,7 +252,9 @@ class GroupState:
         state = cls()
         state.next_lsn = int(body["next_lsn"])
         for name, raw in body["groups"].items():
-            g = state.groups[name] = Group(raw["created"], raw["next"], tuple(raw["last"]), {}, {}, [])
+            g = state.groups[name] = Group(
+                raw["created"], raw["next"], tuple(raw["last"]), {}, {}, SortedList()
+            )
             names = []
             for c, seen, active in raw["consumers"]:
                 g.consumers[c] = Consumer(seen, active)

@@ -429,7 +429,7 @@ class GroupStore(FoldedStore[GroupState, Op]):
             g = self._group(name, key, " in XREADGROUP with GROUP option")
             at = now_ms()
             ids: list[Id] = []
-            for lsn in g.order[g.ids_from((after[0], after[1] + 1)) :]:  # bounded by count
+            for lsn in g.order.islice(g.ids_from((after[0], after[1] + 1))):  # bounded by count
                 entry = g.pel[lsn]
                 if entry.consumer == consumer:
                     ids.append((entry.ms, lsn))
