@@ -536,6 +536,12 @@ class RemoteLog(_Remote):
         """What the daemon says of the log: its lsns, size and segments."""
         return self._call(p.LOG_INFO, lambda b: b)
 
+    def forget_producers(self, producers: Iterable[str]) -> int:
+        """Forget what the daemon keeps for these log.FORWARD producers, which will never send
+        again (PROTOCOL.md §4.1): how many it knew. Durable on return. A daemon before log.FORGET
+        answers it with an error (RemoteError)."""
+        return self._call(p.LOG_FORGET, _integer("forgotten"), producers=list(producers))
+
 
 class AsyncRemoteLog(RemoteLog):
     """The async client's log: ``RemoteLog``'s calls as coroutines."""
@@ -553,6 +559,9 @@ class AsyncRemoteLog(RemoteLog):
 
     async def info(self) -> dict[str, Any]:  # type: ignore[override]
         return await _awaited(super().info())
+
+    async def forget_producers(self, producers: Iterable[str]) -> int:  # type: ignore[override]
+        return await _awaited(super().forget_producers(producers))
 
 
 async def _awaited(request: _T) -> _T:

@@ -55,6 +55,7 @@ LOG_APPEND = 30
 LOG_READ = 31
 LOG_INFO = 32
 LOG_FORWARD = 33
+LOG_FORGET = 34
 JOB_PUT = 40
 JOB_TAKE = 41
 JOB_ACK = 42
@@ -75,6 +76,7 @@ COMMANDS = {
     KV_TRUNCATE: "kv.truncate", KV_LOCK: "kv.lock", KV_UNLOCK: "kv.unlock", KV_RENAME: "kv.rename",
     KV_RANGE: "kv.range", KV_MATCH: "kv.match", KV_STATS: "kv.stats",
     LOG_APPEND: "log.append", LOG_READ: "log.read", LOG_INFO: "log.info", LOG_FORWARD: "log.forward",
+    LOG_FORGET: "log.forget",
     JOB_PUT: "jobs.put", JOB_TAKE: "jobs.take", JOB_ACK: "jobs.ack", JOB_NACK: "jobs.nack",
     JOB_EXTEND: "jobs.extend", JOB_STATS: "jobs.stats", JOB_GET: "jobs.get",
     JOB_TAKE_MANY: "jobs.take_many", JOB_ACK_MANY: "jobs.ack_many", JOB_RELEASE_MANY: "jobs.release_many",

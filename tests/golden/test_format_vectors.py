@@ -323,6 +323,8 @@ def test_protocol_vectors() -> None:
             {"error": "KeyNotFoundError", "message": "no key 'b'", "args": ["cfg", "b"]},
         ),
         "event": p.Frame(p.EVENT, p.LISTEN, 0, 4, {"records": [[0, 5, b"x"]]}),
+        "forget": p.Frame(p.REQUEST, p.LOG_FORGET, 0, 7, {"name": "w", "producers": ["spark:1f:0"]}),
+        "forget-reply": p.Frame(p.REPLY, p.LOG_FORGET, 0, 7, {"forgotten": 1}),
     }
     assert sorted(found) == sorted(expected)
     for name, frame in expected.items():

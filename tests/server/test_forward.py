@@ -13,7 +13,10 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 import logspool
+from logspool import _wire as p
 from logspool import client, kv
 from logspool.forward import Forwarder
 from logspool.server._server import _digest, forward_into
@@ -159,3 +162,36 @@ def test_a_crash_between_the_append_and_its_bookkeeping_neither_loses_nor_double
     log.close()
     table.close()
     assert os.path.isdir(tmp_path / "table")
+
+
+def test_a_forgotten_producer_is_gone_from_the_daemon_and_starts_again_from_nothing(tmp_path: Path) -> None:
+    """log.FORGET removes what the daemon keeps for the producers named (their entry in
+    DATA/forward/NAME, durably: a daemon restarted after it does not know them), counts only
+    those it knew, leaves the others, and is refused with a bound or a bad name; a forgotten
+    producer that sends again is appended again, as the protocol says."""
+    d = Daemon(tmp_path / "data").start()
+    try:
+        with client.connect(d.address, timeout=30) as c:
+            log = c.log("sink")
+            for producer in ("a", "b"):
+                reply = c._request(p.LOG_FORWARD, {"name": "sink", "producer": producer, "first": 0,
+                                                   "records": [b"x1", b"x2"]}, lambda b: b)  # fmt: skip
+                assert reply["appended"] == 2
+            assert log.forget_producers(["a", "nobody"]) == 1
+            with pytest.raises(ValueError, match="producers"):
+                log.forget_producers([""])
+            with pytest.raises(ValueError, match="at most"):
+                log.forget_producers(["p"] * 10_001)
+    finally:
+        d.signal(signal.SIGTERM)
+    with kv.open(tmp_path / "data" / "forward" / "sink") as table:
+        assert sorted(table) == ["b"]  # "a" forgotten durably, "b" kept
+    d = Daemon(tmp_path / "data").start()
+    try:
+        with client.connect(d.address, timeout=30) as c:
+            again = {"name": "sink", "first": 0, "records": [b"x1", b"x2"]}
+            assert c._request(p.LOG_FORWARD, {**again, "producer": "a"}, lambda b: b)["appended"] == 2
+            assert c._request(p.LOG_FORWARD, {**again, "producer": "b"}, lambda b: b)["appended"] == 0
+        assert len(target_payloads(d.address, "sink")) == 6
+    finally:
+        d.kill()

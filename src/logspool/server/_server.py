@@ -256,6 +256,19 @@ def _digest(payloads: list[bytes]) -> str:
     return h.hexdigest()
 
 
+FORGET_PRODUCERS_MAX = 10_000  # producers one log.FORGET names at most
+
+
+def forget_producers(table: kv.Store, lock: threading.Lock, producers: list[str]) -> int:
+    """Forget what ``forward_into`` keeps for ``producers`` (their ``done`` and any ``pending``):
+    for producers that will never send again (a finished Spark batch write, a forwarder whose
+    source log is gone). A forgotten producer that sends again starts from nothing: every record
+    it sends is appended, those it had sent before included. How many had an entry. Durable on
+    return (each delete is fsynced); under the log's forward lock, so never beside a forward."""
+    with lock:
+        return sum(1 for producer in producers if table.delete(producer))
+
+
 def forward_into(
     log: Log, table: kv.Store, lock: threading.Lock, producer: str, first: int, records: list[bytes]
 ) -> dict[str, Any]:
@@ -546,6 +559,19 @@ class Server:
             name = _name(b)
             return forward_into(s.log(b), s.get("forward", name), s.lock_for(name), producer, first, records)
 
+        def log_forget(b: dict[str, Any]) -> dict[str, Any]:
+            producers = _need(b, "producers", list)
+            if len(producers) > FORGET_PRODUCERS_MAX:
+                raise ValueError(f"field 'producers' names {len(producers)} producers, at most "
+                                 f"{FORGET_PRODUCERS_MAX} a request")  # fmt: skip
+            for producer in producers:
+                if not isinstance(producer, str) or not producer or len(producer.encode()) > 1024:
+                    raise ValueError(
+                        "field 'producers' must be a list of strings of 1 to 1024 bytes of UTF-8"
+                    )
+            name = _name(b)
+            return {"forgotten": forget_producers(s.get("forward", name), s.lock_for(name), producers)}
+
         def job_put(b: dict[str, Any]) -> dict[str, Any]:
             put_id = s.jobs(b).put(
                 _need(b, "key", str), _get(b, "payload", bytes, b""), priority=_get(b, "priority", int),
@@ -662,6 +688,7 @@ class Server:
             p.LOG_READ: log_read,
             p.LOG_INFO: log_info,
             p.LOG_FORWARD: log_forward,
+            p.LOG_FORGET: log_forget,
             p.JOB_PUT: job_put,
             p.JOB_TAKE: job_take,
             p.JOB_ACK: job_ack,

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import bisect
 import hashlib
+import logging
 import ssl
 import uuid
 from collections.abc import Iterator, Sequence
@@ -53,6 +54,9 @@ from pyspark.sql.types import Row, StructType, TimestampType
 from .. import _wire as wire
 from ..errors import DataLossError, LogspoolError, RemoteError
 from . import _partition as part
+
+_logger = logging.getLogger("logspool.spark")
+FORGET_PRODUCERS_MAX = 10_000  # producers a log.FORGET names at most (the daemon's bound)
 
 if TYPE_CHECKING:  # the client (asyncio, the remote stores) is imported when a daemon is used
     from ..client import Client
@@ -507,6 +511,22 @@ class _RemoteWriter:
                 count = self._send(client, producer, base, count, chunk, role)
         return Sent(partition, count)
 
+    def forget(self, messages: Sequence[WriterCommitMessage | None]) -> None:
+        """In the driver, once a batch write is committed: the daemon forgets the producers of
+        its partitions (one entry each, kept per log until then: PROTOCOL.md §4.1), which never
+        send again (the next write has a new identity). A daemon before log.FORGET keeps them,
+        as every daemon did: a warning, and the write stands."""
+        producers = sorted({f"spark:{self.identity}:{m.partition}" for m in messages if isinstance(m, Sent)})
+        if not producers:
+            return
+        try:
+            with self.remote.connect("the driver") as client:
+                for i in range(0, len(producers), FORGET_PRODUCERS_MAX):  # bounded by the partitions
+                    client.log(self.remote.name).forget_producers(producers[i : i + FORGET_PRODUCERS_MAX])
+        except (RemoteError, OSError, ValueError) as err:  # (ValueError: a daemon before log.FORGET)
+            _logger.warning("%s: the daemon kept the %d producers of this write: %s",
+                            self.remote.where, len(producers), err)  # fmt: skip
+
     def _send(
         self, client: Client, producer: str, base: int, count: int, payloads: list[bytes], role: str
     ) -> int:
@@ -540,7 +560,9 @@ class BatchWriter(DataSourceWriter):
         return self.w.write(iterator, 0)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        """Nothing is left to do: each task's rows are in the log when the task succeeds."""
+        """Each task's rows are in the log when the task succeeds; the daemon forgets the
+        write's producers (``_RemoteWriter.forget``): no task of this write runs again."""
+        self.w.forget(messages)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         """A log is append-only: the rows of the tasks that succeeded stay (docs/SPARK.md)."""
