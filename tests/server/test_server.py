@@ -416,3 +416,55 @@ def test_prometheus_metrics(running: Running) -> None:
     assert "# TYPE logspool_connections gauge" in text and "logspool_connections_total 1" in text
     with pytest.raises(urllib.error.HTTPError):
         urllib.request.urlopen(f"http://127.0.0.1:{port}/other", timeout=10)
+
+
+def test_waiting_takes_and_listens_hold_no_thread_of_the_pool(tmp_path: Path) -> None:
+    """A daemon with 2 pool threads: 6 workers wait in jobs.TAKE (wait 30 s) and 6 subscribers
+    (3 log LISTENs, 3 kv LISTENs) wait for events, all at once; the producer's puts and appends
+    are still served at once, every worker gets a job long before its wait ends, and every
+    subscriber gets its event. (A waiting take or a LISTEN held a pool thread: the puts queued
+    behind the first two takes, until their 30 s ran out empty.)"""
+    r = Running(tmp_path / "data", limits=Limits(threads=2))
+    try:
+        got: list[object] = []
+        failures: list[BaseException] = []
+
+        def worker() -> None:
+            try:
+                with client.connect(r.address, timeout=60) as c:
+                    got.append(c.jobs("work").take(lease=30, wait=30))
+            except BaseException as err:
+                failures.append(err)
+
+        with client.connect(r.address, timeout=60) as c:
+            c.jobs("work").put("warm", b"w")  # (the journal exists: the takes watch its op log)
+            assert isinstance(c.jobs("work").take(lease=30), jobs.Job)
+            c.kv("cfg").set("flag", 0)
+            c.log("events").append(b"before")
+            subs = [c.subscribe("events") for _ in range(3)] + [c.watch("cfg", ["flag"]) for _ in range(3)]
+            workers = [threading.Thread(target=worker) for _ in range(6)]
+            for t in workers:
+                t.start()
+            started = time.monotonic()
+            deadline = started + 20
+            while time.monotonic() < deadline and r.server.counters.requests.get("jobs.take", 0) < 7:
+                time.sleep(0.01)  # (bounded: until the six takes reached the daemon)
+            for i in range(6):
+                c.jobs("work").put(f"job-{i}", b"x")
+            c.log("events").append(b"after")
+            c.kv("cfg").set("flag", 1)
+            for t in workers:
+                t.join(60)
+            assert not failures, failures
+            assert len(got) == 6 and all(isinstance(j, jobs.Job) for j in got), got
+            assert time.monotonic() - started < 25  # (long before the takes' 30 s)
+            for sub in subs[:3]:
+                event = sub.next(10)
+                assert event is not None and [rec[2] for rec in event["records"]] == [b"after"]
+            for sub in subs[3:]:
+                event = sub.next(10)
+                assert event is not None and event["key"] == "flag"
+            for sub in subs:
+                sub.close()
+    finally:
+        r.stop()

@@ -19,8 +19,10 @@ How a connection is served (one ``asyncio.Protocol`` each, ``NativeConnection``)
     writer lock (``_RoundStores``), then fsyncs each store written once, before any reply of
     the round is sent (group commit); a lone writer's round runs on the loop itself
     (``Committer.run_here``);
-  * the rest (scans, log reads, job calls, which sync themselves and may wait, forwarding,
-    LISTEN, opening a store) in the server's thread pool, as before.
+  * the rest (scans, log reads, job calls, which sync themselves, forwarding, opening a store)
+    in the server's thread pool, as before; a LISTEN and a jobs.TAKE with ``wait`` look there
+    with no wait, and wait between looks on the event loop (``_changed``, ``_take_waiting``:
+    the server's ``Tails``), holding no thread.
 - Replies carry their request's id and may come in any order (the protocol has always allowed
   it: requests of a connection run concurrently); the replies of one batch go out in one write.
 - Durability: a write's reply is sent only after its round's fsync (``_Writes.take_writes``
@@ -50,6 +52,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Iterator
@@ -62,6 +65,7 @@ from ._resp_commit import Committer, _Batch
 from ._resp_kv import RedisKV
 from ._server import (  # (_server imports this module only in Server.start)
     READ_LIMIT_MAX,
+    WAIT_S_MAX,
     Server,
     _get,
     _name,
@@ -76,6 +80,17 @@ from ._server import (  # (_server imports this module only in Server.start)
 )
 
 _logger = logging.getLogger("logspool.server")
+# A LISTEN looks again this often when nothing woke it (a change its directory's watch missed,
+# or no inotify here): as often as its reader used to wait in a pool thread.
+LISTEN_POLL_S = 0.5
+
+
+def _waits(body: dict[str, Any]) -> bool:
+    """Whether a jobs.TAKE or TAKE_MANY asks to wait (a number above 0; a bad one is the
+    handler's error)."""
+    wait = body.get("wait")
+    return isinstance(wait, int | float) and not isinstance(wait, bool) and wait > 0
+
 
 OUTPUT_HIGH_SIZE = 1024 * 1024  # no request is taken while more than this waits to be sent
 # Writes decided in the commit rounds (the rest run in the pool or on the loop).
@@ -656,6 +671,8 @@ class NativeConnection(asyncio.Protocol):
         try:
             if command == p.LISTEN:
                 reply = await self.listen(request_id, body)
+            elif command in (p.JOB_TAKE, p.JOB_TAKE_MANY) and _waits(body):
+                reply = await self._take_waiting(command, body)
             elif command in WRITES:  # its store is not open yet: open it off the loop, then commit
                 kind = "logs" if command == p.LOG_APPEND else "kv"
                 await server.call(lambda: server.stores.get(kind, _store_name(body)))
@@ -714,6 +731,35 @@ class NativeConnection(asyncio.Protocol):
         if self._closed and self._in_flight <= 0 and not self.tasks:
             self.done.set()
 
+    async def _take_waiting(self, command: int, body: dict[str, Any]) -> dict[str, Any]:
+        """A jobs.TAKE or jobs.TAKE_MANY with ``wait``: it looks in the pool with no wait, and
+        between looks waits on the event loop (until the journal's op log changes, by this
+        daemon or any process, a delayed job's time comes, or the wait ends), holding no thread.
+        (It held one for its whole wait: 32 waiting workers stopped every other store call.)"""
+        server = self.server
+        tails = server.tails
+        assert tails is not None  # (set when the native door starts)
+        handler = server._handlers[command]
+        deadline = time.monotonic() + min(float(body["wait"]), WAIT_S_MAX)
+        look = {**body, "wait": 0}
+        watch = [f"jobs/{_name(body)}/ops"]
+        for _ in range(1 << 30):  # bounded by the deadline: each turn waits or returns
+            fut = tails.register(watch)  # before the look: a change after it wakes this wait
+            try:
+                reply: dict[str, Any] = await server.call(functools.partial(handler, look))
+                look = {**look, "ack": []}  # (the first look acked them, all or none)
+                left = deadline - time.monotonic()
+                if reply.get("job") is not None or reply.get("jobs") or left <= 0:
+                    return reply
+                next_at = reply.get("next_at")
+                if isinstance(next_at, int | float):  # a delayed job: no write will say so
+                    left = min(left, max(0.0, next_at - time.time()))
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(fut), left)
+            finally:
+                tails.unregister(watch, fut)
+        raise AssertionError("a jobs.TAKE waited past its deadline")
+
     # --- LISTEN -----------------------------------------------------------------------------------
     async def listen(self, request_id: int, body: dict[str, Any]) -> dict[str, Any]:
         """Start a subscription: events carry this request's id until UNLISTEN or disconnection."""
@@ -725,7 +771,7 @@ class NativeConnection(asyncio.Protocol):
             log = await server.call(lambda: server.stores.log(body))
             reader = log.reader(_position(body.get("start", "latest")))  # (errors are the reply)
             batch = min(_get(body, "batch", int, 1000), READ_LIMIT_MAX)
-            loop = self._log_events(request_id, _Tail(reader), batch)
+            loop = self._log_events(request_id, _Tail(reader), batch, f"logs/{_name(body)}")
         elif kind == "kv":
             store = await server.call(lambda: server.stores.kv(body))
             keys = _need(body, "keys", list)
@@ -733,7 +779,7 @@ class NativeConnection(asyncio.Protocol):
                 raise TypeError("field 'keys' must be a non-empty list of strings")
             watched = _Watched(store, keys)
             await server.call(watched.changed)  # the versions now, before the reply
-            loop = self._kv_events(request_id, watched)
+            loop = self._kv_events(request_id, watched, f"kv/{_name(body)}/ops")
         else:
             raise ValueError(f"kind must be 'log' or 'kv', not {kind!r}")
         if self._reading:
@@ -742,13 +788,30 @@ class NativeConnection(asyncio.Protocol):
             loop.close()
         return {"ok": True}
 
-    async def _log_events(self, request_id: int, reader: Any, batch: int) -> None:
+    async def _changed(self, directory: str, look: Any) -> Any:
+        """What ``look`` (a call in the pool) finds, once it finds anything: between looks, a
+        wait on the event loop for a change in ``directory`` (under the data directory) by this
+        daemon or any process, holding no thread (a LISTEN held one while it waited: 32 of them
+        stopped every other store call), or LISTEN_POLL_S at most (a change the watch missed)."""
+        tails = self.server.tails
+        assert tails is not None  # (set when the native door starts)
+        for _ in iter(int, 1):  # until something is found, or the LISTEN is cancelled
+            fut = tails.register([directory])  # before the look: a change after it wakes us
+            try:
+                found = await self.server.call(look)
+                if found:
+                    return found
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(fut), LISTEN_POLL_S)
+            finally:
+                tails.unregister([directory], fut)
+
+    async def _log_events(self, request_id: int, reader: Any, batch: int, directory: str) -> None:
         server = self.server
         try:
             for _ in iter(int, 1):  # until UNLISTEN, disconnection or shutdown cancels it
-                records = await server.call(lambda: reader.batch(batch))
-                if records:
-                    await self.send(p.EVENT, p.LISTEN, request_id, {"records": records})
+                records = await self._changed(directory, lambda: reader.batch(batch))
+                await self.send(p.EVENT, p.LISTEN, request_id, {"records": records})
         except asyncio.CancelledError:
             await self.send(p.EVENT, p.LISTEN, request_id, {}, p.FLAG_END)
         except Exception as err:
@@ -756,12 +819,10 @@ class NativeConnection(asyncio.Protocol):
         finally:
             await server.call(reader.close)  # (after a batch still running in its thread)
 
-    async def _kv_events(self, request_id: int, watched: Any) -> None:
-        server = self.server
+    async def _kv_events(self, request_id: int, watched: Any, directory: str) -> None:
         try:
             for _ in iter(int, 1):  # until UNLISTEN, disconnection or shutdown cancels it
-                await server.call(lambda: watched.store.wait(0.5))
-                for key, version in await server.call(watched.changed):
+                for key, version in await self._changed(directory, watched.changed):
                     await self.send(p.EVENT, p.LISTEN, request_id, {"key": key, "version": version})
         except asyncio.CancelledError:
             await self.send(p.EVENT, p.LISTEN, request_id, {}, p.FLAG_END)

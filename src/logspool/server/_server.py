@@ -50,6 +50,7 @@ from ..log import Log
 from ._resp import RespFront, RespOptions
 from ._resp import _Connection as _RespConnection
 from ._resp_commit import Committer
+from ._resp_streams import Tails
 
 if TYPE_CHECKING:
     from ._native import NativeConnection
@@ -70,7 +71,7 @@ class Limits:
     frame_size_max: int = 16 * 1024 * 1024 + 64 * 1024  # a 16 MiB value and its request
     connections_max: int = 256
     in_flight_max: int = 64  # requests per connection being served at once
-    threads: int = 32  # store calls at once (a take with wait holds one)
+    threads: int = 32  # store calls at once (a LISTEN or a take with wait holds none as it waits)
     stores_max: int = 4096  # stores open at once (each holds files open); more are refused
 
 
@@ -350,6 +351,9 @@ class Server:
         self._metrics: asyncio.Server | None = None
         self._connections: set[NativeConnection] = set()
         self._committer: Committer | None = None  # the native door's commit rounds (start)
+        # What wakes the native door's waits (a LISTEN, a jobs.TAKE with wait) on the event loop:
+        # a change in a store's directory, by this daemon or any process (start).
+        self.tails: Tails | None = None
         self._stopped = asyncio.Event()
         self._handlers = self._build_handlers()
         self._listen = port is not None  # port None: RESP only
@@ -366,6 +370,7 @@ class Server:
         if self.resp is not None:
             await self.resp.start()
         if self._listen:
+            self.tails = Tails(loop, self.data)
             committer = self._committer = make_committer(self, loop)
             self._server = await loop.create_server(
                 lambda: NativeConnection(self, committer), self.host, self.port, ssl=self._ssl
@@ -431,6 +436,8 @@ class Server:
             await asyncio.wait([asyncio.ensure_future(c.done.wait()) for c in conns], timeout=timeout_s)
         if self._committer is not None:
             self._committer.stop()
+        if self.tails is not None:
+            self.tails.close()
         if self.resp is not None:
             self.resp.close()
         self._pool.shutdown(wait=True)
@@ -731,9 +738,10 @@ class _Tail:
         self._lock = threading.Lock()
 
     def batch(self, size: int) -> list[list[Any]]:
-        """Up to ``size`` records, waiting up to half a second for the first."""
+        """Up to ``size`` records, those there now: a LISTEN waits for more on the event loop
+        (``NativeConnection._log_events``), holding no thread."""
         with self._lock:
-            rec = self._reader.next(timeout=0.5)
+            rec = self._reader.next(timeout=0)
             if rec is None:
                 return []
             out = [[rec.lsn, rec.timestamp, rec.payload]]
