@@ -172,7 +172,9 @@ class NativeFront:
     def __init__(self, server: Server) -> None:
         self.server = server
         self.kv = _RoundStores()
-        self.tails = None
+        # The server's waits (a LISTEN of a log): a round's appends wake them at once, as the
+        # RESP door's wake its XREADs (an inotify event would too, a little later).
+        self.tails = server.tails
 
 
 class _Writes:
