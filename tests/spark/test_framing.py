@@ -97,14 +97,17 @@ def walk_index(
 @settings(max_examples=200, deadline=None)
 @given(
     sizes=st.lists(st.sampled_from([0, 1, 5, 100, 511, 512, 3000]), min_size=1, max_size=60),
+    equal=st.booleans(),
     lsn=st.integers(0, 2**40),
     offset=st.integers(fmt.SEGMENT_HEADER_SIZE, 10_000),
     due=st.integers(0, 12_000),
     interval=st.sampled_from([512, 1000, 4096]),
 )
 def test_frame_gives_encode_records_bytes_and_the_index_walks_entries(
-    sizes: list[int], lsn: int, offset: int, due: int, interval: int
+    sizes: list[int], equal: bool, lsn: int, offset: int, due: int, interval: int
 ) -> None:
+    if equal:  # (one size: the strided path)
+        sizes = [sizes[0]] * len(sizes)
     rng = random.Random(len(sizes))
     payloads = [rng.randbytes(n) for n in sizes]
     data = memoryview(b"".join(payloads))
