@@ -225,3 +225,31 @@ def test_the_commit_skips_rows_and_reads_blocks_staged_before_the_crcs(tmp_path:
     assert logs["rows"] == logs["framed"]
     with logspool.open(tmp_path / "framed", readonly=True) as log:
         assert [r.payload for r in log.read()] == (rows + rows)[13:]
+
+
+@pytest.mark.parametrize("where", ["a row's bytes", "a row's CRC", "a row's size"])
+def test_a_staged_block_changed_after_its_task_wrote_it_fails_the_commit_and_appends_nothing(
+    tmp_path: Path, where: str
+) -> None:
+    """The records' CRCs come from the CRCs the tasks staged, not from the bytes read back: a
+    staged file changed in between (a flipped bit on disk, a file system that lost a page) must
+    not be published with wrong CRCs. Each block's own CRC is checked before the publish."""
+    path = tmp_path / "log"
+    writer = _source._BatchWriter({"path": str(path)}, SCHEMA)
+    rows = [b"row %d" % i for i in range(300)]
+    staged = stage(writer.w, rows, per_block=100)
+    raw = bytearray(Path(staged.path).read_bytes())
+    block_head = _source._STAGE_BLOCK_V3.size
+    second = len(_source._STAGE_MAGIC) + block_head + 8 * 100 + sum(map(len, rows[:100]))  # its head
+    at = {
+        "a row's bytes": len(raw) - 1,  # (the last block's last row: the log checks it too)
+        "a row's CRC": second + block_head + 4 * 100 + 4 * 7,
+        "a row's size": second + block_head + 4 * 7,
+    }
+    raw[at[where]] ^= 0x01
+    Path(staged.path).write_bytes(bytes(raw))
+    with pytest.raises(logspool.LogspoolError, match=r"checksum does not match|do not add up"):
+        writer.commit([staged])
+    with logspool.open(path, readonly=True) as log:
+        assert list(log.read()) == []
+    assert logspool.verify(path).ok

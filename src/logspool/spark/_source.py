@@ -33,6 +33,7 @@ import shutil
 import struct
 import time
 import uuid
+import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -86,13 +87,17 @@ DECODES = ("binary", "string", "json")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _TIMESTAMP_US = pa.timestamp("us", tz="UTC")
 _STAGE_LEN = struct.Struct("<I")  # a row's size, in files staged before the blocks
-# A staged file: this magic, then blocks of (row count, data size) u32, the rows' sizes (u32),
-# the CRC-32 of each row (u32), their bytes. (``LSSTAGE2``, of a release before the CRCs: the
-# same blocks without them. A file of a release before the blocks has no magic: a u32 size, the
-# row, and again; a size is below 2**28, and the magic read as one is above.)
+# A staged file: this magic, then blocks of (row count, data size, block CRC) u32, the rows'
+# sizes (u32), the CRC-32 of each row (u32), their bytes; the block CRC is the CRC-32 of the
+# sizes, the row CRCs and the bytes, checked by the commit before it publishes anything framed
+# from them (the records' CRCs come from the staged ones, not from the bytes read back).
+# (``LSSTAGE2``, of a release before the CRCs: blocks of (row count, data size), the sizes, the
+# bytes. A file of a release before the blocks has no magic: a u32 size, the row, and again; a
+# size is below 2**28, and the magic read as one is above.)
 _STAGE_MAGIC = b"LSSTAGE3"
 _STAGE_MAGIC_V2 = b"LSSTAGE2"
-_STAGE_BLOCK = struct.Struct("<II")
+_STAGE_BLOCK = struct.Struct("<II")  # LSSTAGE2: row count, data size
+_STAGE_BLOCK_V3 = struct.Struct("<III")  # LSSTAGE3: row count, data size, CRC-32 of the rest
 _STAGE_READ_SIZE = 4 * limits.MIB
 # The framed bytes of a batch published at once: what one segment may hold (Tail.append_batch).
 _BATCH_SIZE_MAX = limits.SEGMENT_SIZE_LIMIT - fmt.SEGMENT_HEADER_SIZE - fmt.RECORD_OVERHEAD
@@ -634,9 +639,9 @@ class _Writer:
                     at = int(np.argmax(column.is_null().to_numpy(zero_copy_only=False)))
                     raise OptionError(f"row {count + at} of partition {partition}: payload is null")
                 sizes, data = _arrow_payloads(column)
-                f.write(_STAGE_BLOCK.pack(len(column), len(data)))
-                f.write(sizes.tobytes())
-                f.write(_framing.payload_crcs(sizes, data).astype("<u4").tobytes())
+                head = sizes.tobytes() + _framing.payload_crcs(sizes, data).astype("<u4").tobytes()
+                f.write(_STAGE_BLOCK_V3.pack(len(column), len(data), zlib.crc32(data, zlib.crc32(head))))
+                f.write(head)
                 f.write(data)
                 count += len(column)
             f.flush()
@@ -833,20 +838,29 @@ def _staged_form(files: Sequence[str]) -> set[bytes]:
 
 def _staged_arrays(files: Sequence[str]) -> Iterator[tuple[np.ndarray, np.ndarray, memoryview]]:
     """The blocks of staged ``files`` (all with a magic), in order: the rows' sizes, their
-    CRC-32s (computed here for a file of a release before they were staged) and their bytes."""
+    CRC-32s (computed here for a file of a release before they were staged) and their bytes.
+    Each block's CRC is checked (LogspoolError naming the file if it fails; ~0.3 ms a MiB).
+    Sizes read from a file are checked against what the file holds before anything is
+    allocated."""
     for path in files:
         with _open_staged(path) as f:
             magic = f.read(len(_STAGE_MAGIC))
             assert magic in (_STAGE_MAGIC, _STAGE_MAGIC_V2)
+            v3 = magic == _STAGE_MAGIC
+            block = _STAGE_BLOCK_V3 if v3 else _STAGE_BLOCK
+            left = os.fstat(f.fileno()).st_size - len(magic)
             for _ in range(1 << 40):  # bounded by the file's size: each turn reads a block or ends
-                head = f.read(_STAGE_BLOCK.size)
+                head = f.read(block.size)
                 if not head:
                     break
-                if len(head) < _STAGE_BLOCK.size:
+                if len(head) < block.size:
                     raise LogspoolError(f"{path}: staged file cut short")
-                count, size = _STAGE_BLOCK.unpack(head)
+                count, size, *crc = block.unpack(head)
+                left -= block.size + (8 if v3 else 4) * count + size
+                if left < 0:
+                    raise LogspoolError(f"{path}: staged file cut short")
                 sizes = np.empty(count, "<u4")
-                crcs = np.empty(count if magic == _STAGE_MAGIC else 0, "<u4")
+                crcs = np.empty(count if v3 else 0, "<u4")
                 data = bytearray(size)
                 if (
                     f.readinto(sizes) != sizes.nbytes
@@ -854,11 +868,23 @@ def _staged_arrays(files: Sequence[str]) -> Iterator[tuple[np.ndarray, np.ndarra
                     or f.readinto(data) != size
                 ):
                     raise LogspoolError(f"{path}: staged file cut short")
+                if v3:
+                    _check_block(path, sizes, crcs, data, crc[0])
                 if int(sizes.sum(dtype=np.int64)) != size:
                     raise LogspoolError(f"{path}: a staged block's sizes do not add up to its data")
-                if magic != _STAGE_MAGIC:
+                if not v3:
                     crcs = _framing.payload_crcs(sizes, memoryview(data))
                 yield sizes, crcs, memoryview(data)
+
+
+def _check_block(path: str, sizes: np.ndarray, crcs: np.ndarray, data: bytearray, expected: int) -> None:
+    """A staged block read back is what its task wrote (its CRC-32); LogspoolError if not."""
+    found = zlib.crc32(data, zlib.crc32(crcs.data, zlib.crc32(sizes.data)))
+    if found != expected:
+        raise LogspoolError(
+            f"{path}: a staged block's checksum does not match (expected 0x{expected:08x}, found "
+            f"0x{found:08x}): the staged file changed after its task wrote it"
+        )
 
 
 def _staged_chunks(files: Sequence[str], skip: int = 0) -> Iterator[list[bytes]]:
@@ -978,7 +1004,10 @@ def _rows(block: _Block, begin: int, end: int) -> _Block:
 
 def _append_framed(tail: Any, files: list[str], size: int, skip: int, timestamp: int | None) -> None:
     """``_append`` of staged blocks framed with numpy (``Tail.append_framed``); ``size``: at
-    most the framed bytes."""
+    most the framed bytes. Each staged block's CRC is checked as it is read, before it is
+    framed: the records' CRCs come from the CRCs the tasks staged, so a staged file changed
+    since its task wrote it must fail the commit (nothing appended), never give records whose
+    CRCs fail."""
     blocks: Iterator[_Block] = _staged_arrays(files)
     leftover: _Block | None = None
     for _ in range(1 << 40):  # bounded: each turn appends a part of the rows, or ends
@@ -1020,7 +1049,7 @@ def _append_framed(tail: Any, files: list[str], size: int, skip: int, timestamp:
                     return
 
         # (Each part announces what a part may hold, as _append_rows does: the same rotations.)
-        part = tail.append_framed(frame, size=min(size, _BATCH_SIZE_MAX), timestamp=timestamp)
-        if not part or leftover is None:
+        appended = tail.append_framed(frame, size=min(size, _BATCH_SIZE_MAX), timestamp=timestamp)
+        if not appended or leftover is None:
             return
     raise AssertionError("unreachable")
