@@ -698,8 +698,9 @@ class ActiveSegment:
         """Under the writer lock: as ``write_batch``, for records the caller frames itself
         (``frame``, given where the batch starts, yields them a block at a time, each with the
         index entries it owes): the same checks, rotation, writes and publish (FORMAT.md §7.1),
-        and the same bytes when the caller frames as ``fmt.encode_record`` does. ``size``: the
-        framed records' bytes, exactly (ValueError, and nothing appended, if they take more).
+        and the same bytes when the caller frames as ``fmt.encode_record`` does. ``size``: at
+        most how many bytes the framed records take, as for ``write_batch`` (ValueError, and
+        nothing appended, if they take more).
         Each block's first and last records are checked (whole, CRC right, lsns in order)
         before they are written: a wrong framer is our bug, never written to the log."""
         if size > limits.SEGMENT_SIZE_LIMIT - fmt.SEGMENT_HEADER_SIZE - fmt.RECORD_OVERHEAD:

@@ -569,10 +569,10 @@ class Tail:
         mark, offset and index position) and yields blocks of plain records framed as
         ``fmt.encode_record`` frames them, each with the index entries it owes (§5.2): the log
         writes them as they are, after checking each block's first and last record. ``size``:
-        the framed bytes, exactly. So a caller that frames many records at once (the Spark
-        commit, with numpy) writes the bytes ``append_batch`` would, without a Python step per
-        record. Not for a compressed log (ValueError). Durability and ``timestamp``: as
-        ``append_batch``."""
+        at most how many bytes they take, as for ``append_batch``. So a caller that frames many
+        records at once (the Spark commit, with numpy) writes the bytes ``append_batch`` would,
+        without a Python step per record. Not for a compressed log (ValueError). Durability and
+        ``timestamp``: as ``append_batch``."""
         if self.compressed:
             raise ValueError("append_framed frames plain records; this log is compressed: use append_batch")
         _check_timestamp(timestamp, self._active.last_ts)

@@ -12,13 +12,14 @@ exact.
 
 Writes: each task stages its rows in a file under ``DIR/.spark-staging/`` (nothing is in the log
 yet; an aborted job removes its files), taking them as Arrow batches and writing the payload
-column's buffers as they are, and the driver's ``commit`` appends them to the log under the
-writer lock, in partition order, as one batch published at once (``Tail.append_batch``: readers
-see all of it or none, and a crash leaves it whole or absent). For a streaming sink the batch id
-makes this exactly-once: before appending, the driver durably records an intent (batch id, the
-head lsn, the staged files and their row count); a batch replayed after a failure finds its
-intent and, unless the batch is in the log already, appends it from those files, whatever rows
-the replay computed.
+column's buffers as they are with each row's CRC-32, and the driver's ``commit`` frames them
+with numpy (``_framing``) and appends them to the log under the writer lock, in partition
+order, as one batch published at once (``Tail.append_framed``: the bytes ``append_batch`` would
+write; readers see all of it or none, and a crash leaves it whole or absent). For a streaming
+sink the batch id makes this exactly-once: before appending, the driver durably records an
+intent (batch id, the head lsn, the staged files and their row count); a batch replayed after a
+failure finds its intent and, unless the batch is in the log already, appends it from those
+files, whatever rows the replay computed.
 
 Options (case-insensitive) and their defaults are documented in docs/SPARK.md.
 """
