@@ -52,9 +52,13 @@ def test_shift_carries_a_register_over_zero_bytes_as_zlib_does(cases: list[tuple
 
 
 def test_shift_is_exact_up_to_the_largest_payload() -> None:
+    v = np.array([0x12345678, 0xFFFFFFFF, 1], np.uint32)
     for n in (2**20 + 3, 2**28 - 1, 2**28):
-        v = np.array([0x12345678, 0xFFFFFFFF, 1], np.uint32)
         assert _framing.shift(v, n).tolist() == [zlib_shift(int(a), n) for a in v]
+    mixed = np.array([2**28, 2**28 - 1, 0], np.int64)  # (sizes that differ: a table set per digit)
+    assert _framing.shift(v, mixed).tolist() == [
+        zlib_shift(int(a), int(n)) for a, n in zip(v, mixed, strict=True)
+    ]
 
 
 @settings(max_examples=200, deadline=None)

@@ -58,11 +58,11 @@ def _tables_of(columns: np.ndarray) -> np.ndarray:
     """A linear map of 32 bits, given by the images of its 32 unit vectors (``columns``), as four
     256-entry tables, one per byte of the input (the image of a value is the xor of the four
     lookups)."""
-    bits = (np.arange(256)[:, None] >> np.arange(8)) & 1  # (256, 8)
+    bits = ((np.arange(256)[:, None] >> np.arange(8)) & 1).astype(bool)  # (256, 8)
     tables = np.zeros((4, 256), np.uint32)
     for j in range(4):
-        for bit in range(8):
-            tables[j] ^= np.where(bits[:, bit] == 1, columns[8 * j + bit], np.uint32(0)).astype(np.uint32)
+        chosen = np.where(bits, columns[8 * j : 8 * j + 8][None, :], np.uint32(0)).astype(np.uint32)
+        tables[j] = np.bitwise_xor.reduce(chosen, axis=1)
     return tables
 
 
@@ -85,25 +85,52 @@ def _shift_tables() -> np.ndarray:
 
 
 _SHIFT = _shift_tables()
+_DIGITS = (_SHIFT_LEVELS + 3) // 4  # hexadecimal digits of a size below 2^29
+
+
+def _digit_tables() -> np.ndarray:
+    """``_DIGIT[d][j]``: for sizes of any hexadecimal digit ``k`` at place ``d``, the tables
+    (``_tables_of``) of the register carried over ``k * 16^d`` zero bytes, flat: entry
+    ``k * 256 + b`` is byte ``j``'s table at ``b``. One lookup per byte and digit carries each
+    register over its own size (the shifts by 2^i bytes composed)."""
+    units = np.uint32(1) << np.arange(32, dtype=np.uint32)
+    digits = np.zeros((_DIGITS, 4, 16 * 256), np.uint32)
+    for d in range(_DIGITS):
+        for k in range(16):
+            columns = units
+            for i in range(4):
+                if (k >> i) & 1 and 4 * d + i < _SHIFT_LEVELS:
+                    columns = _apply(_SHIFT[4 * d + i], columns)
+            digits[d][:, k * 256 : (k + 1) * 256] = _tables_of(columns)
+    return digits
+
+
+_DIGIT = _digit_tables()
 
 
 def shift(v: np.ndarray, n: np.ndarray | int) -> np.ndarray:
     """CRC registers ``v`` (uint32) each carried over ``n`` zero bytes (n below 2^29, an array
-    of the same shape, or one int for all): ``~zlib.crc32(bytes(n), ~v)``, vectorized."""
+    of the same shape, or one int for all): ``~zlib.crc32(bytes(n), ~v)``, vectorized. One size
+    for all: a table set per bit of it; sizes that differ: a table set per hexadecimal digit of
+    the largest, each register looking up its own digit's tables (4 lookups a digit)."""
     v = np.asarray(v, np.uint32)
     n = np.asarray(n, np.int64)
     if n.size == 0 or v.size == 0:
         return v.copy()
     assert int(n.min()) >= 0 and int(n.max()) < (1 << _SHIFT_LEVELS)
-    uniform = bool(n.min() == n.max()) if n.ndim else True
-    top = int(n.max()).bit_length()
-    for k in range(top):  # bounded by the 29 levels
-        bit = (n >> k) & 1
-        if uniform:
-            if int(bit.flat[0]):
+    if n.ndim == 0 or bool(n.min() == n.max()):
+        size = int(n.flat[0])
+        for k in range(size.bit_length()):  # bounded by the 29 levels
+            if (size >> k) & 1:
                 v = _apply(_SHIFT[k], v)
-        elif bit.any():
-            v = np.where(bit == 1, _apply(_SHIFT[k], v), v)
+        return v
+    for d in range((int(n.max()).bit_length() + 3) // 4):  # bounded by the 8 digits
+        at = ((n >> (4 * d)) & 15) << 8
+        tables = _DIGIT[d]
+        out: np.ndarray = tables[0][at + (v & 0xFF)] ^ tables[1][at + ((v >> 8) & 0xFF)]
+        out ^= tables[2][at + ((v >> 16) & 0xFF)]
+        out ^= tables[3][at + (v >> 24)]
+        v = out
     return v
 
 
