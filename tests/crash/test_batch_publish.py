@@ -6,7 +6,9 @@ How:
 - power loss at every operation of a workload of batches (across rotations, one larger than a
   segment, several chunks each) and plain appends, through the ``_fs`` seam: each crash state the
   model allows holds a prefix of the appends in which every batch is whole or absent, holds every
-  acknowledged one, verifies clean, and reads the same after a second open;
+  acknowledged one, verifies clean, and reads the same after a second open (with the batches
+  through ``append_batch``, and through ``append_framed``, framed by the Spark commit's numpy
+  framer);
 - the death of the process at every operation (the files as the page cache holds them, opened
   in the same boot, where a torn write followed by valid records would be damage): the same;
 - writer processes killed with SIGKILL at random moments while appending large batches: the log
@@ -26,8 +28,9 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -75,9 +78,39 @@ def check_whole(payloads: list[bytes]) -> list[int]:
 Workload = Callable[[str, FaultFS, list[list[bytes]], list[list[bytes]]], None]
 
 
-def batches_workload(durability: str) -> Workload:
+def numpy_framer(chunks: list[list[bytes]]) -> Callable[[Any], Iterator[Any]]:
+    """``Tail.append_framed``'s ``frame`` for ``chunks``: framed as the Spark commit frames
+    (``logspool.spark._framing``, numpy), a block a chunk."""
+    import numpy as np
+
+    from logspool.spark import _framing
+
+    def frame(start: Any) -> Iterator[Any]:
+        lsn, offset, due = start.lsn, start.offset, start.index_due
+        for chunk in chunks:
+            sizes = np.array([len(p) for p in chunk], np.uint32)
+            data = memoryview(b"".join(chunk))
+            block = _framing.frame(
+                sizes,
+                data,
+                _framing.payload_crcs(sizes, data),
+                lsn=lsn,
+                timestamp=start.timestamp,
+                durable_lsn=start.durable_lsn,
+                offset=offset,
+                due=due,
+                interval=start.index_interval,
+            )
+            yield block
+            lsn, offset, due = lsn + block.count, offset + len(block.data), block.due
+
+    return frame
+
+
+def batches_workload(durability: str, framing: str = "batch") -> Workload:
     """Batches and single appends (each a batch of one); ``attempted`` gets each before its call,
-    ``acked`` after the call that made it durable returned."""
+    ``acked`` after the call that made it durable returned. ``framing``: "batch", the batches
+    through ``append_batch``; "framed", through ``append_framed`` (the Spark commit's)."""
 
     def run(path: str, fs: FaultFS, attempted: list[list[bytes]], acked: list[list[bytes]]) -> None:
         log = logspool.open(path, fs=fs, durability=durability, segment_size_max=4096, index_interval=512)
@@ -89,10 +122,12 @@ def batches_workload(durability: str) -> Workload:
                 log.append(payloads[0])
             else:
                 step = -(-count // chunks)
+                chunks = [payloads[i : i + step] for i in range(0, count, step)]
                 with log.exclusive() as tail:
-                    tail.append_batch(
-                        (payloads[i : i + step] for i in range(0, count, step)), size=framed(payloads)
-                    )
+                    if framing == "framed":
+                        tail.append_framed(numpy_framer(chunks), size=framed(payloads))
+                    else:
+                        tail.append_batch(chunks, size=framed(payloads))
             if durability == "os":
                 log.sync()
             acked[:] = attempted
@@ -115,11 +150,16 @@ def check_state(path: str, attempted: list[list[bytes]], acked: list[list[bytes]
         assert [(r.lsn, r.payload) for r in log.read()] == got, "a second open changed the records"
 
 
-@pytest.mark.parametrize("durability", ["always", "os"])
+@pytest.mark.parametrize(
+    ("durability", "framing"), [("always", "batch"), ("os", "batch"), ("always", "framed")]
+)
 def test_power_loss_or_process_death_at_every_operation_leaves_each_batch_whole_or_absent(
-    fast_dir: Path, durability: str
+    fast_dir: Path, durability: str, framing: str
 ) -> None:
-    workload = batches_workload(durability)
+    if framing == "framed":
+        pytest.importorskip("numpy")
+        pytest.importorskip("pyarrow")
+    workload = batches_workload(durability, framing)
     clean = fast_dir / "clean"
     fs = FaultFS(str(clean))
     workload(str(clean / "log"), fs, [], [])

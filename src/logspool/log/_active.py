@@ -66,6 +66,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import NamedTuple, Protocol, cast
 
 from .. import _format as fmt
 from .. import _segment as seg
@@ -77,12 +78,58 @@ from ._handle import HandleState
 from ._sync import Syncer
 
 _NEVER_NS = 1 << 63
+_RECORD_RESIDUE = 0x2144DF1C  # the CRC-32 of a whole record, trailer included (FORMAT.md §4.2)
 _HOLD_BURST_NS = int(limits.WRITER_HOLD_BURST_S * 1e9)
 _HOLD_MAX_NS = int(limits.WRITER_HOLD_MAX_S * 1e9)
 
 
 def _nothing() -> None:
     """The catch-up before the wiring sets the real one."""
+
+
+class BatchStart(NamedTuple):
+    """Where a batch framed by its caller starts (``ActiveSegment.write_framed``): its first
+    lsn, the records' timestamp and durable mark, the offset of its first record, where the next
+    index entry is due and the index interval (FORMAT.md §5.2)."""
+
+    lsn: int
+    timestamp: int
+    durable_lsn: int
+    offset: int
+    index_due: int
+    index_interval: int
+
+
+class Framed(Protocol):
+    """Records framed by a batch's caller, back to back (``data``, ``count`` of them, the last
+    ``last_size`` bytes long), with the index entries they owe, encoded (``index``), and where
+    the next entry is due after them (``due``)."""
+
+    @property
+    def data(self) -> bytes | memoryview: ...
+    @property
+    def count(self) -> int: ...
+    @property
+    def last_size(self) -> int: ...
+    @property
+    def index(self) -> bytes: ...
+    @property
+    def due(self) -> int: ...
+
+
+def _check_framed(data: memoryview, count: int, last_size: int, lsn: int, ts: int) -> None:
+    """A block of framed records, checked at its ends before it is written: its first record at
+    0 and its last at ``len(data) - last_size`` are whole, carry lsns ``lsn`` and ``lsn + count
+    - 1`` and timestamp ``ts``, and their CRCs are right (the CRC of a whole record, trailer
+    included, is the residue of §4.2). A framer that fails this is our bug."""
+    last = len(data) - last_size
+    for at, expected in ((0, lsn), (last, lsn + count - 1)):
+        assert at >= 0 and at + fmt.RECORD_OVERHEAD <= len(data), (at, len(data))
+        length, _flags, got_lsn, got_ts, _durable = fmt.RECORD_HEADER.unpack_from(data, at)
+        end = at + fmt.RECORD_OVERHEAD + length
+        assert end <= len(data) and (at != last or end == len(data)), (at, length, len(data))
+        assert (got_lsn, got_ts) == (expected, ts), (got_lsn, expected, got_ts, ts)
+        assert fmt.crc32(data[at:end]) == _RECORD_RESIDUE, (at, got_lsn)
 
 
 class ActiveSegment:
@@ -601,6 +648,24 @@ class ActiveSegment:
         if lsn == first:
             self.needs_recovery = False  # (nothing was written)
             return first
+        self._publish_batch(head_crc, head_crc_at, offset, lsn, ts, due, b"".join(index), last_size)
+        return first
+
+    def _publish_batch(
+        self,
+        head_crc: bytes,
+        head_crc_at: int,
+        end: int,
+        next_lsn: int,
+        ts: int,
+        due: int,
+        index: bytes,
+        last_size: int,
+    ) -> None:
+        """Steps 4-6 of FORMAT.md §7.1, once a batch's records are written up to ``end`` (its
+        first record's CRC, ``head_crc``, complemented at ``head_crc_at``): fsync, publish,
+        then this view, the index entries and the tail hint."""
+        fs, fd = self._fs, self.fd
         try:
             # The batch durable before the 4 bytes that publish it: after a power loss the
             # batch is whole (the CRC reached the disk, and the rest was there before it) or
@@ -616,16 +681,89 @@ class ActiveSegment:
             fs.pwrite(fd, head_crc, head_crc_at)  # published: every reader sees the whole batch
         except OSError as err:
             raise self.undo_write(err, "publishing a batch") from err
-        self.end = offset
-        self.next_lsn = lsn
+        self.end = end
+        self.next_lsn = next_lsn
         self.last_ts = ts
         self.index_due = due
         self.needs_recovery = False
         self.mark_written()
         if index:
-            self._write_index_entry_bytes(b"".join(index))
+            self._write_index_entry_bytes(index)
         if not self.single:
-            self._syncer.publish_tail(self.base, offset - last_size, lsn - 1, offset)
+            self._syncer.publish_tail(self.base, end - last_size, next_lsn - 1, end)
+
+    def write_framed(
+        self, size: int, frame: Callable[[BatchStart], Iterable[Framed]], timestamp: int | None = None
+    ) -> int:
+        """Under the writer lock: as ``write_batch``, for records the caller frames itself
+        (``frame``, given where the batch starts, yields them a block at a time, each with the
+        index entries it owes): the same checks, rotation, writes and publish (FORMAT.md §7.1),
+        and the same bytes when the caller frames as ``fmt.encode_record`` does. ``size``: at
+        most how many bytes the framed records take, as for ``write_batch`` (ValueError, and
+        nothing appended, if they take more).
+        Each block's first and last records are checked (whole, CRC right, lsns in order)
+        before they are written: a wrong framer is our bug, never written to the log."""
+        if size > limits.SEGMENT_SIZE_LIMIT - fmt.SEGMENT_HEADER_SIZE - fmt.RECORD_OVERHEAD:
+            raise ValueError(
+                f"a batch of {size} bytes is more than a segment may hold ({limits.SEGMENT_SIZE_LIMIT}): "
+                "append it in smaller batches"
+            )
+        ts = self._stamp(timestamp)
+        if (
+            self.end + size > self._segment_size_max - fmt.RECORD_OVERHEAD
+            and self.end > fmt.SEGMENT_HEADER_SIZE
+        ):
+            self.rotate(ts)  # one segment holds the whole batch (as write_batch)
+        start = self.end
+        first = lsn = self.next_lsn
+        limit = start + size
+        if limit > self.alloc_end:
+            self.alloc_end = self._preallocate(self.fd, start, limit)
+        fs, fd = self._fs, self.fd
+        offset = start
+        head_crc_at = -1
+        head_crc = b""
+        last_size = 0
+        due = self.index_due
+        index: list[bytes] = []
+        blocks = frame(BatchStart(first, ts, self._syncer.durable_lsn, start, due, self.index_interval))
+        self.needs_recovery = True  # (as in write_batch: unsure until the batch is published)
+        try:
+            for block in blocks:  # bounded by the caller's blocks; each write by ``limit``
+                data = memoryview(block.data).cast("B")
+                if not block.count:
+                    continue
+                if offset + len(data) > limit:
+                    raise ValueError(f"the batch takes more than the {size} bytes announced")
+                _check_framed(data, block.count, block.last_size, lsn, ts)
+                at = 0
+                if head_crc_at < 0:
+                    # The first record alone, its CRC complemented (as in write_batch).
+                    head_size = fmt.RECORD_OVERHEAD + fmt.RECORD_HEADER.unpack_from(data)[0]
+                    head_crc_at, head_crc = offset + head_size - 4, bytes(data[head_size - 4 : head_size])
+                    fs.pwrite(fd, bytes(data[: head_size - 4]) + bytes(b ^ 0xFF for b in head_crc), offset)
+                    at = head_size
+                if at < len(data):
+                    # (A view: os.pwrite takes any buffer, and the block is not copied again.)
+                    # Crash: an unpublished batch, cut on recovery.
+                    fs.pwrite(fd, cast("bytes", data[at:]), offset + at)
+                offset += len(data)
+                lsn += block.count
+                last_size = block.last_size
+                due = block.due
+                index.append(block.index)
+        except OSError as err:
+            raise self.undo_write(err, "writing a batch") from err
+        except BaseException:
+            try:
+                self.cut(start)  # nothing of the batch stays (it was never readable)
+            except OSError as err2:
+                self._handle.fail(err2)  # (the next writer's recovery cuts it)
+            raise
+        if lsn == first:
+            self.needs_recovery = False  # (nothing was written)
+            return first
+        self._publish_batch(head_crc, head_crc_at, offset, lsn, ts, due, b"".join(index), last_size)
         return first
 
     def _stamp(self, timestamp: int | None) -> int:

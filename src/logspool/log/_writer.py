@@ -39,7 +39,7 @@ from .. import _codec, limits
 from .. import _format as fmt
 from .._fs import FileSystem
 from ..errors import AppendError, ClosedError, FailedError, RecordTooLargeError
-from ._active import ActiveSegment
+from ._active import ActiveSegment, BatchStart, Framed
 from ._handle import HandleState
 from ._sync import Syncer
 
@@ -384,6 +384,11 @@ class Writer:
             self._after_rotation()
         return list(range(first, first + len(items)))
 
+    @property
+    def compressor(self) -> _codec.Compressor | None:
+        """The log's compressor, or None if the log is not compressed."""
+        return self._compressor
+
     def compress(self, items: list[bytes]) -> list[int] | None:
         """Compress ``items`` in place where that makes them smaller; their record flags, or None
         if the log is not compressed (all flags 0)."""
@@ -547,6 +552,31 @@ class Tail:
             return items, compress(items)
 
         first = self._active.write_batch(chunks, size, prepare, timestamp)
+        return range(first, self._active.next_lsn)
+
+    @property
+    def compressed(self) -> bool:
+        """The log stores payloads compressed where that makes them smaller (``append_framed``
+        frames plain records only: a compressed log takes ``append_batch``)."""
+        return self._writer.compressor is not None
+
+    def append_framed(
+        self, frame: Callable[[BatchStart], Iterable[Framed]], *, size: int, timestamp: int | None = None
+    ) -> range:
+        """As ``append_batch`` (one batch, seen at once or not at all, whole or absent after a
+        crash: FORMAT.md §7.1), for records the caller frames itself: ``frame`` is called once
+        under the writer lock with where the batch starts (its first lsn, timestamp, durable
+        mark, offset and index position) and yields blocks of plain records framed as
+        ``fmt.encode_record`` frames them, each with the index entries it owes (§5.2): the log
+        writes them as they are, after checking each block's first and last record. ``size``:
+        at most how many bytes they take, as for ``append_batch``. So a caller that frames many
+        records at once (the Spark commit, with numpy) writes the bytes ``append_batch`` would,
+        without a Python step per record. Not for a compressed log (ValueError). Durability and
+        ``timestamp``: as ``append_batch``."""
+        if self.compressed:
+            raise ValueError("append_framed frames plain records; this log is compressed: use append_batch")
+        _check_timestamp(timestamp, self._active.last_ts)
+        first = self._active.write_framed(size, frame, timestamp)
         return range(first, self._active.next_lsn)
 
     def check(self, payloads: Iterable[bytes]) -> list[bytes]:

@@ -12,13 +12,14 @@ exact.
 
 Writes: each task stages its rows in a file under ``DIR/.spark-staging/`` (nothing is in the log
 yet; an aborted job removes its files), taking them as Arrow batches and writing the payload
-column's buffers as they are, and the driver's ``commit`` appends them to the log under the
-writer lock, in partition order, as one batch published at once (``Tail.append_batch``: readers
-see all of it or none, and a crash leaves it whole or absent). For a streaming sink the batch id
-makes this exactly-once: before appending, the driver durably records an intent (batch id, the
-head lsn, the staged files and their row count); a batch replayed after a failure finds its
-intent and, unless the batch is in the log already, appends it from those files, whatever rows
-the replay computed.
+column's buffers as they are with each row's CRC-32, and the driver's ``commit`` frames them
+with numpy (``_framing``) and appends them to the log under the writer lock, in partition
+order, as one batch published at once (``Tail.append_framed``: the bytes ``append_batch`` would
+write; readers see all of it or none, and a crash leaves it whole or absent). For a streaming
+sink the batch id makes this exactly-once: before appending, the driver durably records an
+intent (batch id, the head lsn, the staged files and their row count); a batch replayed after a
+failure finds its intent and, unless the batch is in the log already, appends it from those
+files, whatever rows the replay computed.
 
 Options (case-insensitive) and their defaults are documented in docs/SPARK.md.
 """
@@ -33,6 +34,7 @@ import shutil
 import struct
 import time
 import uuid
+import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -75,7 +77,7 @@ from .._fs import REAL, replace_file
 from ..errors import CorruptionError, DataLossError, LogspoolError
 from ..log import Log
 from ..log._directory import list_segments
-from . import _daemon
+from . import _daemon, _framing
 from . import _partition as part
 
 NAME = "logspool"
@@ -86,11 +88,17 @@ DECODES = ("binary", "string", "json")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _TIMESTAMP_US = pa.timestamp("us", tz="UTC")
 _STAGE_LEN = struct.Struct("<I")  # a row's size, in files staged before the blocks
-# A staged file: this magic, then blocks of (row count, data size) u32, the rows' sizes (u32),
-# their bytes. (A file of a release before it has no magic: a u32 size, the row, and again; a
+# A staged file: this magic, then blocks of (row count, data size, block CRC) u32, the rows'
+# sizes (u32), the CRC-32 of each row (u32), their bytes; the block CRC is the CRC-32 of the
+# sizes, the row CRCs and the bytes, checked by the commit before it publishes anything framed
+# from them (the records' CRCs come from the staged ones, not from the bytes read back).
+# (``LSSTAGE2``, of a release before the CRCs: blocks of (row count, data size), the sizes, the
+# bytes. A file of a release before the blocks has no magic: a u32 size, the row, and again; a
 # size is below 2**28, and the magic read as one is above.)
-_STAGE_MAGIC = b"LSSTAGE2"
-_STAGE_BLOCK = struct.Struct("<II")
+_STAGE_MAGIC = b"LSSTAGE3"
+_STAGE_MAGIC_V2 = b"LSSTAGE2"
+_STAGE_BLOCK = struct.Struct("<II")  # LSSTAGE2: row count, data size
+_STAGE_BLOCK_V3 = struct.Struct("<III")  # LSSTAGE3: row count, data size, CRC-32 of the rest
 _STAGE_READ_SIZE = 4 * limits.MIB
 # The framed bytes of a batch published at once: what one segment may hold (Tail.append_batch).
 _BATCH_SIZE_MAX = limits.SEGMENT_SIZE_LIMIT - fmt.SEGMENT_HEADER_SIZE - fmt.RECORD_OVERHEAD
@@ -613,8 +621,9 @@ class _Writer:
     def write(self, batches: Iterator[pa.RecordBatch]) -> _Staged:
         """In a task: stage the payload column of ``batches`` (Arrow record batches, as Spark
         hands them to an Arrow writer) in a file of blocks, one a batch: its row count and data
-        size, the rows' sizes, then their bytes, copied from the Arrow buffers as they are (no
-        row becomes a Python object). Fsynced before the task reports success."""
+        size, the rows' sizes, their CRC-32s (so the commit frames the records without reading
+        a row: ``_framing``), then their bytes, copied from the Arrow buffers as they are.
+        Fsynced before the task reports success."""
         from pyspark import TaskContext
 
         ctx = TaskContext.get()
@@ -631,8 +640,9 @@ class _Writer:
                     at = int(np.argmax(column.is_null().to_numpy(zero_copy_only=False)))
                     raise OptionError(f"row {count + at} of partition {partition}: payload is null")
                 sizes, data = _arrow_payloads(column)
-                f.write(_STAGE_BLOCK.pack(len(column), len(data)))
-                f.write(sizes)
+                head = sizes.tobytes() + _framing.payload_crcs(sizes, data).astype("<u4").tobytes()
+                f.write(_STAGE_BLOCK_V3.pack(len(column), len(data), zlib.crc32(data, zlib.crc32(head))))
+                f.write(head)
                 f.write(data)
                 count += len(column)
             f.flush()
@@ -792,9 +802,9 @@ def _matching_prefix(log: Log, start: int, payloads: list[bytes]) -> int:
     return n
 
 
-def _arrow_payloads(column: pa.Array) -> tuple[memoryview, memoryview]:
+def _arrow_payloads(column: pa.Array) -> tuple[np.ndarray, memoryview]:
     """A binary or string Arrow column's rows: their sizes (u32, little-endian) and their bytes,
-    back to back (views of the column's own buffers where they can be)."""
+    back to back (a view of the column's own buffer)."""
     large = pa.types.is_large_binary(column.type) or pa.types.is_large_string(column.type)
     if not (large or pa.types.is_binary(column.type) or pa.types.is_string(column.type)):
         raise OptionError(f"column payload must be binary or string, not {column.type}")
@@ -804,7 +814,78 @@ def _arrow_payloads(column: pa.Array) -> tuple[memoryview, memoryview]:
     sizes = np.diff(offsets).astype("<u4")
     first, last = (int(offsets[0]), int(offsets[-1])) if len(offsets) else (0, 0)
     data = memoryview(data_buffer)[first:last] if data_buffer is not None else memoryview(b"")
-    return memoryview(sizes.tobytes()), data
+    return sizes, data
+
+
+def _open_staged(path: str) -> Any:
+    try:
+        return open(path, "rb")
+    except FileNotFoundError:
+        raise LogspoolError(
+            f"{path}: a staged file of this write is missing (the log's directory must be on a "
+            "file system the driver and every executor mount at the same path)"
+        ) from None
+
+
+def _staged_form(files: Sequence[str]) -> set[bytes]:
+    """The magics of the staged ``files`` (b"" for a file of a release before the blocks)."""
+    forms = set()
+    for path in files:
+        with _open_staged(path) as f:
+            head = f.read(len(_STAGE_MAGIC))
+        forms.add(head if head in (_STAGE_MAGIC, _STAGE_MAGIC_V2) else b"")
+    return forms
+
+
+def _staged_arrays(files: Sequence[str]) -> Iterator[tuple[np.ndarray, np.ndarray, memoryview]]:
+    """The blocks of staged ``files`` (all with a magic), in order: the rows' sizes, their
+    CRC-32s (computed here for a file of a release before they were staged) and their bytes.
+    Each block's CRC is checked (LogspoolError naming the file if it fails; ~0.3 ms a MiB).
+    Sizes read from a file are checked against what the file holds before anything is
+    allocated."""
+    for path in files:
+        with _open_staged(path) as f:
+            magic = f.read(len(_STAGE_MAGIC))
+            assert magic in (_STAGE_MAGIC, _STAGE_MAGIC_V2)
+            v3 = magic == _STAGE_MAGIC
+            block = _STAGE_BLOCK_V3 if v3 else _STAGE_BLOCK
+            left = os.fstat(f.fileno()).st_size - len(magic)
+            for _ in range(1 << 40):  # bounded by the file's size: each turn reads a block or ends
+                head = f.read(block.size)
+                if not head:
+                    break
+                if len(head) < block.size:
+                    raise LogspoolError(f"{path}: staged file cut short")
+                count, size, *crc = block.unpack(head)
+                left -= block.size + (8 if v3 else 4) * count + size
+                if left < 0:
+                    raise LogspoolError(f"{path}: staged file cut short")
+                sizes = np.empty(count, "<u4")
+                crcs = np.empty(count if v3 else 0, "<u4")
+                data = bytearray(size)
+                if (
+                    f.readinto(sizes) != sizes.nbytes
+                    or f.readinto(crcs) != crcs.nbytes
+                    or f.readinto(data) != size
+                ):
+                    raise LogspoolError(f"{path}: staged file cut short")
+                if v3:
+                    _check_block(path, sizes, crcs, data, crc[0])
+                if int(sizes.sum(dtype=np.int64)) != size:
+                    raise LogspoolError(f"{path}: a staged block's sizes do not add up to its data")
+                if not v3:
+                    crcs = _framing.payload_crcs(sizes, memoryview(data))
+                yield sizes, crcs, memoryview(data)
+
+
+def _check_block(path: str, sizes: np.ndarray, crcs: np.ndarray, data: bytearray, expected: int) -> None:
+    """A staged block read back is what its task wrote (its CRC-32); LogspoolError if not."""
+    found = zlib.crc32(data, zlib.crc32(crcs.data, zlib.crc32(sizes.data)))
+    if found != expected:
+        raise LogspoolError(
+            f"{path}: a staged block's checksum does not match (expected 0x{expected:08x}, found "
+            f"0x{found:08x}): the staged file changed after its task wrote it"
+        )
 
 
 def _staged_chunks(files: Sequence[str], skip: int = 0) -> Iterator[list[bytes]]:
@@ -812,21 +893,17 @@ def _staged_chunks(files: Sequence[str], skip: int = 0) -> Iterator[list[bytes]]
     rows of one Arrow batch of a task), or of about 4 MiB of a file staged by a release before
     the blocks (a streaming batch whose first attempt such a release made)."""
     for path in files:
-        try:
-            f = open(path, "rb")  # noqa: SIM115 (closed below, across the yields)
-        except FileNotFoundError:
-            raise LogspoolError(
-                f"{path}: a staged file of this write is missing (the log's directory must be on a "
-                "file system the driver and every executor mount at the same path)"
-            ) from None
-        with f:
-            if f.read(len(_STAGE_MAGIC)) == _STAGE_MAGIC:
-                for chunk in _staged_blocks(f, path):
-                    if skip >= len(chunk):
-                        skip -= len(chunk)
+        with _open_staged(path) as f:
+            if f.read(len(_STAGE_MAGIC)) in (_STAGE_MAGIC, _STAGE_MAGIC_V2):
+                for sizes, _crcs, data in _staged_arrays([path]):
+                    if skip >= len(sizes):
+                        skip -= len(sizes)
                         continue
-                    yield chunk[skip:] if skip else chunk
+                    ends = np.cumsum(sizes, dtype=np.int64).tolist()
+                    starts = [0, *ends[:-1]]
+                    chunk = [bytes(data[i:j]) for i, j in zip(starts[skip:], ends[skip:], strict=True)]
                     skip = 0
+                    yield chunk
                 continue
             f.seek(0)
             rest = b""
@@ -853,42 +930,45 @@ def _staged_chunks(files: Sequence[str], skip: int = 0) -> Iterator[list[bytes]]
                 raise LogspoolError(f"{path}: staged file cut short")
 
 
-def _staged_blocks(f: Any, path: str) -> Iterator[list[bytes]]:
-    """The rows of a staged file's blocks, a list a block (``f`` stands after the magic)."""
-    for _ in range(1 << 40):  # bounded by the file's size: each turn reads a block or ends
-        head = f.read(_STAGE_BLOCK.size)
-        if not head:
-            return
-        if len(head) < _STAGE_BLOCK.size:
-            raise LogspoolError(f"{path}: staged file cut short")
-        count, size = _STAGE_BLOCK.unpack(head)
-        sizes = f.read(4 * count)
-        data = f.read(size)
-        if len(sizes) < 4 * count or len(data) < size:
-            raise LogspoolError(f"{path}: staged file cut short")
-        ends = np.cumsum(np.frombuffer(sizes, "<u4"), dtype=np.int64).tolist()
-        if count and ends[-1] != size:
-            raise LogspoolError(f"{path}: a staged block's sizes do not add up to its data")
-        starts = [0, *ends[:-1]]
-        yield [data[i:j] for i, j in zip(starts, ends, strict=True)]
-    raise AssertionError("unreachable")
-
-
 def _staged_count(files: Sequence[str]) -> int:
     """How many rows the staged ``files`` hold (for an intent that did not say)."""
     return sum(len(chunk) for chunk in _staged_chunks(files))
 
 
-def _append(tail: Any, files: list[str], count: int, skip: int = 0) -> None:
+def _append(tail: Any, files: list[str], count: int, skip: int = 0, timestamp: int | None = None) -> None:
     """Append the ``count`` rows of the staged ``files``, past the first ``skip``, as one batch
-    published at once (``Tail.append_batch``: every reader sees all of it or none of it, and a
-    crash leaves it whole or absent), read from the files a block at a time. A batch of more
-    than ``_BATCH_SIZE_MAX`` bytes framed (what one segment may hold) is appended in parts of
-    at most that, each published at once."""
-    size = sum(os.path.getsize(p) for p in files) + count * (fmt.RECORD_OVERHEAD - _STAGE_LEN.size)
+    published at once (every reader sees all of it or none of it, and a crash leaves it whole
+    or absent: FORMAT.md §7.1), read from the files a block at a time. A batch of more than
+    ``_BATCH_SIZE_MAX`` bytes framed (what one segment may hold) is appended in parts of at most
+    that, each published at once.
+
+    The records are framed a block at a time with numpy (``_framing``: the CRCs the tasks staged,
+    carried over each record's header by the CRC's linearity), and the log writes the framed
+    blocks as they are (``Tail.append_framed``): the bytes ``Tail.append_batch`` writes, without
+    a Python step per record. A compressed log, or files staged by a release before the blocks,
+    take ``append_batch``. ``timestamp``: the records', as ``append_batch``'s (default now)."""
+    forms = _staged_form(files)
+    size = _staged_size(files, count, forms)
+    if not tail.compressed and b"" not in forms:
+        _append_framed(tail, files, size, skip, timestamp)
+    else:
+        _append_rows(tail, files, size, skip, timestamp)
+
+
+def _staged_size(files: Sequence[str], count: int, forms: set[bytes]) -> int:
+    """At most how many bytes the ``count`` rows of the staged ``files`` take framed: the files'
+    bytes, with what they stage per row (a size, and a CRC if every file has them) replaced by
+    a record's overhead (the files' magics and block heads count too: at most, not exactly)."""
+    per_row = _STAGE_LEN.size + (4 if forms == {_STAGE_MAGIC} else 0)
+    return sum(os.path.getsize(p) for p in files) + count * (fmt.RECORD_OVERHEAD - per_row)
+
+
+def _append_rows(tail: Any, files: list[str], size: int, skip: int, timestamp: int | None) -> None:
+    """``_append`` through ``Tail.append_batch`` (payloads as Python bytes, framed by the log);
+    ``size``: at most the framed bytes."""
     chunks = _staged_chunks(files, skip)
     if size <= _BATCH_SIZE_MAX:
-        tail.append_batch(chunks, size=size)
+        tail.append_batch(chunks, size=size, timestamp=timestamp)
         return
     leftover: list[bytes] = []
     for _ in range(1 << 40):  # bounded: each turn appends a part of the rows, or ends
@@ -908,6 +988,69 @@ def _append(tail: Any, files: list[str], count: int, skip: int = 0) -> None:
                     leftover = chunk[fit:]
                     return
 
-        if not tail.append_batch(part(), size=_BATCH_SIZE_MAX) or not leftover:
+        if not tail.append_batch(part(), size=_BATCH_SIZE_MAX, timestamp=timestamp) or not leftover:
+            return
+    raise AssertionError("unreachable")
+
+
+_Block = tuple[np.ndarray, np.ndarray, memoryview]
+
+
+def _rows(block: _Block, begin: int, end: int) -> _Block:
+    """Rows ``begin`` to ``end`` of a staged block."""
+    sizes, crcs, data = block
+    at = np.concatenate(([0], np.cumsum(sizes, dtype=np.int64)))
+    return sizes[begin:end], crcs[begin:end], data[int(at[begin]) : int(at[end])]
+
+
+def _append_framed(tail: Any, files: list[str], size: int, skip: int, timestamp: int | None) -> None:
+    """``_append`` of staged blocks framed with numpy (``Tail.append_framed``); ``size``: at
+    most the framed bytes. Each staged block's CRC is checked as it is read, before it is
+    framed: the records' CRCs come from the CRCs the tasks staged, so a staged file changed
+    since its task wrote it must fail the commit (nothing appended), never give records whose
+    CRCs fail."""
+    blocks: Iterator[_Block] = _staged_arrays(files)
+    leftover: _Block | None = None
+    for _ in range(1 << 40):  # bounded: each turn appends a part of the rows, or ends
+
+        def frame(start: Any) -> Iterator[_framing.Framed]:
+            nonlocal leftover, skip
+            lsn, offset, due, taken = start.lsn, start.offset, start.index_due, 0
+            for block in itertools.chain([leftover] if leftover is not None else [], blocks):
+                leftover = None
+                if skip:
+                    if skip >= len(block[0]):
+                        skip -= len(block[0])
+                        continue
+                    block, skip = _rows(block, skip, len(block[0])), 0
+                if not len(block[0]):
+                    continue
+                framed_ends = taken + np.cumsum(block[0].astype(np.int64) + fmt.RECORD_OVERHEAD)
+                fit = int(np.searchsorted(framed_ends, _BATCH_SIZE_MAX, side="right"))
+                assert fit or taken, "a record larger than a batch may be"
+                if fit < len(block[0]):  # the rest goes in the next part
+                    leftover = _rows(block, fit, len(block[0]))
+                    block = _rows(block, 0, fit)
+                if fit:
+                    framed = _framing.frame(
+                        block[0],
+                        block[2],
+                        block[1],
+                        lsn=lsn,
+                        timestamp=start.timestamp,
+                        durable_lsn=start.durable_lsn,
+                        offset=offset,
+                        due=due,
+                        interval=start.index_interval,
+                    )
+                    yield framed
+                    lsn, offset, due = lsn + framed.count, offset + len(framed.data), framed.due
+                    taken += len(framed.data)
+                if leftover is not None:
+                    return
+
+        # (Each part announces what a part may hold, as _append_rows does: the same rotations.)
+        appended = tail.append_framed(frame, size=min(size, _BATCH_SIZE_MAX), timestamp=timestamp)
+        if not appended or leftover is None:
             return
     raise AssertionError("unreachable")
