@@ -785,7 +785,9 @@ class NativeConnection(asyncio.Protocol):
         else:
             raise ValueError(f"kind must be 'log' or 'kv', not {kind!r}")
         if self._reading:
-            self.listens[request_id] = self.loop.create_task(loop)
+            task = self.listens[request_id] = self.loop.create_task(loop)
+            server.listen_tasks.add(task)  # (until it ends: an UNLISTEN or a lost connection)
+            task.add_done_callback(server.listen_tasks.discard)
         else:
             loop.close()
         return {"ok": True}

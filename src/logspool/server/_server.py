@@ -354,6 +354,10 @@ class Server:
         # What wakes the native door's waits (a LISTEN, a jobs.TAKE with wait) on the event loop:
         # a change in a store's directory, by this daemon or any process (start).
         self.tails: Tails | None = None
+        # Every native LISTEN's task until it ends (its connection's ``listens`` forgets it at
+        # its UNLISTEN or when the connection is lost, before it has sent its end and closed
+        # its reader in the pool): ``stop`` waits for them before it stops the pool.
+        self.listen_tasks: set[asyncio.Task[None]] = set()
         self._stopped = asyncio.Event()
         self._handlers = self._build_handlers()
         self._listen = port is not None  # port None: RESP only
@@ -434,6 +438,14 @@ class Server:
             conn.stop_reading()
         if conns:
             await asyncio.wait([asyncio.ensure_future(c.done.wait()) for c in conns], timeout=timeout_s)
+        # The LISTENs, cancelled with their connections: each sends its end and closes its reader
+        # in the pool, so the pool stops after them (a task left pending when the loop closes
+        # would be torn down in the middle of its wait).
+        listens = list(self.listen_tasks)
+        for task in listens:
+            task.cancel()
+        if listens:
+            await asyncio.wait(listens, timeout=timeout_s)
         if self._committer is not None:
             self._committer.stop()
         if self.tails is not None:
