@@ -12,6 +12,7 @@ SET, INCR and XADD is there, none twice. Waits are bounded polls on a condition,
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import random
 import shutil
@@ -315,6 +316,90 @@ def test_a_shared_resp_store_is_read_and_written_by_embedded_processes(tmp_path:
         d.kill()
 
 
+def test_a_lone_get_is_answered_as_any_get(daemon: Daemon) -> None:
+    """A read that is one whole ``GET key`` is answered without the parser (``_lone_get``, GET
+    x1's path); every case it does not take falls to the common path. Each GET is sent alone on
+    a raw socket and must get the reply Redis gives: a string, a missing key (RESP2 and RESP3),
+    an integer value and a value of another type (held as such: the common path formats them),
+    a key that is not UTF-8, a length with a leading zero, a length that lies, a GET inside
+    MULTI, a GET split over two sends and one followed by another command in the same send."""
+    setup = redis.Redis(port=daemon.resp_port, socket_timeout=10)
+    try:
+        assert setup.set("lone:s", b"v" * 100) and setup.set("lone:n", 42) and setup.set("lone:f", "1.5")
+        assert setup.set("lone:e", "gone", px=1)
+        deadline = time.monotonic() + 30
+        while setup.pttl("lone:e") != -2:  # (bounded: a 1 ms TTL)
+            assert time.monotonic() < deadline
+    finally:
+        setup.close()
+    s = raw_conn(daemon.resp_port)
+    reader = s.makefile("rb")
+
+    def get(key: bytes, length: bytes | None = None) -> bytes:
+        s.sendall(b"*2\r\n$3\r\nGET\r\n$%b\r\n%b\r\n" % (length or b"%d" % len(key), key))
+        first = reader.readline()
+        return first + (reader.readline() if first.startswith(b"$") and first != b"$-1\r\n" else b"")
+
+    try:
+        assert get(b"lone:s") == b"$100\r\n" + b"v" * 100 + b"\r\n"
+        assert get(b"lone:missing") == b"$-1\r\n"
+        assert get(b"lone:e") == b"$-1\r\n"  # expired
+        assert get(b"lone:n") == b"$2\r\n42\r\n"
+        assert get(b"lone:f") == b"$3\r\n1.5\r\n"
+        assert get(b"lone:\xff").startswith(b"-ERR logspool keys are UTF-8")
+        assert get(b"lone:s", b"06") == b"$100\r\n" + b"v" * 100 + b"\r\n"  # (the parser's)
+        s.sendall(b"*2\r\n$3\r\nGET\r\n$6\r\nlone:sAB")  # a bulk string not ended by CRLF
+        assert reader.readline().startswith(b"-ERR Protocol error")
+        assert reader.readline() == b""  # (and the connection with it)
+    finally:
+        reader.close()
+        s.close()
+    s = raw_conn(daemon.resp_port)
+    reader = s.makefile("rb")
+    try:
+        s.sendall(b"*1\r\n$5\r\nMULTI\r\n")
+        assert reader.readline() == b"+OK\r\n"
+        assert get(b"lone:s") == b"+QUEUED\r\n"
+        s.sendall(b"*1\r\n$4\r\nEXEC\r\n")
+        assert [reader.readline() for _ in range(3)] == [b"*1\r\n", b"$100\r\n", b"v" * 100 + b"\r\n"]
+        whole = b"*2\r\n$3\r\nGET\r\n$6\r\nlone:s\r\n"
+        s.sendall(whole[:20])
+        s.sendall(whole[20:])
+        assert reader.readline() + reader.readline() == b"$100\r\n" + b"v" * 100 + b"\r\n"
+        # A whole GET read behind a command not complete yet is that command's argument (each
+        # part sent once the daemon has read the last: another connection's INFO counts bytes in).
+        setup = redis.Redis(port=daemon.resp_port, socket_timeout=10)
+        info = len(b"*2\r\n$4\r\nINFO\r\n$5\r\nstats\r\n")  # (each INFO's own bytes count too)
+
+        def send_read(data: bytes) -> None:
+            before = int(setup.info("stats")["total_net_input_bytes"])
+            s.sendall(data)
+            for calls in itertools.count(1):  # bounded below
+                if int(setup.info("stats")["total_net_input_bytes"]) >= before + calls * info + len(data):
+                    return
+                assert calls < 100_000
+
+        send_read(b"*2\r\n$4\r\nECHO\r\n$%d\r\n" % len(whole))
+        send_read(whole)
+        setup.close()
+        s.sendall(b"\r\n")
+        echoed = b"$%d\r\n%b\r\n" % (len(whole), whole)
+        assert reader.read(len(echoed)) == echoed
+        s.sendall(whole + b"*1\r\n$4\r\nPING\r\n")
+        assert [reader.readline() for _ in range(3)] == [b"$100\r\n", b"v" * 100 + b"\r\n", b"+PONG\r\n"]
+        s.sendall(b"*2\r\n$5\r\nHELLO\r\n$1\r\n3\r\n")
+        assert reader.readline().startswith(b"%")
+        for _ in range(100):  # (the rest of HELLO's map: read until the next reply)
+            s.sendall(b"*2\r\n$3\r\nGET\r\n$12\r\nlone:missing\r\n")
+            if reader.readline() == b"_\r\n":
+                break
+        else:
+            raise AssertionError("no RESP3 null for a missing key")
+    finally:
+        reader.close()
+        s.close()
+
+
 # --- streams --------------------------------------------------------------------------------------
 def test_plain_sets_of_many_connections_at_once_answer_each_as_alone(daemon: Daemon) -> None:
     """A commit round writes the plain SETs of its connections with one write (``plain_sets``),
@@ -606,6 +691,13 @@ def test_auth_with_a_token(tmp_path: Path) -> None:
         assert ok.set("a", 1) and ok.get("a") == b"1"
         assert redis.Redis(port=port, password="s3cret", protocol=3).get("a") == b"1"  # HELLO 3 AUTH
         assert cli(port, "GET", "a").startswith("NOAUTH")
+        assert ok.set("text", "a string")
+        s = raw_conn(port)
+        with s.makefile("rb") as reader:
+            for _ in range(3):  # (after the first, each read is one whole GET: ``_lone_get``'s)
+                s.sendall(b"*2\r\n$3\r\nGET\r\n$4\r\ntext\r\n")
+                assert reader.readline().startswith(b"-NOAUTH")
+        s.close()
         assert cli(port, "-a", "s3cret", "--no-auth-warning", "GET", "a") == "1\n"
         # before AUTH the parser's bounds are Redis's unauthenticated ones
         s = raw_conn(port)
