@@ -91,6 +91,8 @@ def test_a_killed_single_writer_releases_the_log_with_every_acknowledged_record(
     assert payloads == [b"r%d" % i for i in range(len(payloads))]
 
 
+# (each line one os.write: with PYTHONUNBUFFERED, print writes a line's text and its end apart,
+# and the child's line could come between them)
 _FORKS = """
 import os, sys, time, logspool
 log = logspool.open(sys.argv[1], single_writer=True)
@@ -99,12 +101,12 @@ pid = os.fork()
 if pid == 0:  # the child: its copy of the handle is unusable, and it outlives the parent
     try:
         log.append(b"child")
-        print("child appended", flush=True)
+        os.write(1, b"child appended\\n")
     except logspool.ClosedError:
-        print("child refused", flush=True)
+        os.write(1, b"child refused\\n")
     time.sleep(60)
     os._exit(0)
-print(pid, flush=True)
+os.write(1, b"%d\\n" % pid)
 time.sleep(60)
 """
 

@@ -274,7 +274,8 @@ class ActiveSegment:
         """Hold the thread lock and the process flock; the caller catches up inside. ``idle``:
         as ``FileSystem.lock``."""
         with self.lock:
-            self._handle.check_usable()
+            if not self._handle.usable:  # (one flag: check_usable's fork test is a getpid call)
+                self._handle.check_usable()
             if self.single or self.held:  # held for the handle's life, or between writes
                 try:
                     yield

@@ -276,7 +276,10 @@ class Log:
         first = -1
         writer, active = self._writer, self._active
         with writer.locked(timeout_s if timeout_s is not None else self._lock_timeout_s, idle):
-            self._recovery.catch_up()
+            # (a handle that holds the writer flock for its life, or since its last write, is the
+            # only writer: nothing to adopt, as on append's hot path; a read of the end less)
+            if active.needs_recovery or not (active.single or active.held):
+                self._recovery.catch_up()
             first = active.next_lsn
             writer.exclusive_owner = threading.get_ident()
             try:

@@ -448,7 +448,8 @@ class Writer:
 
     def sync(self) -> None:
         """``Log.sync``: every record this handle has written, durable on return."""
-        self._handle.check_usable()
+        if not self._handle.usable:  # (one flag: check_usable's fork test is a getpid call)
+            self._handle.check_usable()
         self.await_durable(self._active.written[1])
 
     # --- the flush thread ("interval") -----------------------------------------------------------
