@@ -23,8 +23,9 @@ How a connection is served (one ``asyncio.Protocol`` each):
   connection as one decision of the store (one write) and one fsync (group commit); scans,
   ranges and blocking reads in the server's thread pool. The common cases skip the connection's
   task (``_Connection._serve_now``, from ``data_received``): reads run at once, a plain GET from
-  one view of the batch (a read that is one whole GET, without the parser: ``_lone_get``); writes go to the committer and its round writes their replies (one
-  ``_deliver`` a round); a lone writer's round runs on the loop itself (``Committer.run_here``).
+  one view of the batch (a read that is one whole GET, without the parser: ``_lone_get``);
+  writes go to the committer and its round writes their replies (one ``_deliver`` a round); a
+  lone writer's round runs on the loop itself (``Committer.run_here``).
 - Durability: writes are decided without waiting for an fsync, then each store written is synced
   once, *before* any reply of those batches is written: an acknowledged write is on disk with
   ``durability="always"`` (the default), and a round of N SETs costs one fsync.
