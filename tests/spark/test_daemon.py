@@ -383,3 +383,48 @@ def test_records_retention_removed_are_data_loss_as_for_a_local_log(tmp_path: Pa
         assert lenient.reader(source.schema()).start == first  # type: ignore[attr-defined]
     finally:
         d.kill()
+
+
+def test_spans_follow_the_daemons_segments_each_by_its_own_record_size(spark: Any, tmp_path: Path) -> None:
+    """log.INFO names each segment's first lsn and size; the driver cuts each segment's lsns by
+    that segment's mean record size, so no span crosses a segment and a segment of records ten
+    times larger gets about ten times as many spans for its records. Spark reads them all."""
+    import logspool
+
+    local = tmp_path / "data" / "logs" / "mixed"  # the daemon's log, written in place first
+    with logspool.open(local, segment_size_max=64 * 1024) as log:
+        for i in range(0, 1500, 50):  # small records, then large ones, then small again
+            size = 1000 if 500 <= i < 1000 else 100
+            log.append_many([b"%06d" % j + b"x" * (size - 6) for j in range(i, i + 50)])
+        segments = log.info().segments
+    d = Daemon(tmp_path / "data").start()
+    try:
+        with client.connect(d.address) as c:
+            info = c.log("mixed").info()
+        assert info["bases"] == [s.base_lsn for s in segments] and len(info["bases"]) > 3
+        assert info["sizes"][:-1] == [s.size for s in segments][:-1]
+        spans = _daemon.plan(info, 0, info["next_lsn"], 16 * 1024)
+        assert [(s.start, s.end) for s in spans] == sorted((s.start, s.end) for s in spans)
+        assert spans[0].start == 0 and spans[-1].end == info["next_lsn"]
+        assert all(a.end == b.start for a, b in zip(spans, spans[1:], strict=False))  # contiguous
+        bounds = [*info["bases"][1:], info["next_lsn"]]
+        for span in spans:  # within one segment each
+            assert sum(span.start < b < span.end for b in bounds) == 0, (span, bounds)
+        large = [s.end - s.start for s in spans if 500 <= s.start < 1000 and s.end <= 1000]
+        small = [s.end - s.start for s in spans if s.end <= 500]
+        # (~15 against ~120 records a span; a segment that holds both sizes is in between)
+        assert sorted(large)[len(large) // 2] * 5 < sorted(small)[len(small) // 2]
+        df = (
+            spark.read.format("logspool")
+            .option("server", d.address)
+            .option("log", "mixed")
+            .option("maxPartitionBytes", str(16 * 1024))
+            .load()
+        )
+        assert df.rdd.getNumPartitions() == len(spans)
+        assert [r.lsn for r in df.select("lsn").orderBy("lsn").collect()] == list(range(1500))
+        # A daemon before log.INFO named segments: the planner cuts by the log's mean record size
+        old = {k: v for k, v in info.items() if k not in ("bases", "sizes")}
+        assert _daemon.plan(old, 0, 1500, 16 * 1024)[-1].end == 1500
+    finally:
+        d.kill()

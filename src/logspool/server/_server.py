@@ -556,6 +556,9 @@ class Server:
                 "next_lsn": i.next_lsn,
                 "size": i.size,
                 "segments": len(i.segments),
+                # (newer than the rest: a client plans reads along the segments with them)
+                "bases": [seg.base_lsn for seg in i.segments],
+                "sizes": [seg.size for seg in i.segments],
             }
 
         def log_append(b: dict[str, Any]) -> dict[str, Any]:

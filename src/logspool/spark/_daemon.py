@@ -3,9 +3,10 @@
 Executors need only a network route to the daemon (``logspool serve``), as with Kafka: nothing
 is read from or written to a shared file system. What the driver and the tasks do:
 
-- **Batch reads.** The driver asks LOG_INFO for ``first_lsn``, ``next_lsn`` and ``size`` and cuts
-  the lsns into spans of about ``maxPartitionBytes`` each (by the log's mean record size: the
-  reply names no segment bases, so spans cannot follow segments). Each task connects, reads its
+- **Batch reads.** The driver asks LOG_INFO for the log's segments (their first lsns and sizes)
+  and cuts each segment's lsns into spans of about ``maxPartitionBytes`` each, by that segment's
+  mean record size (a span never crosses a segment; a daemon older than the segments in LOG_INFO:
+  by the log's mean record size, over lsns alone). Each task connects, reads its
   span with LOG_READ pages, several pages in flight at once (lsns are dense: page ``k`` starts at
   ``start + k * page``), and checks that every page starts where the last one ended.
 - **Streams.** Offsets are ``{"lsn": N}`` as for a local log (a checkpoint may not move between
@@ -206,12 +207,40 @@ class Span(InputPartition):
 
 
 def plan(info: dict[str, Any], start: int, end: int, partition_size: int) -> list[Span]:
-    """Cut lsns [start, end) into spans of about ``partition_size`` bytes each, by the log's mean
-    record size (LOG_INFO's size over its record count); pages hold about 4 MiB each."""
+    """Cut lsns [start, end) into spans of about ``partition_size`` bytes each, along the log's
+    segments (LOG_INFO's ``bases`` and ``sizes``): each segment's lsns by its own mean record
+    size, the newest's (its file holds preallocated zeros) by the mean of the others when there
+    are others. Lsns outside every segment (removed by retention since: the task says so) and a
+    daemon that names no segments: by the log's mean record size. Pages hold about 4 MiB each."""
     if start >= end:
         return []
-    count = max(1, int(info["next_lsn"]) - int(info["first_lsn"]))
-    record_size = max(1, int(info["size"]) // count)  # headers and segment headers included
+    next_lsn = int(info["next_lsn"])
+    mean = max(1, int(info["size"]) // max(1, next_lsn - int(info["first_lsn"])))
+    bases = [int(b) for b in info.get("bases") or ()]
+    sizes = [int(z) for z in info.get("sizes") or ()]
+    if not bases or len(bases) != len(sizes):
+        return _cut(start, end, mean, partition_size)
+    stops = [*bases[1:], max(next_lsn, bases[-1])]
+    sealed = sum(sizes[:-1]), bases[-1] - bases[0]
+    spans: list[Span] = []
+    pos = start
+    for base, stop, size in zip(bases, stops, sizes, strict=True):
+        lo, hi = max(pos, base), min(end, stop)
+        if lo >= hi:
+            continue
+        if lo > pos:  # (lsns below the oldest segment: gone)
+            spans += _cut(pos, lo, mean, partition_size)
+        newest = stop == stops[-1] and len(bases) > 1
+        record_size = sealed[0] // max(1, sealed[1]) if newest else size // max(1, stop - base)
+        spans += _cut(lo, hi, max(1, record_size), partition_size)
+        pos = hi
+    if pos < end:
+        spans += _cut(pos, end, mean, partition_size)
+    return spans
+
+
+def _cut(start: int, end: int, record_size: int, partition_size: int) -> list[Span]:
+    """lsns [start, end) in spans of about ``partition_size`` bytes of records of ``record_size``."""
     per_span = max(1, partition_size // record_size)
     page = max(1, min(PAGE_COUNT_MAX, PAGE_BYTES // record_size))
     return [Span(a, min(a + per_span, end), page) for a in range(start, end, per_span)]
