@@ -11,6 +11,7 @@ does on a retry); a task that cannot reach the daemon fails naming the address a
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -406,7 +407,7 @@ def test_spans_follow_the_daemons_segments_each_by_its_own_record_size(spark: An
         spans = _daemon.plan(info, 0, info["next_lsn"], 16 * 1024)
         assert [(s.start, s.end) for s in spans] == sorted((s.start, s.end) for s in spans)
         assert spans[0].start == 0 and spans[-1].end == info["next_lsn"]
-        assert all(a.end == b.start for a, b in zip(spans, spans[1:], strict=False))  # contiguous
+        assert all(a.end == b.start for a, b in itertools.pairwise(spans))  # contiguous
         bounds = [*info["bases"][1:], info["next_lsn"]]
         for span in spans:  # within one segment each
             assert sum(span.start < b < span.end for b in bounds) == 0, (span, bounds)
