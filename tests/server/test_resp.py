@@ -385,6 +385,17 @@ def test_a_lone_get_is_answered_as_any_get(daemon: Daemon) -> None:
         s.sendall(b"\r\n")
         echoed = b"$%d\r\n%b\r\n" % (len(whole), whole)
         assert reader.read(len(echoed)) == echoed
+        # A read of GETs only is answered in one loop (``gets``); any GET it does not take sends
+        # the batch to ``run``, which answers each as above.
+        for keys, replies in [
+            ([b"lone:s", b"lone:missing", b"lone:s"], [b"$100", b"v" * 100, b"$-1", b"$100", b"v" * 100]),
+            (
+                [b"lone:missing", b"lone:n", b"lone:e", b"lone:f"],
+                [b"$-1", b"$2", b"42", b"$-1", b"$3", b"1.5"],
+            ),
+        ]:
+            s.sendall(b"".join(b"*2\r\n$3\r\nGET\r\n$%d\r\n%b\r\n" % (len(k), k) for k in keys))
+            assert [reader.readline() for _ in replies] == [r + b"\r\n" for r in replies]
         s.sendall(whole + b"*1\r\n$4\r\nPING\r\n")
         assert [reader.readline() for _ in range(3)] == [b"$100\r\n", b"v" * 100 + b"\r\n", b"+PONG\r\n"]
         s.sendall(b"*2\r\n$5\r\nHELLO\r\n$1\r\n3\r\n")

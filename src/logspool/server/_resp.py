@@ -303,6 +303,10 @@ class _Connection(asyncio.Protocol):
             mutex = self.front.kv.store._mutex
             if mutex.acquire(blocking=False):
                 try:
+                    got = self.session.gets(cmds)
+                    if got is not None:
+                        self._write(got)
+                        return not self.parser.failed
                     batch = self.session.run(cmds, locked=True)
                 finally:
                     mutex.release()
@@ -641,6 +645,47 @@ class Session:
             if sync:
                 self.sync()
         return batch
+
+    def gets(self, cmds: list[list[bytes]]) -> bytes | None:
+        """The replies of a batch of plain GETs (GET -P16), each of a value held as bytes or of a
+        missing key, joined: ``_get``'s replies, its checks written out in one loop (a sixth of a
+        pipelined GET's cost in process: no call, no view a GET). None, having done nothing, for
+        any other batch (``run`` takes it). Under the store's mutex, as ``run(locked=True)``."""
+        if self.multi is not None or not self.authed:
+            return None
+        store = self.front.kv.store
+        state = store._current()
+        now = store._clock()
+        values = state.values
+        lru = state._lru
+        nil = self.nil()
+        out: list[bytes] = []
+        size_max = limits.KV_KEY_SIZE_MAX
+        touched = []
+        for args in cmds:
+            if len(args) != 2 or args[0] not in _GET:
+                return None
+            raw = args[1]
+            if not raw or len(raw) > size_max:
+                return None
+            try:
+                entry = values.get(raw.decode())
+            except UnicodeDecodeError:
+                return None
+            if entry is None:
+                out.append(nil)
+                continue
+            value = entry.value
+            if value is None or entry.touch_ns or entry.vtype != BYTES or 0 < entry.expire_ns <= now:
+                return None  # (cold, lost, a touch TTL, another type, expired: ``run`` answers it)
+            touched.append(entry)
+            out.append(b"$%d\r\n%b\r\n" % (len(value), value))
+        for entry in touched:
+            entry.accessed_ns = now
+            if lru and entry.key in lru:
+                lru.move_to_end(entry.key)
+        self.front.requests[b"GET"] += len(cmds)
+        return b"".join(out)
 
     def _batch_view(self) -> View:
         """The store as of now, caught up once for the batch (the caller holds its mutex)."""
