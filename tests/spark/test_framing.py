@@ -175,7 +175,7 @@ def test_the_commit_writes_the_bytes_append_batch_writes(
     logs = {}
     for mode in ("rows", "framed"):
         path = tmp_path / mode
-        writer = _source._Writer({"path": str(tmp_path / "staging")}, SCHEMA, f"job-{mode}")
+        writer = _source._Writer({"path": str(tmp_path / "staging")}, SCHEMA, f"job-{mode}", durable=False)
         with logspool.open(path, segment_size_max=200_000, index_interval=512) as log:
             for j, files in enumerate(jobs):
                 staged = [stage(writer, rows, per_block=rng.choice([7, 50, 1000])) for rows in files]
@@ -212,7 +212,7 @@ def test_the_commit_skips_rows_and_reads_blocks_staged_before_the_crcs(tmp_path:
         + sizes.tobytes()
         + b"".join(rows)
     )
-    writer = _source._Writer({"path": str(tmp_path / "staging")}, SCHEMA, "job")
+    writer = _source._Writer({"path": str(tmp_path / "staging")}, SCHEMA, "job", durable=False)
     v3 = stage(writer, rows, per_block=9).path
     ts = 4_000_000_000_000_000_000
     logs = {}

@@ -280,3 +280,21 @@ def test_a_batch_larger_than_a_segment_may_hold_is_appended_in_parts(
     writer.commit(messages)
     assert payloads(path) == [r.encode() for r in rows]
     assert logspool.verify(path).ok
+
+
+def test_a_staged_file_of_the_wrong_size_fails_the_commit(tmp_path: Path) -> None:
+    """A file a crash cut (a batch job's staged files are not fsynced): its task reported its
+    size, and the commit refuses a file of another size before appending anything, even one cut
+    at a block's end, which every block check would pass."""
+    schema = StructType([StructField("payload", StringType())])
+    writer = _source._BatchWriter({"path": str(tmp_path / "log")}, schema)
+    blocks = [
+        pa.record_batch([pa.array([f"b{j}-{i}" for i in range(100)])], names=["payload"]) for j in range(2)
+    ]
+    staged = writer.w.write(iter(blocks))
+    assert staged.size == os.path.getsize(staged.path)
+    with open(staged.path, "r+b") as f:  # the second block lost
+        f.truncate(8 + 12 + 8 * 100 + sum(len(f"b0-{i}") for i in range(100)))
+    with pytest.raises(logspool.LogspoolError, match=r"a staged file has .* bytes, its task wrote"):
+        writer.commit([staged])
+    assert payloads(tmp_path / "log") == []

@@ -32,6 +32,7 @@ import json
 import os
 import shutil
 import struct
+import threading
 import time
 import uuid
 import zlib
@@ -585,9 +586,13 @@ def _lsn_after_bytes(log: Log, begin: int, end: int, size_max: int) -> int:
 # --- writing -------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class _Staged(WriterCommitMessage):
+    """A task's staged file: its rows, and (from the JVM writer, whose batch files are not
+    fsynced) its size in bytes, which the commit checks before it appends anything."""
+
     partition: int
     path: str
     count: int
+    size: int | None = None
 
 
 def _count(messages: Sequence[WriterCommitMessage | None]) -> int:
@@ -610,10 +615,15 @@ def _payload_index(schema: StructType) -> int:
 class _Writer:
     """Staging (in tasks) and publishing (in the driver), shared by batch and streaming writes."""
 
-    def __init__(self, options: dict[str, str], schema: StructType, job: str) -> None:
+    def __init__(self, options: dict[str, str], schema: StructType, job: str, *, durable: bool) -> None:
+        """``durable``: the tasks fsync their staged files and the staging directory (a streaming
+        sink, whose intent names them for a replay); a batch job's are not fsynced, since
+        nothing reads them after a crash (a batch job is not replayed) and the commit checks
+        each file's size and each block's CRC before it publishes anything."""
         self.path = _path(options)
         self.column = _payload_index(schema)
         self.job = job
+        self.durable = durable
         self.staging = os.path.join(self.path, STAGING_DIR, job)
         with Log(self.path):  # create the log now, in the driver, with default settings
             pass
@@ -623,7 +633,8 @@ class _Writer:
         hands them to an Arrow writer) in a file of blocks, one a batch: its row count and data
         size, the rows' sizes, their CRC-32s (so the commit frames the records without reading
         a row: ``_framing``), then their bytes, copied from the Arrow buffers as they are.
-        Fsynced before the task reports success."""
+        Fsynced, with its directory, before the task reports success if the writer is
+        ``durable``; the size it reports is checked by the commit either way."""
         from pyspark import TaskContext
 
         ctx = TaskContext.get()
@@ -646,15 +657,33 @@ class _Writer:
                 f.write(data)
                 count += len(column)
             f.flush()
-            os.fsync(f.fileno())  # staged durably before the task reports success
-        return _Staged(partition, path, count)
+            size = f.tell()
+            if self.durable:
+                os.fsync(f.fileno())  # crash before here: no intent names this file yet
+        if self.durable:
+            REAL.fsync_dir(self.staging)  # the file's name too: the batch's intent will name it
+        return _Staged(partition, path, count, size)
 
     @staticmethod
     def staged_files(messages: Sequence[WriterCommitMessage | None]) -> list[str]:
-        """The staged files of a job's tasks, in partition order."""
-        return [
-            m.path for m in sorted((m for m in messages if isinstance(m, _Staged)), key=lambda m: m.partition)
-        ]
+        """The staged files of a job's tasks, in partition order. A file whose task reported its
+        size must have that size (LogspoolError if not): the JVM writer's batch files are not
+        fsynced, and a file a crash cut at a block's end would otherwise pass every block check."""
+        staged = sorted((m for m in messages if isinstance(m, _Staged)), key=lambda m: m.partition)
+        for m in staged:
+            if m.size is not None:
+                try:
+                    found = os.path.getsize(m.path)
+                except FileNotFoundError:
+                    found = -1
+                if found < 0:
+                    _open_staged(m.path)  # raises, saying why a file can be missing
+                if found != m.size:
+                    raise LogspoolError(
+                        f"{m.path}: a staged file has {found} bytes, its task wrote {m.size}: the staged "
+                        "file changed after its task wrote it"
+                    )
+        return [m.path for m in staged]
 
     def payloads(self, files: Sequence[str]) -> list[bytes]:
         """The rows the staged ``files`` hold, in order."""
@@ -666,7 +695,7 @@ class _Writer:
 
 class _BatchWriter(DataSourceArrowWriter):
     def __init__(self, options: dict[str, str], schema: StructType) -> None:
-        self.w = _Writer(options, schema, f"batch-{time.time_ns()}-{uuid.uuid4().hex[:8]}")
+        self.w = _Writer(options, schema, f"batch-{time.time_ns()}-{uuid.uuid4().hex[:8]}", durable=False)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
         return self.w.write(iterator)
@@ -677,8 +706,15 @@ class _BatchWriter(DataSourceArrowWriter):
         with Log(self.w.path) as log:
             with log.exclusive(sync=False) as tail:
                 _append(tail, self.w.staged_files(messages), _count(messages))
-            log.sync()
-        self.w.discard()
+            # The staged files are removed while the batch is fsynced (both wait on the disk,
+            # neither holds the GIL): once published, a batch job's files are never read again
+            # (a batch job is not replayed; a crash here fails the job, as it always did).
+            remover = threading.Thread(target=self.w.discard, name="logspool-discard")
+            remover.start()
+            try:
+                log.sync()
+            finally:
+                remover.join()
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         self.w.discard()
@@ -695,7 +731,7 @@ class _StreamWriter(DataSourceStreamArrowWriter):
     def __init__(self, options: dict[str, str], schema: StructType) -> None:
         self.identity, self.legacy = _sink_identity(options)
         self.sink = hashlib.sha256(self.identity.encode()).hexdigest()[:32]
-        self.w = _Writer(options, schema, f"stream-{self.sink}")
+        self.w = _Writer(options, schema, f"stream-{self.sink}", durable=True)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
         return self.w.write(iterator)
