@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 _EXTRA = ("pyspark", "pyarrow", "pandas", "py4j")
 try:
     from ._jvm import JVM_NAME, JvmError, jar, load, load_stream
+    from ._jvm_write import write, write_stream
     from ._source import NAME, LogspoolDataSource, OptionError
 except ModuleNotFoundError as err:  # the extra is not installed: say how to get it
     if (err.name or "").split(".")[0] not in _EXTRA:
@@ -39,6 +40,8 @@ __all__ = [
     "load",
     "load_stream",
     "register",
+    "write",
+    "write_stream",
 ]
 
 

@@ -728,8 +728,14 @@ class _StreamWriter(DataSourceStreamArrowWriter):
     rows the replay computed: a query whose rows differ on replay (a random or time column)
     still leaves exactly one copy of the batch, as Spark's file sink does with its manifest."""
 
-    def __init__(self, options: dict[str, str], schema: StructType) -> None:
-        self.identity, self.legacy = _sink_identity(options)
+    def __init__(self, options: dict[str, str], schema: StructType, query_id: str | None = None) -> None:
+        """``query_id``: the query's id, as Spark hands it to a JVM sink (the id its checkpoint's
+        ``metadata`` file holds, which ``_sink_identity`` reads: the same state either way)."""
+        if query_id:
+            self.identity = f"query:{query_id}"
+            self.legacy = options.get("checkpointlocation") or options.get("queryname")
+        else:
+            self.identity, self.legacy = _sink_identity(options)
         self.sink = hashlib.sha256(self.identity.encode()).hexdigest()[:32]
         self.w = _Writer(options, schema, f"stream-{self.sink}", durable=True)
 
