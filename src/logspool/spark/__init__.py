@@ -5,6 +5,7 @@
     df = spark.read.format("logspool").load("events")  # found by name: lsn, timestamp, payload, ...
     q = spark.readStream.format("logspool").load("events").writeStream...
     df.write.format("logspool").mode("append").save("events")
+    logspool.spark.write(df).save("events")  # the tasks on the JVM (spark.jars=jar()): faster
 
 Every Spark worker needs logspool installed (the class is pickled by reference) and, on one
 machine, ``PYSPARK_PYTHON`` set to the driver's interpreter. docs/SPARK.md has the options.

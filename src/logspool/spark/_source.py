@@ -19,7 +19,8 @@ write; readers see all of it or none, and a crash leaves it whole or absent). Fo
 sink the batch id makes this exactly-once: before appending, the driver durably records an
 intent (batch id, the head lsn, the staged files and their row count); a batch replayed after a
 failure finds its intent and, unless the batch is in the log already, appends it from those
-files, whatever rows the replay computed.
+files, whatever rows the replay computed. The JVM writer (``_jvm_write``, ``jvm/LogSink.java``)
+stages the same files from tasks on the JVM and calls this commit from the driver's JVM.
 
 Options (case-insensitive) and their defaults are documented in docs/SPARK.md.
 """
