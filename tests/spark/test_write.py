@@ -298,3 +298,21 @@ def test_a_staged_file_of_the_wrong_size_fails_the_commit(tmp_path: Path) -> Non
     with pytest.raises(logspool.LogspoolError, match=r"a staged file has .* bytes, its task wrote"):
         writer.commit([staged])
     assert payloads(tmp_path / "log") == []
+
+
+def test_a_row_over_the_logs_record_size_max_fails_the_commit_with_nothing_published(tmp_path: Path) -> None:
+    """A log made with record_size_max=1000 and a 2,000-byte row in the second staged block:
+    RecordTooLargeError, as append_many raises, and the log as it was (before, the framed commit
+    published the record, and every reader and verify took the log for damaged)."""
+    path = tmp_path / "log"
+    with logspool.open(path, record_size_max=1000) as log:
+        log.append(b"before")
+    writer = _source._BatchWriter({"path": str(path)}, SCHEMA)
+    blocks = [
+        pa.record_batch([pa.array(["a" * 900, "b"])], names=["payload"]),
+        pa.record_batch([pa.array(["c", "d" * 2000])], names=["payload"]),
+    ]
+    with pytest.raises(logspool.RecordTooLargeError, match="2000 bytes exceeds record_size_max of 1000"):
+        writer.commit([writer.w.write(iter(blocks))])
+    assert payloads(path) == [b"before"]
+    assert logspool.verify(path).ok

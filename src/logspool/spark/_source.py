@@ -75,7 +75,7 @@ from .. import _format as fmt
 from .. import _segment as seg
 from .. import limits
 from .._fs import REAL, replace_file
-from ..errors import CorruptionError, DataLossError, LogspoolError
+from ..errors import CorruptionError, DataLossError, LogspoolError, RecordTooLargeError
 from ..log import Log
 from ..log._directory import list_segments
 from . import _daemon, _framing
@@ -705,7 +705,7 @@ class _BatchWriter(DataSourceArrowWriter):
         on return."""
         with Log(self.w.path) as log:
             with log.exclusive(sync=False) as tail:
-                _append(tail, self.w.staged_files(messages), _count(messages))
+                _append(tail, self.w.staged_files(messages), _count(messages), size_max=log.record_size_max)
             log.sync()
         # (Removing the staged files while the batch is fsynced, in a thread, measured no faster
         # on this 2-core machine: 0.168 s against 0.163 s for the commit, benchmarks/RESULTS.md.)
@@ -772,7 +772,7 @@ class _StreamWriter(DataSourceStreamArrowWriter):
     def _append(
         self, log: Log, tail: Any, files: list[str], count: int, skip: int, sinks: str, batch: int
     ) -> None:
-        _append(tail, files, count, skip)
+        _append(tail, files, count, skip, size_max=log.record_size_max)
         log.sync()  # (under the writer lock: the done mark must not come before the fsync)
         done = {"batch": batch, "done": True, "query": self.identity}
         replace_file(REAL, sinks, self.sink, json.dumps(done).encode())
@@ -972,7 +972,9 @@ def _staged_count(files: Sequence[str]) -> int:
     return sum(len(chunk) for chunk in _staged_chunks(files))
 
 
-def _append(tail: Any, files: list[str], count: int, skip: int = 0, timestamp: int | None = None) -> None:
+def _append(
+    tail: Any, files: list[str], count: int, skip: int = 0, timestamp: int | None = None, *, size_max: int
+) -> None:
     """Append the ``count`` rows of the staged ``files``, past the first ``skip``, as one batch
     published at once (every reader sees all of it or none of it, and a crash leaves it whole
     or absent: FORMAT.md §7.1), read from the files a block at a time. A batch of more than
@@ -983,11 +985,14 @@ def _append(tail: Any, files: list[str], count: int, skip: int = 0, timestamp: i
     carried over each record's header by the CRC's linearity), and the log writes the framed
     blocks as they are (``Tail.append_framed``): the bytes ``Tail.append_batch`` writes, without
     a Python step per record. A compressed log, or files staged by a release before the blocks,
-    take ``append_batch``. ``timestamp``: the records', as ``append_batch``'s (default now)."""
+    take ``append_batch``. ``timestamp``: the records', as ``append_batch``'s (default now).
+    ``size_max``: the log's ``record_size_max``; a row larger raises ``RecordTooLargeError``
+    before anything is published (``append_batch`` checks it; the framed path must too, or it
+    would publish a record every reader takes for damage)."""
     forms = _staged_form(files)
     size = _staged_size(files, count, forms)
     if not tail.compressed and b"" not in forms:
-        _append_framed(tail, files, size, skip, timestamp)
+        _append_framed(tail, files, size, skip, timestamp, size_max)
     else:
         _append_rows(tail, files, size, skip, timestamp)
 
@@ -1040,7 +1045,9 @@ def _rows(block: _Block, begin: int, end: int) -> _Block:
     return sizes[begin:end], crcs[begin:end], data[int(at[begin]) : int(at[end])]
 
 
-def _append_framed(tail: Any, files: list[str], size: int, skip: int, timestamp: int | None) -> None:
+def _append_framed(
+    tail: Any, files: list[str], size: int, skip: int, timestamp: int | None, size_max: int
+) -> None:
     """``_append`` of staged blocks framed with numpy (``Tail.append_framed``); ``size``: at
     most the framed bytes. Each staged block's CRC is checked as it is read, before it is
     framed: the records' CRCs come from the CRCs the tasks staged, so a staged file changed
@@ -1062,6 +1069,9 @@ def _append_framed(tail: Any, files: list[str], size: int, skip: int, timestamp:
                     block, skip = _rows(block, skip, len(block[0])), 0
                 if not len(block[0]):
                     continue
+                largest = int(block[0].max())
+                if largest > size_max:  # raised under the lock, before the batch is published
+                    raise RecordTooLargeError(largest, size_max)
                 framed_ends = taken + np.cumsum(block[0].astype(np.int64) + fmt.RECORD_OVERHEAD)
                 fit = int(np.searchsorted(framed_ends, _BATCH_SIZE_MAX, side="right"))
                 assert fit or taken, "a record larger than a batch may be"
