@@ -316,3 +316,24 @@ def test_a_row_over_the_logs_record_size_max_fails_the_commit_with_nothing_publi
         writer.commit([writer.w.write(iter(blocks))])
     assert payloads(path) == [b"before"]
     assert logspool.verify(path).ok
+
+
+def test_a_streaming_batch_whose_commit_failed_after_its_intent_keeps_its_files(tmp_path: Path) -> None:
+    """The commit of a streaming batch fails after its intent is recorded (here a row over the
+    log's record_size_max) and Spark aborts the batch: the files the intent names stay, so the
+    replay appends the first attempt's rows or fails for the same reason, never saying a staged
+    file is missing; the attempt's other files go."""
+    path = tmp_path / "log"
+    with logspool.open(path, record_size_max=1000):
+        pass
+    sink = _source._StreamWriter({"path": str(path), "queryname": "q"}, SCHEMA)
+    first = staged(sink, ["a", "x" * 2000])
+    with pytest.raises(logspool.RecordTooLargeError):
+        sink.commit(first, 0)
+    stray = staged(sink, ["not named by the intent"])
+    sink.abort([*first, *stray], 0)
+    assert os.path.exists(first[0].path) and not os.path.exists(stray[0].path)
+    replay = _source._StreamWriter({"path": str(path), "queryname": "q"}, SCHEMA)
+    with pytest.raises(logspool.RecordTooLargeError):
+        replay.commit(staged(replay, ["the replay's rows"]), 0)
+    assert payloads(path) == []

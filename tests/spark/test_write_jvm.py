@@ -263,3 +263,17 @@ def test_a_random_column_is_written_once_after_the_driver_is_killed_in_a_jvm_sin
     ids = [p.split(b":")[0] for p in got]
     assert len(got) == QUERY_ROWS and sorted(ids) == [b"id-%06d" % i for i in range(QUERY_ROWS)]
     assert len({p.split(b":")[1] for p in got}) == QUERY_ROWS  # a uuid each: no row written twice
+
+
+def test_a_failed_jvm_commit_leaves_nothing_and_no_staged_file(spark: Any, tmp_path: Path) -> None:
+    """The commit itself fails (a row over the log's record_size_max): the job fails with the
+    log's RecordTooLargeError, nothing is appended, and Spark's abort removes the staged files."""
+    path = tmp_path / "log"
+    with logspool.open(path, record_size_max=1000) as log:
+        log.append(b"before")
+    df = spark.createDataFrame([("a",), ("x" * 2000,), ("b",)], "payload string").coalesce(1)
+    with pytest.raises(Exception, match="RecordTooLargeError: record of 2000 bytes exceeds record_size_max"):
+        write(df, jvm=True).save(str(path))
+    assert payloads(path) == [b"before"]
+    assert logspool.verify(path).ok
+    assert not any((path / _source.STAGING_DIR).iterdir())

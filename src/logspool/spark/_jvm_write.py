@@ -73,15 +73,17 @@ class _Committer:
         if isinstance(writer, _StreamWriter):
             writer.commit(list(self._staged(messages)), batchId)
             return
-        try:
-            writer.commit(list(self._staged(messages)))
-        finally:
-            with self.lock:
-                self.jobs.pop(job, None)
+        writer.commit(list(self._staged(messages)))
+        with self.lock:  # (a failed commit keeps the job: Spark then calls abort, which removes
+            self.jobs.pop(job, None)  # the staged files)
 
     def abort(self, job: str, messages: str, batchId: int) -> None:
+        """The write failed (a task, or the commit): its staged files are removed (a stream's
+        batch keeps those its recorded intent names: ``_StreamWriter.abort``)."""
         with self.lock:
-            writer = self.jobs[job] if batchId >= 0 else self.jobs.pop(job)
+            writer = self.jobs.get(job) if batchId >= 0 else self.jobs.pop(job, None)
+        if writer is None:
+            return
         if isinstance(writer, _StreamWriter):
             writer.abort(list(self._staged(messages)), batchId)
         else:

@@ -27,6 +27,7 @@ Options (case-insensitive) and their defaults are documented in docs/SPARK.md.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import itertools
 import json
@@ -787,6 +788,20 @@ class _StreamWriter(DataSourceStreamArrowWriter):
         return state
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Spark gives up on this attempt of batch ``batchId`` (a task or the commit failed). If
+        the batch's intent is recorded and the batch not done (the commit failed after the
+        intent), the files the intent names stay: the replay appends them, or finds them in the
+        log (before, they were removed, and every replay failed saying a staged file was
+        missing). Every other staged file of the attempt is removed."""
+        state = self._state(os.path.join(self.w.path, SINKS_DIR))
+        if state.get("batch") == batchId and not state.get("done") and "files" in state:
+            staging = os.path.join(self.w.path, STAGING_DIR)
+            kept = {os.path.join(staging, f) for f in state["files"]}
+            for m in messages:
+                if isinstance(m, _Staged) and m.path not in kept:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(m.path)  # crash here: a file no intent names, removed later
+            return
         self.w.discard()
 
 
