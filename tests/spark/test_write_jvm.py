@@ -74,6 +74,17 @@ def test_a_jvm_batch_write_leaves_the_log_the_python_writer_leaves(spark: Any, t
     assert payloads(jvm_log)[len(expected) :] == [b"\x00\xff%d" % i for i in range(10)]
 
 
+def test_jvm_false_writes_through_the_python_source(spark: Any, tmp_path: Path) -> None:
+    """write(df, jvm=False) is format("logspool").mode("append"): the Python writer, which (unlike
+    the JVM writer) takes a served log's options and tries the daemon."""
+    df = spark.createDataFrame([("a",), ("b",)], "payload string").coalesce(1)
+    write(df, jvm=False).save(str(tmp_path / "log"))
+    assert payloads(tmp_path / "log") == [b"a", b"b"]
+    with pytest.raises(Exception) as refused:
+        write(df, jvm=False).option("server", "127.0.0.1:1").option("log", "x").save()
+    assert "local log directories only" not in str(refused.value)
+
+
 def test_jvm_writes_refuse_what_the_python_writer_refuses(spark: Any, tmp_path: Path) -> None:
     path = str(tmp_path / "log")
     with pytest.raises(Exception, match=r"needs a column named payload .* the columns are \['n'\]"):
