@@ -224,17 +224,18 @@ def write_case(spark: Any, rows: int, runs: int, work: str) -> dict[str, float]:
     (``logspool.spark.write`` and ``write_stream``: tasks on the JVM, the Python commit), and
     Spark's ``noop`` write (no output: Spark's own cost of a write job). Also the seconds of the
     driver's commit alone (the rows staged as two Python tasks stage them, appended), and the
-    median seconds of the JVM writer's commits (the Python commit its batch writes called)."""
+    median seconds of the JVM writer's commits (the Python commit its batch writes called, and
+    its streaming batches)."""
     from logspool.spark import _jvm_write, _source, write, write_stream
 
     jvm_commits: list[float] = []
+    jvm_sink_commits: list[float] = []
     committed = _jvm_write._COMMITTER.commit
 
     def timed_commit(job: str, messages: str, batch_id: int) -> None:
         t0 = time.perf_counter()
         committed(job, messages, batch_id)
-        if batch_id < 0:
-            jvm_commits.append(time.perf_counter() - t0)
+        (jvm_commits if batch_id < 0 else jvm_sink_commits).append(time.perf_counter() - t0)
 
     _jvm_write._COMMITTER.commit = timed_commit  # type: ignore[method-assign]
 
@@ -331,6 +332,9 @@ def write_case(spark: Any, rows: int, runs: int, work: str) -> dict[str, float]:
         "write_parquet_s_median": turns["write_parquet"],
         "write_noop_s_median": turns["write_noop"],
         "write_jvm_commit_s_median": statistics.median(jvm_commits),
+        "sink_jvm_commit_s_median": statistics.median(jvm_sink_commits),
+        "sink_jvm_s_median": turns["stream_log_jvm"],
+        "sink_parquet_s_median": turns["stream_parquet"],
         "sink_jvm_rows_per_s": rows / turns["stream_log_jvm"],
         "sink_jvm_ratio_to_parquet": turns["stream_parquet"] / turns["stream_log_jvm"],
         "sink_logspool_rows_per_s": rows / turns["stream_log"],
