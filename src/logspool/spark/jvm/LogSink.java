@@ -375,6 +375,8 @@ final class LogSink implements Table, SupportsWrite {
             }
             String name = String.format("%08d.%d.%s", partition, taskId, UUID.randomUUID().toString().replace("-", ""));
             path = staging.resolve(name);
+            // Crash from here on: a file no commit names yet, removed with the staging directory
+            // (a batch job's when it ends or aborts, a stream's after its next batch is done).
             out = new FileOutputStream(path.toFile());
             out.write(MAGIC);
             bytes = MAGIC.length;
