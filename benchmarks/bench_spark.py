@@ -220,10 +220,24 @@ def daemon_case(spark: Any, rows: int, runs: int, work: str, parquet_path: str |
 def write_case(spark: Any, rows: int, runs: int, work: str) -> dict[str, float]:
     """``--write``: df.write.format("logspool") and a streaming sink (one ``availableNow`` batch
     of the rows from a Parquet directory) against df.write.parquet and a Parquet streaming sink,
-    the same cached rows, taking turns; and, inside the log's batch write, the seconds of the
-    driver's commit (the append of the staged rows), the rest being the tasks' staging and
-    Spark's own costs."""
-    from logspool.spark import _source
+    the same cached rows, taking turns; the same two through the JVM writer
+    (``logspool.spark.write`` and ``write_stream``: tasks on the JVM, the Python commit), and
+    Spark's ``noop`` write (no output: Spark's own cost of a write job). Also the seconds of the
+    driver's commit alone (the rows staged as two Python tasks stage them, appended), and the
+    median seconds of the JVM writer's commits (the Python commit its batch writes called, and
+    its streaming batches)."""
+    from logspool.spark import _jvm_write, _source, write, write_stream
+
+    jvm_commits: list[float] = []
+    jvm_sink_commits: list[float] = []
+    committed = _jvm_write._COMMITTER.commit
+
+    def timed_commit(job: str, messages: str, batch_id: int) -> None:
+        t0 = time.perf_counter()
+        committed(job, messages, batch_id)
+        (jvm_commits if batch_id < 0 else jvm_sink_commits).append(time.perf_counter() - t0)
+
+    _jvm_write._COMMITTER.commit = timed_commit  # type: ignore[method-assign]
 
     source = spark.range(rows).selectExpr(
         "cast(concat(lpad(cast(id as string), 12, '0'), repeat('x', 88)) as binary) as payload"
@@ -266,21 +280,26 @@ def write_case(spark: Any, rows: int, runs: int, work: str) -> dict[str, float]:
         shutil.rmtree(os.path.join(work, "wlog"), ignore_errors=True)
         data.write.format("logspool").mode("append").save(os.path.join(work, "wlog"))
 
+    def write_log_jvm() -> None:
+        shutil.rmtree(os.path.join(work, "wlogj"), ignore_errors=True)
+        write(data, jvm=True).save(os.path.join(work, "wlogj"))
+
     def write_parquet() -> None:
         data.write.mode("overwrite").parquet(os.path.join(work, "wparquet"))
+
+    def write_noop() -> None:
+        data.write.format("noop").mode("overwrite").save()
 
     def stream(fmt_name: str) -> Callable[[], None]:
         def run() -> None:
             n[0] += 1
             out = os.path.join(work, f"s{fmt_name}{n[0]}")
-            query = (
-                spark.readStream.schema("payload binary")
-                .parquet(parquet_in)
-                .writeStream.format(fmt_name)
-                .option("checkpointLocation", out + ".cp")
-                .trigger(availableNow=True)
-                .start(out)
-            )
+            rows_in = spark.readStream.schema("payload binary").parquet(parquet_in)
+            if fmt_name == "logspool-jvm":
+                to = write_stream(rows_in, jvm=True)
+            else:
+                to = rows_in.writeStream.format(fmt_name)
+            query = to.option("checkpointLocation", out + ".cp").trigger(availableNow=True).start(out)
             query.awaitTermination()
             shutil.rmtree(out, ignore_errors=True)
             shutil.rmtree(out + ".cp", ignore_errors=True)
@@ -291,8 +310,11 @@ def write_case(spark: Any, rows: int, runs: int, work: str) -> dict[str, float]:
     turns = taking_turns(
         {
             "write_log": write_log,
+            "write_log_jvm": write_log_jvm,
             "write_parquet": write_parquet,
+            "write_noop": write_noop,
             "stream_log": stream("logspool"),
+            "stream_log_jvm": stream("logspool-jvm"),
             "stream_parquet": stream("parquet"),
         },
         runs,
@@ -304,6 +326,17 @@ def write_case(spark: Any, rows: int, runs: int, work: str) -> dict[str, float]:
         "write_ratio_to_parquet": turns["write_parquet"] / turns["write_log"],
         "write_logspool_commit_s_median": statistics.median(commit_alone() for _ in range(runs)),
         "write_logspool_s_median": turns["write_log"],
+        "write_jvm_rows_per_s": rows / turns["write_log_jvm"],
+        "write_jvm_ratio_to_parquet": turns["write_parquet"] / turns["write_log_jvm"],
+        "write_jvm_s_median": turns["write_log_jvm"],
+        "write_parquet_s_median": turns["write_parquet"],
+        "write_noop_s_median": turns["write_noop"],
+        "write_jvm_commit_s_median": statistics.median(jvm_commits),
+        "sink_jvm_commit_s_median": statistics.median(jvm_sink_commits),
+        "sink_jvm_s_median": turns["stream_log_jvm"],
+        "sink_parquet_s_median": turns["stream_parquet"],
+        "sink_jvm_rows_per_s": rows / turns["stream_log_jvm"],
+        "sink_jvm_ratio_to_parquet": turns["stream_parquet"] / turns["stream_log_jvm"],
         "sink_logspool_rows_per_s": rows / turns["stream_log"],
         "sink_parquet_rows_per_s": rows / turns["stream_parquet"],
         "sink_ratio_to_parquet": turns["stream_parquet"] / turns["stream_log"],

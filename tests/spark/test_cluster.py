@@ -23,7 +23,7 @@ JOB = textwrap.dedent(
     """
     import sys
     from pyspark.sql import SparkSession
-    from logspool.spark import load
+    from logspool.spark import load, write, write_stream
     master, log, sink, copy, cp = sys.argv[1:6]
     spark = (SparkSession.builder.master(master).appName("on-a-cluster")
              .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
@@ -32,17 +32,22 @@ JOB = textwrap.dedent(
     df = spark.read.format("logspool").option("maxPartitionBytes", "4096").load(log)
     print("python", df.count(), df.rdd.getNumPartitions(), flush=True)
     print("jvm", load(spark, log, jvm=True, maxPartitionBytes=4096).count(), flush=True)
-    def stream():
-        q = (spark.readStream.format("logspool").option("startingPosition", "earliest")
-             .option("maxRecordsPerTrigger", "700").load(log).select("payload")
-             .writeStream.format("logspool").option("checkpointLocation", cp)
-             .trigger(availableNow=True).start(sink))
+    def stream(jvm=False):
+        rows = (spark.readStream.format("logspool").option("startingPosition", "earliest")
+                .option("maxRecordsPerTrigger", "700").load(log).select("payload"))
+        to = write_stream(rows, jvm=True) if jvm else rows.writeStream.format("logspool")
+        suffix = "-jvm" if jvm else ""
+        q = (to.option("checkpointLocation", cp + suffix).trigger(availableNow=True).start(sink + suffix))
         q.awaitTermination(300)
     stream()
     print("streamed", flush=True)
     stream()  # restarted from its checkpoint: nothing again
     df.select("payload").write.format("logspool").mode("append").save(copy)
     print("written", flush=True)
+    stream(jvm=True)  # the JVM writer: the executors' JVMs stage, the driver's Python commits
+    stream(jvm=True)
+    write(df.select("payload"), jvm=True).save(copy + "-jvm")
+    print("written on the jvm", flush=True)
     spark.stop()
     """
 )
@@ -92,6 +97,11 @@ def test_reads_a_stream_and_writes_on_a_standalone_cluster(master: str, tmp_path
     with logspool.open(tmp_path / "sink", readonly=True) as sink:
         assert [r.payload for r in sink.read()] == want  # once, across the restart
     with logspool.open(tmp_path / "copy", readonly=True) as copy:
+        assert sorted(r.payload for r in copy.read()) == want
+    assert "written on the jvm" in lines
+    with logspool.open(tmp_path / "sink-jvm", readonly=True) as sink:
+        assert [r.payload for r in sink.read()] == want
+    with logspool.open(tmp_path / "copy-jvm", readonly=True) as copy:
         assert sorted(r.payload for r in copy.read()) == want
 
 

@@ -175,7 +175,7 @@ def test_the_commit_writes_the_bytes_append_batch_writes(
     logs = {}
     for mode in ("rows", "framed"):
         path = tmp_path / mode
-        writer = _source._Writer({"path": str(tmp_path / "staging")}, SCHEMA, f"job-{mode}")
+        writer = _source._Writer({"path": str(tmp_path / "staging")}, SCHEMA, f"job-{mode}", durable=False)
         with logspool.open(path, segment_size_max=200_000, index_interval=512) as log:
             for j, files in enumerate(jobs):
                 staged = [stage(writer, rows, per_block=rng.choice([7, 50, 1000])) for rows in files]
@@ -187,7 +187,7 @@ def test_the_commit_writes_the_bytes_append_batch_writes(
                         _source._append_rows(tail, paths, size, 0, ts + j)
                     else:
                         assert not tail.compressed
-                        _source._append(tail, paths, count, timestamp=ts + j)
+                        _source._append(tail, paths, count, timestamp=ts + j, size_max=log.record_size_max)
                 writer.discard()
         assert logspool.verify(path).ok
         logs[mode] = log_files(path)
@@ -212,7 +212,7 @@ def test_the_commit_skips_rows_and_reads_blocks_staged_before_the_crcs(tmp_path:
         + sizes.tobytes()
         + b"".join(rows)
     )
-    writer = _source._Writer({"path": str(tmp_path / "staging")}, SCHEMA, "job")
+    writer = _source._Writer({"path": str(tmp_path / "staging")}, SCHEMA, "job", durable=False)
     v3 = stage(writer, rows, per_block=9).path
     ts = 4_000_000_000_000_000_000
     logs = {}
@@ -224,7 +224,7 @@ def test_the_commit_skips_rows_and_reads_blocks_staged_before_the_crcs(tmp_path:
                 size = _source._staged_size(files, 200, _source._staged_form(files))
                 _source._append_rows(tail, files, size, 13, ts)
             else:
-                _source._append(tail, files, 200, skip=13, timestamp=ts)
+                _source._append(tail, files, 200, skip=13, timestamp=ts, size_max=log.record_size_max)
         logs[mode] = log_files(path)
     assert logs["rows"] == logs["framed"]
     with logspool.open(tmp_path / "framed", readonly=True) as log:

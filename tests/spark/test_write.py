@@ -280,3 +280,60 @@ def test_a_batch_larger_than_a_segment_may_hold_is_appended_in_parts(
     writer.commit(messages)
     assert payloads(path) == [r.encode() for r in rows]
     assert logspool.verify(path).ok
+
+
+def test_a_staged_file_of_the_wrong_size_fails_the_commit(tmp_path: Path) -> None:
+    """A file a crash cut (a batch job's staged files are not fsynced): its task reported its
+    size, and the commit refuses a file of another size before appending anything, even one cut
+    at a block's end, which every block check would pass."""
+    schema = StructType([StructField("payload", StringType())])
+    writer = _source._BatchWriter({"path": str(tmp_path / "log")}, schema)
+    blocks = [
+        pa.record_batch([pa.array([f"b{j}-{i}" for i in range(100)])], names=["payload"]) for j in range(2)
+    ]
+    staged = writer.w.write(iter(blocks))
+    assert staged.size == os.path.getsize(staged.path)
+    with open(staged.path, "r+b") as f:  # the second block lost
+        f.truncate(8 + 12 + 8 * 100 + sum(len(f"b0-{i}") for i in range(100)))
+    with pytest.raises(logspool.LogspoolError, match=r"a staged file has .* bytes, its task wrote"):
+        writer.commit([staged])
+    assert payloads(tmp_path / "log") == []
+
+
+def test_a_row_over_the_logs_record_size_max_fails_the_commit_with_nothing_published(tmp_path: Path) -> None:
+    """A log made with record_size_max=1000 and a 2,000-byte row in the second staged block:
+    RecordTooLargeError, as append_many raises, and the log as it was (before, the framed commit
+    published the record, and every reader and verify took the log for damaged)."""
+    path = tmp_path / "log"
+    with logspool.open(path, record_size_max=1000) as log:
+        log.append(b"before")
+    writer = _source._BatchWriter({"path": str(path)}, SCHEMA)
+    blocks = [
+        pa.record_batch([pa.array(["a" * 900, "b"])], names=["payload"]),
+        pa.record_batch([pa.array(["c", "d" * 2000])], names=["payload"]),
+    ]
+    with pytest.raises(logspool.RecordTooLargeError, match="2000 bytes exceeds record_size_max of 1000"):
+        writer.commit([writer.w.write(iter(blocks))])
+    assert payloads(path) == [b"before"]
+    assert logspool.verify(path).ok
+
+
+def test_a_streaming_batch_whose_commit_failed_after_its_intent_keeps_its_files(tmp_path: Path) -> None:
+    """The commit of a streaming batch fails after its intent is recorded (here a row over the
+    log's record_size_max) and Spark aborts the batch: the files the intent names stay, so the
+    replay appends the first attempt's rows or fails for the same reason, never saying a staged
+    file is missing; the attempt's other files go."""
+    path = tmp_path / "log"
+    with logspool.open(path, record_size_max=1000):
+        pass
+    sink = _source._StreamWriter({"path": str(path), "queryname": "q"}, SCHEMA)
+    first = staged(sink, ["a", "x" * 2000])
+    with pytest.raises(logspool.RecordTooLargeError):
+        sink.commit(first, 0)
+    stray = staged(sink, ["not named by the intent"])
+    sink.abort([*first, *stray], 0)
+    assert os.path.exists(first[0].path) and not os.path.exists(stray[0].path)
+    replay = _source._StreamWriter({"path": str(path), "queryname": "q"}, SCHEMA)
+    with pytest.raises(logspool.RecordTooLargeError):
+        replay.commit(staged(replay, ["the replay's rows"]), 0)
+    assert payloads(path) == []

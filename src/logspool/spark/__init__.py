@@ -5,6 +5,7 @@
     df = spark.read.format("logspool").load("events")  # found by name: lsn, timestamp, payload, ...
     q = spark.readStream.format("logspool").load("events").writeStream...
     df.write.format("logspool").mode("append").save("events")
+    logspool.spark.write(df).save("events")  # the tasks on the JVM (spark.jars=jar()): faster
 
 Every Spark worker needs logspool installed (the class is pickled by reference) and, on one
 machine, ``PYSPARK_PYTHON`` set to the driver's interpreter. docs/SPARK.md has the options.
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING
 _EXTRA = ("pyspark", "pyarrow", "pandas", "py4j")
 try:
     from ._jvm import JVM_NAME, JvmError, jar, load, load_stream
+    from ._jvm_write import write, write_stream
     from ._source import NAME, LogspoolDataSource, OptionError
 except ModuleNotFoundError as err:  # the extra is not installed: say how to get it
     if (err.name or "").split(".")[0] not in _EXTRA:
@@ -39,6 +41,8 @@ __all__ = [
     "load",
     "load_stream",
     "register",
+    "write",
+    "write_stream",
 ]
 
 

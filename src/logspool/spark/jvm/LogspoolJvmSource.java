@@ -93,6 +93,9 @@ public final class LogspoolJvmSource implements TableProvider, DataSourceRegiste
     @Override
     public Table getTable(StructType schema, Transform[] partitioning, Map<String, String> properties) {
         CaseInsensitiveStringMap options = new CaseInsensitiveStringMap(properties);
+        if (options.containsKey("committer")) {  // a write (logspool.spark.write, write_stream)
+            return new LogSink(properties, schema);
+        }
         return new LogTable(Settings.of(options), schema);
     }
 
@@ -130,7 +133,8 @@ public final class LogspoolJvmSource implements TableProvider, DataSourceRegiste
             String size = options.get("recordSizeMax");
             if (size == null) {
                 throw new IllegalArgumentException(
-                        "logspool-jvm: option recordSizeMax is missing (use logspool.spark.load, which plans the read)");
+                        "logspool-jvm: option recordSizeMax is missing (use logspool.spark.load, which plans the read; "
+                                + "to write, logspool.spark.write(df) or write_stream(df))");
             }
             String decode = options.getOrDefault("decode", "binary");
             schemaFor(decode);
@@ -361,6 +365,12 @@ public final class LogspoolJvmSource implements TableProvider, DataSourceRegiste
     static String indexName(long base) {
         String name = segmentName(base);
         return name.substring(0, name.length() - SEGMENT_SUFFIX.length()) + INDEX_SUFFIX;
+    }
+
+    /** Called by logspool.spark.write and write_stream (through Py4J): the Python commit of the
+     * writes this process starts. */
+    public static void registerCommitter(String id, WriteCommitter committer) {
+        LogSink.register(id, committer);
     }
 
     /** Called by logspool.spark.load_stream (through Py4J): the planners of a streaming DataFrame. */
