@@ -44,25 +44,6 @@ def test_batch_write_appends_every_row_in_partition_order(spark: Any, tmp_path: 
     assert not any((path / _source.STAGING_DIR).iterdir())
 
 
-def test_a_failed_job_leaves_nothing(spark: Any, tmp_path: Path) -> None:
-    path = tmp_path / "log"
-    with logspool.open(path) as log:
-        log.append(b"before")
-
-    def explode(x: int) -> str:
-        if x == 777:
-            raise ValueError("a task fails")
-        return f"p{x}"
-
-    spark.udf.register("explode_at_777", explode, StringType())
-    df = spark.range(1000).selectExpr("explode_at_777(id) as payload")
-    with pytest.raises(Exception, match="a task fails"):
-        df.write.format("logspool").mode("append").save(str(path))
-    assert payloads(path) == [b"before"]
-    staging = path / _source.STAGING_DIR
-    assert not staging.exists() or not any(staging.iterdir())
-
-
 def test_writes_need_a_payload_column_and_append_mode(spark: Any, tmp_path: Path) -> None:
     df = spark.createDataFrame([(1,)], "n int")
     with pytest.raises(Exception, match=r"needs a column named payload .* the columns are \['n'\]"):

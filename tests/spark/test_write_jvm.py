@@ -106,7 +106,10 @@ def test_jvm_writes_refuse_what_the_python_writer_refuses(spark: Any, tmp_path: 
         ok.write.format("logspool-jvm").mode("append").save(path)
 
 
-def test_a_failed_jvm_job_leaves_nothing(spark: Any, tmp_path: Path) -> None:
+@pytest.mark.parametrize("jvm", [False, True], ids=["python", "jvm"])
+def test_a_failed_job_leaves_nothing(spark: Any, tmp_path: Path, jvm: bool) -> None:
+    """A task fails: the job fails, the log holds what it held, no staged file is left (the
+    Python writer, ``format("logspool")``, and the JVM writer alike)."""
     path = tmp_path / "log"
     with logspool.open(path) as log:
         log.append(b"before")
@@ -116,10 +119,10 @@ def test_a_failed_jvm_job_leaves_nothing(spark: Any, tmp_path: Path) -> None:
             raise ValueError("a task fails")
         return f"p{x}"
 
-    spark.udf.register("explode_at_777_jvm", explode, StringType())
-    df = spark.range(1000).selectExpr("explode_at_777_jvm(id) as payload")
+    spark.udf.register(f"explode_at_777_{jvm}", explode, StringType())
+    df = spark.range(1000).selectExpr(f"explode_at_777_{jvm}(id) as payload")
     with pytest.raises(Exception, match="a task fails"):
-        write(df, jvm=True).save(str(path))
+        write(df, jvm=jvm).save(str(path))  # (jvm=False: df.write.format("logspool"))
     assert payloads(path) == [b"before"]
     staging = path / _source.STAGING_DIR
     assert not staging.exists() or not any(staging.iterdir())
