@@ -270,6 +270,31 @@ class _Planners:
 _REGISTERED: dict[str, _Planners] = {}  # the JVM holds proxies; these keep the Python objects alive
 
 
+def register_callback(
+    gateway: Any, method: str, key: str, target: Any, insist: bool | None, what: str
+) -> bool:
+    """Hand ``target`` (a Python object implementing a Java interface, called back through Py4J's
+    callback server, started here) to ``LogspoolJvmSource.<method>`` under ``key``: True; False if
+    the jar is not loaded in the session and ``insist`` is not True (JvmError naming the JVM
+    ``what`` if it is)."""
+    from pyspark.java_gateway import ensure_callback_server_started
+
+    try:
+        source: Any = gateway.jvm.logspool.spark.LogspoolJvmSource
+        ensure_callback_server_started(gateway)  # type: ignore[no-untyped-call]
+        getattr(source, method)(key, target)
+    except Exception as err:
+        if "does not exist in the JVM" not in str(err) and method not in str(err):
+            raise
+        if insist:
+            raise JvmError(
+                f"the JVM {what} is not loaded in this session: build the session with "
+                '.config("spark.jars", logspool.spark.jar())'
+            ) from None
+        return False
+    return True
+
+
 def load_stream(
     spark: SparkSession,
     path: str,
@@ -302,22 +327,7 @@ def load_stream(
         planners = _Planners(lowered, fixed)
         reader = _StreamReader(lowered, fixed)  # checks the options now, as readStream would
         key = uuid.uuid4().hex
-        try:
-            from pyspark.java_gateway import ensure_callback_server_started
-
-            gateway: Any = spark.sparkContext._gateway
-            source: Any = gateway.jvm.logspool.spark.LogspoolJvmSource
-            ensure_callback_server_started(gateway)  # type: ignore[no-untyped-call]
-            source.registerPlanners(key, planners)
-        except Exception as err:
-            if "does not exist in the JVM" not in str(err) and "registerPlanners" not in str(err):
-                raise
-            if jvm:
-                raise JvmError(
-                    "the JVM reader is not loaded in this session: build the session with "
-                    '.config("spark.jars", logspool.spark.jar())'
-                ) from None
-        else:
+        if register_callback(spark.sparkContext._gateway, "registerPlanners", key, planners, jvm, "reader"):
             _REGISTERED[key] = planners
             stream = (
                 spark.readStream.format(JVM_NAME)

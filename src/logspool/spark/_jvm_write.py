@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from pyspark.sql.types import StructType
 
-from ._jvm import JVM_NAME, JvmError
+from ._jvm import JVM_NAME, register_callback
 from ._source import NAME, OptionError, _BatchWriter, _options, _Staged, _StreamWriter
 
 if TYPE_CHECKING:
@@ -109,20 +109,7 @@ def _committer_key(df: DataFrame, jvm: bool | None) -> str | None:
         if key is not None:
             return key
         key = uuid.uuid4().hex
-        try:
-            from pyspark.java_gateway import ensure_callback_server_started
-
-            source: Any = gateway.jvm.logspool.spark.LogspoolJvmSource
-            ensure_callback_server_started(gateway)  # type: ignore[no-untyped-call]
-            source.registerCommitter(key, _COMMITTER)
-        except Exception as err:
-            if "does not exist in the JVM" not in str(err) and "registerCommitter" not in str(err):
-                raise
-            if jvm:
-                raise JvmError(
-                    "the JVM writer is not loaded in this session: build the session with "
-                    '.config("spark.jars", logspool.spark.jar())'
-                ) from None
+        if not register_callback(gateway, "registerCommitter", key, _COMMITTER, jvm, "writer"):
             return None
         _KEYS[id(gateway)] = key
         return key
