@@ -326,6 +326,8 @@ def test_a_lone_get_is_answered_as_any_get(daemon: Daemon) -> None:
     setup = redis.Redis(port=daemon.resp_port, socket_timeout=10)
     try:
         assert setup.set("lone:s", b"v" * 100) and setup.set("lone:n", 42) and setup.set("lone:f", "1.5")
+        # (sizes on each side of the bulk headers ``gets`` keeps ready: 4,096)
+        assert setup.set("lone:4095", b"a" * 4095) and setup.set("lone:4096", b"b" * 4096)
         assert setup.set("lone:e", "gone", px=1)
         deadline = time.monotonic() + 30
         while setup.pttl("lone:e") != -2:  # (bounded: a 1 ms TTL)
@@ -392,6 +394,10 @@ def test_a_lone_get_is_answered_as_any_get(daemon: Daemon) -> None:
             (
                 [b"lone:missing", b"lone:n", b"lone:e", b"lone:f"],
                 [b"$-1", b"$2", b"42", b"$-1", b"$3", b"1.5"],
+            ),
+            (
+                [b"lone:4095", b"lone:4096", b"lone:s"],
+                [b"$4095", b"a" * 4095, b"$4096", b"b" * 4096, b"$100", b"v" * 100],
             ),
         ]:
             s.sendall(b"".join(b"*2\r\n$3\r\nGET\r\n$%d\r\n%b\r\n" % (len(k), k) for k in keys))

@@ -83,6 +83,9 @@ SCAN_CURSORS_MAX = 10_000  # SCAN cursors remembered (the oldest is forgotten fi
 _GET = (b"GET", b"get")  # (another spelling takes the common path)
 _LONE_GET = b"*2\r\n$3\r\nGET\r\n$"  # a read that may be one whole GET (``_lone_get``)
 _SET = SET_NAMES
+# The header of a bulk string reply of each small size (``Session.gets``: no formatting a GET).
+_BULK_HEADS_N = 4096
+_BULK_HEADS = tuple(b"$%d\r\n" % n for n in range(_BULK_HEADS_N))
 
 
 @dataclass
@@ -282,6 +285,18 @@ class _Connection(asyncio.Protocol):
         if not cmds:
             return True  # a command not complete yet: nothing to do until more comes
         committer = self.front.committer
+        if cmds[0][0] in _GET and committer is not None and committer.delivered >= committer.rounds:
+            # GETs only (GET -P16), before the dispatch below looks at each command (``gets``
+            # answers None, having done nothing, for any other batch).
+            mutex = self.front.kv.store._mutex
+            if mutex.acquire(blocking=False):
+                try:
+                    got = self.session.gets(cmds)
+                finally:
+                    mutex.release()
+                if got is not None:
+                    self._write(got)
+                    return not self.parser.failed
         where = INLINE
         for args in cmds:
             name = args[0]
@@ -303,10 +318,6 @@ class _Connection(asyncio.Protocol):
             mutex = self.front.kv.store._mutex
             if mutex.acquire(blocking=False):
                 try:
-                    got = self.session.gets(cmds)
-                    if got is not None:
-                        self._write(got)
-                        return not self.parser.failed
                     batch = self.session.run(cmds, locked=True)
                 finally:
                     mutex.release()
@@ -661,7 +672,7 @@ class Session:
         nil = self.nil()
         out: list[bytes] = []
         size_max = limits.KV_KEY_SIZE_MAX
-        touched = []
+        heads = _BULK_HEADS
         for args in cmds:
             if len(args) != 2 or args[0] not in _GET:
                 return None
@@ -678,12 +689,13 @@ class Session:
             value = entry.value
             if value is None or entry.touch_ns or entry.vtype != BYTES or 0 < entry.expire_ns <= now:
                 return None  # (cold, lost, a touch TTL, another type, expired: ``run`` answers it)
-            touched.append(entry)
-            out.append(b"$%d\r\n%b\r\n" % (len(value), value))
-        for entry in touched:
+            # (touched here: if a later command sends the batch to ``run``, it touches this
+            # entry again, as it would have anyway)
             entry.accessed_ns = now
             if lru and entry.key in lru:
                 lru.move_to_end(entry.key)
+            size = len(value)
+            out += (heads[size] if size < _BULK_HEADS_N else b"$%d\r\n" % size, value, b"\r\n")
         self.front.requests[b"GET"] += len(cmds)
         return b"".join(out)
 
