@@ -803,6 +803,72 @@ def test_without_always_a_checkpoint_is_never_durable_before_its_group(tmp_path:
     assert "g" not in floors or (floor is not None and floors["g"] <= floor), (floors, floor)
 
 
+@pytest.mark.parametrize("appended_first", [False, True], ids=["store-opened-first", "appended-first"])
+def test_without_always_a_group_past_its_log_after_a_power_cut_is_brought_back(
+    tmp_path: Path, appended_first: bool
+) -> None:
+    """With ``--durability os`` (or ``interval``) a group's ops and the records it delivered
+    are fsynced at different times: a power cut can keep the op that delivered records and lose
+    the records. The entries appended after the restart take the lost lsns; '>' must deliver
+    them (it did not: the group stayed past them), and the pending entries of lost records are
+    dropped. Either order: the store opened before the first new append, or after some."""
+    data = tmp_path / "data"
+    with logspool.open(data / "logs" / "s") as log:
+        for n in range(5):
+            log.append(b"kept%d" % n)
+    (data / "groups").mkdir()
+    fs = FaultFS(str(data))
+    log = logspool.open(data / "logs" / "s", fs=fs, durability="os")
+    store = GroupStore(str(data / "groups" / "s"), log, "os", fs=fs)
+    try:
+        store.create("g", 0, (0, 0))
+        store.create("other", 3, (0, 2))
+        for n in range(3):
+            log.append(b"lost%d" % n)  # (os: never fsynced)
+        assert [lsn for lsn, _, _ in store.deliver(log, "g", "s", "c", 100, False, 1 << 20)] == list(range(8))
+        assert len(store.deliver(log, "other", "s", "c", 100, True, 1 << 20)) == 5  # (NOACK)
+        last_ms = next(log.read(7)).timestamp // 1_000_000
+        store._log.sync()  # the groups' interval fsync came first: their ops are durable
+        state = next(fs.crash_states(random.Random(34), 1))  # (strict: only what was fsynced)
+    finally:
+        store.close()
+        log.close()
+        fs.release()
+    after = tmp_path / "after"
+    materialize(state, str(after))
+    # (a restart takes far longer than a millisecond: the new records' times follow the lost ones')
+    deadline = time.monotonic() + 10
+    while time.time_ns() // 1_000_000 <= last_ms:  # bounded by the deadline
+        assert time.monotonic() < deadline
+    with logspool.open(after / "logs" / "s", durability="os") as log:
+        assert log.info().next_lsn == 5  # the three records the group got were lost
+        new = 2 if appended_first else 0
+        for n in range(new):
+            log.append(b"new%d" % n)
+        store = GroupStore(str(after / "groups" / "s"), log, "os")
+        try:
+            for n in range(new, 3):
+                log.append(b"new%d" % n)
+            g = store.get("g")
+            assert g is not None and g.next_lsn == 5 and sorted(g.pel) == [0, 1, 2, 3, 4]
+            got = store.deliver(log, "g", "s", "c", 100, False, 1 << 20)
+            assert [(lsn, payload) for lsn, _, payload in got] == [(5, b"new0"), (6, b"new1"), (7, b"new2")]
+            other = store.deliver(log, "other", "s", "c", 100, True, 1 << 20)
+            assert [lsn for lsn, _, _ in other] == [5, 6, 7]
+        finally:
+            store.close()
+        with Checkpoints(str(after / "logs" / "s"), REAL, log.record_size_max) as cps:
+            floors = {cp.name: cp.lsn for cp in cps.all(floor=True)}
+        assert floors["g"] == 0 and floors["other"] <= 5, floors
+    # A group that is not past its log is left as it is: opened again, nothing moves.
+    with logspool.open(after / "logs" / "s", durability="os") as log:
+        store = GroupStore(str(after / "groups" / "s"), log, "os")
+        try:
+            assert {name: g.next_lsn for name, g in store.groups()} == {"g": 8, "other": 8}
+        finally:
+            store.close()
+
+
 def _copy(source: Path, target: Path) -> Path:
     if target.exists():
         shutil.rmtree(target)

@@ -31,7 +31,9 @@ whole segments, so a position between two segment starts lets it remove nothing 
 may bring back the older, lower durable position: retention then keeps more, never less).
 XGROUP CREATE writes its op, then the checkpoint; DESTROY removes the checkpoint, then writes its
 op; a group found without a checkpoint, or above its floor (a crash between the two, or a native
-``rewind_subscriber``), gets its floor written when its store is opened.
+``rewind_subscriber``), gets its floor written when its store is opened; so does a group left
+past its log's end by a power cut without ``always`` (``_realign``: it moves back to the first
+record appended after the restart).
 
 **Names.** A group's name is a durable subscriber name (UTF-8, 1 to 1,024 bytes, not starting
 with ``~``): it reaches the disk only as the hash in a checkpoint's file name, never as a path. A
@@ -82,7 +84,15 @@ from ._resp_group_state import (
     now_ms,
 )
 from ._resp_kv import RedisError
-from ._resp_streams import STREAM_REPLY_BYTES_MAX, Record, lsn_after, read_after, read_lsns_upto, reader_at
+from ._resp_streams import (
+    STREAM_REPLY_BYTES_MAX,
+    Record,
+    lsn_after,
+    read_after,
+    read_lsns,
+    read_lsns_upto,
+    reader_at,
+)
 
 _logger = logging.getLogger("logspool.server.resp")
 
@@ -178,9 +188,43 @@ class GroupStore(FoldedStore[GroupState, Op]):
                     else:
                         # (the first write opens the file with an fdatasync: what it holds is durable)
                         self._cp[name] = self._cp_durable[name] = cp.lsn
+            self._realign(log)
         except BaseException:
             self.close()
             raise
+
+    def _realign(self, log: Log) -> None:
+        """On open: bring back each group that is past its log's history. Without ``durability
+        "always"`` a group's op and the records it delivered are fsynced at different times, so
+        a power cut can keep the op and lose the records: the log then ends below the group's
+        position, and the records appended after the restart take the lost lsns, which '>' would
+        never deliver. A group's last id ``(ms, lsn)`` tells: if the log no longer has that
+        record (past its end, or another record under that lsn, appended later, so with a later
+        time), the group moves back to the first record whose id follows its last id (the first
+        one appended after the restart, or the log's end), and its pending entries from there
+        on, whose records are gone, are dropped. One op of each kind, fsynced with "always"."""
+        for name, g in sorted(self._state.groups.items()):
+            if g.next_lsn == 0:
+                continue
+            expected = lsn_after(log, g.last)
+            if g.next_lsn <= expected:
+                continue
+            gone = list(g.order.irange(minimum=expected))
+            before = read_lsns(log, [expected - 1]).get(expected - 1) if expected else None
+            last = [before[0] if before is not None else 0, max(expected - 1, 0)]
+            _logger.warning(
+                "%s: group %r was at lsn %d, past what its log holds after a power cut (the "
+                "records from lsn %d on were lost): it delivers from lsn %d again, and %d pending "
+                "entries of lost records are dropped", self.path, name, g.next_lsn, expected,
+                expected, len(gone),
+            )  # fmt: skip
+            with self._decide() as w:
+                self._lower(name, min(g.order[0], expected) if g.order else expected)
+                if gone:
+                    w.write({"op": "ack", "g": name, "lsns": gone})
+                w.write({"op": "setid", "g": name, "next": expected, "last": last})
+                token = self._token(name)
+            self._raise(name, token)
 
     def close(self) -> None:
         with self._mutex:
