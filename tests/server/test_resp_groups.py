@@ -28,6 +28,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -35,6 +36,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 import logspool
+from logspool import Durability
 from logspool._fs import REAL
 from logspool._subscribers import Checkpoints
 from logspool.server._resp_group_commands import _position
@@ -725,20 +727,28 @@ def test_a_power_loss_at_any_write_keeps_replies_and_the_checkpoint_below_the_gr
     assert crashes > 50
 
 
+def _stream_through_the_seam(
+    tmp_path: Path, records: list[bytes], durability: Durability, **options: Any
+) -> tuple[FaultFS, logspool.Log, GroupStore]:
+    """The stream ``s`` of ``records`` (written and closed first), opened again with its groups
+    through the I/O seam (``FaultFS``), which then knows what is durable."""
+    data = tmp_path / "data"
+    with logspool.open(data / "logs" / "s", **options) as log:
+        for payload in records:  # (one by one: a batch goes into one segment)
+            log.append(payload)
+    (data / "groups").mkdir()
+    fs = FaultFS(str(data))
+    log = logspool.open(data / "logs" / "s", fs=fs, durability=durability, **options)
+    return fs, log, GroupStore(str(data / "groups" / "s"), log, durability, fs=fs)
+
+
 def test_a_power_loss_never_leaves_a_group_ahead_of_its_log(tmp_path: Path) -> None:
     """An XADD's record is in the page cache before its round's fsync, and a '>' read or an
     XGROUP CREATE '$' meanwhile sees it. The group's op must not be durable before the record:
     a power cut would leave the group past the log's end, and the entries appended after the
     restart under the lost lsns would never reach it. In the strict disk state (only what was
     fsynced), every position a group reached is within the log."""
-    data = tmp_path / "data"
-    with logspool.open(data / "logs" / "s") as log:
-        for n in range(5):
-            log.append(b"e%d" % n)
-    (data / "groups").mkdir()
-    fs = FaultFS(str(data))
-    log = logspool.open(data / "logs" / "s", fs=fs)
-    store = GroupStore(str(data / "groups" / "s"), log, "always", fs=fs)
+    fs, log, store = _stream_through_the_seam(tmp_path, [b"e%d" % n for n in range(5)], "always")
     try:
         store.create("g", 0, (0, 0))
         assert len(store.deliver(log, "g", "s", "c", 10, False, 1 << 20)) == 5
@@ -770,16 +780,10 @@ def test_without_always_a_checkpoint_is_never_durable_before_its_group(tmp_path:
     (retention ``consumed`` could remove them before the store is opened again), or a durable
     subscriber with no group, whose name XGROUP CREATE then refuses. In the strict disk state
     the checkpoint belongs to a group and is not above its floor."""
-    data = tmp_path / "data"
-    with logspool.open(data / "logs" / "s", segment_size_max=4096) as log:
-        for n in range(80):
-            log.append(b"r%03d" % n + b"." * 100)
-        assert len(log.info().segments) >= 3
-    (data / "groups").mkdir()
-    fs = FaultFS(str(data))
-    log = logspool.open(data / "logs" / "s", fs=fs, segment_size_max=4096)
-    store = GroupStore(str(data / "groups" / "s"), log, "os", fs=fs)
+    records = [b"r%03d" % n + b"." * 100 for n in range(80)]
+    fs, log, store = _stream_through_the_seam(tmp_path, records, "os", segment_size_max=4096)
     try:
+        assert len(log.info().segments) >= 3
         first = [(rec.timestamp // 1_000_000, rec.lsn) for rec in log.read()]
         store.create("g", 0, (0, 0))
         store.deliver(log, "g", "s", "c", 40, False, 1 << 20)
@@ -812,14 +816,7 @@ def test_without_always_a_group_past_its_log_after_a_power_cut_is_brought_back(
     the records. The entries appended after the restart take the lost lsns; '>' must deliver
     them (it did not: the group stayed past them), and the pending entries of lost records are
     dropped. Either order: the store opened before the first new append, or after some."""
-    data = tmp_path / "data"
-    with logspool.open(data / "logs" / "s") as log:
-        for n in range(5):
-            log.append(b"kept%d" % n)
-    (data / "groups").mkdir()
-    fs = FaultFS(str(data))
-    log = logspool.open(data / "logs" / "s", fs=fs, durability="os")
-    store = GroupStore(str(data / "groups" / "s"), log, "os", fs=fs)
+    fs, log, store = _stream_through_the_seam(tmp_path, [b"kept%d" % n for n in range(5)], "os")
     try:
         store.create("g", 0, (0, 0))
         store.create("other", 3, (0, 2))
