@@ -328,6 +328,8 @@ def test_a_lone_get_is_answered_as_any_get(daemon: Daemon) -> None:
         assert setup.set("lone:s", b"v" * 100) and setup.set("lone:n", 42) and setup.set("lone:f", "1.5")
         # (sizes on each side of the bulk headers ``gets`` keeps ready: 4,096)
         assert setup.set("lone:4095", b"a" * 4095) and setup.set("lone:4096", b"b" * 4096)
+        # (a key holding the bytes a read of whole GETs is cut at: ``_whole_gets``)
+        assert setup.set(b"lone:*2\r\n$3\r\nGET\r\n$1\r\nx", b"cut")
         assert setup.set("lone:e", "gone", px=1)
         deadline = time.monotonic() + 30
         while setup.pttl("lone:e") != -2:  # (bounded: a 1 ms TTL)
@@ -402,6 +404,33 @@ def test_a_lone_get_is_answered_as_any_get(daemon: Daemon) -> None:
         ]:
             s.sendall(b"".join(b"*2\r\n$3\r\nGET\r\n$%d\r\n%b\r\n" % (len(k), k) for k in keys))
             assert [reader.readline() for _ in replies] == [r + b"\r\n" for r in replies]
+        # A read of whole GETs is taken without the parser (``_whole_gets``) only when every
+        # piece is a GET as clients send it; else the parser answers, the same replies.
+        odd = b"lone:*2\r\n$3\r\nGET\r\n$1\r\nx"
+        s.sendall(b"*2\r\n$3\r\nGET\r\n$6\r\nlone:s\r\n*2\r\n$3\r\nGET\r\n$%d\r\n%b\r\n" % (len(odd), odd))
+        assert [reader.readline() for _ in range(4)] == [
+            b"$100\r\n",
+            b"v" * 100 + b"\r\n",
+            b"$3\r\n",
+            b"cut\r\n",
+        ]
+        s.sendall(
+            b"*2\r\n$3\r\nGET\r\n$6\r\nlone:s\r\n*2\r\n$3\r\nGET\r\n$06\r\nlone:n\r\n"
+        )  # (a zero first)
+        assert [reader.readline() for _ in range(4)] == [
+            b"$100\r\n",
+            b"v" * 100 + b"\r\n",
+            b"$2\r\n",
+            b"42\r\n",
+        ]
+        s.sendall(b"*2\r\n$3\r\nGET\r\n$6\r\nlone:n\r\n*2\r\n$3\r\nGET\r\n$6\r\nlone:sXY")  # no CRLF
+        assert reader.readline() + reader.readline() == b"$2\r\n42\r\n"
+        assert reader.readline().startswith(b"-ERR Protocol error")
+        assert reader.readline() == b""  # (and the connection with it)
+        reader.close()
+        s.close()
+        s = raw_conn(daemon.resp_port)
+        reader = s.makefile("rb")
         s.sendall(whole + b"*1\r\n$4\r\nPING\r\n")
         assert [reader.readline() for _ in range(3)] == [b"$100\r\n", b"v" * 100 + b"\r\n", b"+PONG\r\n"]
         s.sendall(b"*2\r\n$5\r\nHELLO\r\n$1\r\n3\r\n")
