@@ -724,6 +724,49 @@ def test_redis_benchmark_runs_without_errors(daemon: Daemon) -> None:
     assert pipelined.returncode == 0 and b"GET:" in pipelined.stdout
 
 
+def test_a_lone_set_is_run_as_any_set(daemon: Daemon) -> None:
+    """A read that is one whole ``SET key value`` goes to the commit round without the parser
+    (``_lone_set``, SET x16's path); every case it does not take falls to the common path. Each
+    SET is sent alone on a raw socket and must do what Redis does: an empty value, a value and a
+    key holding CRLF and the bytes of a SET's header, a length with a leading zero, a length
+    that lies, a SET inside MULTI, a SET split over two sends, two SETs in one send."""
+    s = raw_conn(daemon.resp_port)
+    reader = s.makefile("rb")
+
+    def send(key: bytes, value: bytes, lengths: tuple[bytes, bytes] | None = None) -> bytes:
+        k, v = lengths or (b"%d" % len(key), b"%d" % len(value))
+        s.sendall(b"*3\r\n$3\r\nSET\r\n$%b\r\n%b\r\n$%b\r\n%b\r\n" % (k, key, v, value))
+        return reader.readline()
+
+    check = redis.Redis(port=daemon.resp_port, socket_timeout=10)
+    try:
+        assert send(b"ls:a", b"v" * 100) == b"+OK\r\n" and check.get("ls:a") == b"v" * 100
+        assert send(b"ls:empty", b"") == b"+OK\r\n" and check.get("ls:empty") == b""
+        odd = b"ls:\r\n*3\r\n$3\r\nSET\r\n$1\r\nx"
+        assert send(odd, b"a\r\nb") == b"+OK\r\n" and check.get(odd) == b"a\r\nb"
+        assert send(b"ls:zero", b"12", (b"07", b"02")) == b"+OK\r\n" and check.get("ls:zero") == b"12"
+        s.sendall(b"*1\r\n$5\r\nMULTI\r\n")
+        assert reader.readline() == b"+OK\r\n"
+        assert send(b"ls:m", b"in multi") == b"+QUEUED\r\n"
+        s.sendall(b"*1\r\n$4\r\nEXEC\r\n")
+        assert [reader.readline() for _ in range(2)] == [b"*1\r\n", b"+OK\r\n"]
+        assert check.get("ls:m") == b"in multi"
+        whole = b"*3\r\n$3\r\nSET\r\n$6\r\nls:cut\r\n$5\r\nparts\r\n"
+        s.sendall(whole[:25])
+        s.sendall(whole[25:])
+        assert reader.readline() == b"+OK\r\n" and check.get("ls:cut") == b"parts"
+        s.sendall(whole.replace(b"parts", b"one!!") + whole.replace(b"parts", b"two!!"))
+        assert [reader.readline() for _ in range(2)] == [b"+OK\r\n", b"+OK\r\n"]
+        assert check.get("ls:cut") == b"two!!"
+        assert send(b"ls:lie", b"abc", (b"4", b"3")).startswith(b"-ERR Protocol error")
+        assert reader.readline() == b""  # (and the connection with it)
+        assert check.get("ls:lie") is None
+    finally:
+        check.close()
+        reader.close()
+        s.close()
+
+
 # --- AUTH -----------------------------------------------------------------------------------------
 def test_auth_with_a_token(tmp_path: Path) -> None:
     d = Daemon(tmp_path / "data", "--token", "s3cret", resp=True).start()
@@ -743,7 +786,10 @@ def test_auth_with_a_token(tmp_path: Path) -> None:
             for _ in range(3):  # (after the first, each read is one whole GET: ``_lone_get``'s)
                 s.sendall(b"*2\r\n$3\r\nGET\r\n$4\r\ntext\r\n")
                 assert reader.readline().startswith(b"-NOAUTH")
+                s.sendall(b"*3\r\n$3\r\nSET\r\n$4\r\ntext\r\n$1\r\nx\r\n")  # (``_lone_set``'s)
+                assert reader.readline().startswith(b"-NOAUTH")
         s.close()
+        assert ok.get("text") == b"a string"
         assert cli(port, "-a", "s3cret", "--no-auth-warning", "GET", "a") == "1\n"
         # before AUTH the parser's bounds are Redis's unauthenticated ones
         s = raw_conn(port)

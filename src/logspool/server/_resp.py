@@ -82,6 +82,7 @@ OUTPUT_HIGH_SIZE = 1024 * 1024  # no command runs while more than this waits to 
 SCAN_CURSORS_MAX = 10_000  # SCAN cursors remembered (the oldest is forgotten first)
 _GET = (b"GET", b"get")  # (another spelling takes the common path)
 _LONE_GET = b"*2\r\n$3\r\nGET\r\n$"  # a read that may be one whole GET (``_lone_get``)
+_LONE_SET = b"*3\r\n$3\r\nSET\r\n$"  # a read that may be one whole SET (``_lone_set``)
 _SET = SET_NAMES
 # The header of a bulk string reply of each small size (``Session.gets``: no formatting a GET).
 _BULK_HEADS_N = 4096
@@ -275,6 +276,13 @@ class _Connection(asyncio.Protocol):
             and self._lone_get(data)
         ):
             return
+        if (
+            data.startswith(_LONE_SET)
+            and self._idle
+            and not (self._inflight or self._paused)
+            and self._lone_set(data)
+        ):
+            return
         self.parser.feed(data)
         if self._inflight:  # (its commands run once the batch in flight is answered: _landed)
             if self.parser.buffered > INPUT_PAUSE_SIZE and not self._paused:
@@ -395,6 +403,41 @@ class _Connection(asyncio.Protocol):
         if reply is None:
             return False
         self._write(reply)
+        return True
+
+    def _lone_set(self, data: bytes) -> bool:
+        """A read that is one whole ``SET key value`` and nothing else, nothing buffered before
+        it (SET x16, x50, x1: each client waits for its reply), handed to the committer as
+        ``_serve_now`` would hand it, without the parser. False, having done nothing, for
+        anything else: the parser takes it."""
+        at = len(_LONE_SET)
+        end = data.find(b"\r\n", at)
+        digits = data[at:end]
+        # (lengths as the parser takes them: digits only, no sign, no leading zero; else it says)
+        if not 0 < len(digits) <= 5 or not digits.isdigit() or digits[0] == 48:
+            return False
+        key_at = end + 2
+        key_end = key_at + int(digits)
+        if data[key_end : key_end + 3] != b"\r\n$":
+            return False
+        end = data.find(b"\r\n", key_end + 3)
+        digits = data[key_end + 3 : end]
+        if not 0 < len(digits) <= 8 or not digits.isdigit() or (digits[0] == 48 and len(digits) > 1):
+            return False
+        value_at = end + 2
+        value_end = value_at + int(digits)
+        if len(data) != value_end + 2 or not data.endswith(b"\r\n"):
+            return False
+        parser = self.parser
+        if parser.buffered or parser.failed or not parser.authenticated:
+            return False  # (before AUTH the parser's tighter bounds apply)
+        committer = self.front.committer
+        if committer is None or not self._writable.is_set() or self._eof or not self._reading:
+            return False
+        cmds = [[b"SET", data[key_at:key_end], data[value_at:value_end]]]
+        self._inflight = True
+        if not committer.run_here(self.session, cmds, self):
+            committer.submit(self.session, cmds, self)
         return True
 
     def _landed(self, outcome: _Batch | BaseException) -> None:
