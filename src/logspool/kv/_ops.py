@@ -262,12 +262,21 @@ def frame(body: bytes) -> bytes:
     return FRAME.pack(len(body), fmt.crc32(body)) + body
 
 
-def value_body(row: ValueRow) -> tuple[bytes, int]:
-    """The body of a value entry, and the offset of the value's bytes in it."""
-    key = row.key.encode("utf-8")
-    times = (row.ts, row.created_ns, row.modified_ns, row.accessed_ns, row.expire_ns, row.touch_ns)
-    head = SNAP_VALUE.pack(ENTRY_VALUE, row.vtype, len(key), len(row.value), *times, row.version)
-    return b"".join((head, key, row.value)), SNAP_VALUE.size + len(key)
+_pack_value = SNAP_VALUE.pack
+_pack_frame = FRAME.pack
+
+
+def value_entry(
+    key: str, vtype: int, value: bytes, ts: int, created_ns: int, modified_ns: int, accessed_ns: int,
+    expire_ns: int, touch_ns: int, version: int,
+) -> tuple[bytes, int, int]:  # fmt: skip
+    """A value entry, framed; the size of its body, and the offset of the value's bytes in the
+    body. (Fields as ``ValueRow``'s, passed one by one: a snapshot frames one an entry.)"""
+    raw = key.encode("utf-8")
+    head = _pack_value(ENTRY_VALUE, vtype, len(raw), len(value), ts, created_ns, modified_ns, accessed_ns,
+                       expire_ns, touch_ns, version)  # fmt: skip
+    body = b"".join((head, raw, value))
+    return _pack_frame(len(body), fmt.crc32(body)) + body, len(body), SNAP_VALUE.size + len(raw)
 
 
 def tombstone_body(key: str, ts: int) -> bytes:

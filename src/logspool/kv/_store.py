@@ -412,27 +412,41 @@ class Store(FoldedStore[State, ops.Op], MutableMapping[str, ops.Value]):
     def _encode_snapshot(self, frozen: object) -> Iterable[bytes]:
         assert isinstance(frozen, _Frozen)
         next_lsn, entries, tombstone_map, locks = frozen
-        rows: list[tuple[ops.ValueRow, bytes | int | SnapRef]] = []  # a value's bytes, or where
-        row_size = len(_ROW_FIELDS)
+        volatile = 0
         for fields in entries:
             if fields[-1]:  # memory-only: absent after a restart; its timestamp stays
                 tombstone_map[fields[0]] = fields[3]
-                continue
-            row = ops.ValueRow._make(fields[:row_size])
-            held: bytes | int | SnapRef = row.value if row.value is not None else fields[row_size]
-            assert held is not None
-            rows.append((row, held))
+                volatile += 1
         tombstones = sorted(tombstone_map.items())
-        yield ops.snapshot_header(next_lsn, len(rows), len(tombstones), len(locks))
+        yield ops.snapshot_header(next_lsn, len(entries) - volatile, len(tombstones), len(locks))
         offset = ops.SNAPSHOT_HEADER.size
+        value_entry, cold_min, frame_size = ops.value_entry, limits.KV_COLD_VALUE_MIN, ops.FRAME.size
+        refs = self._frozen_refs
         pieces: list[bytes] = []
         pending = 0
-        for row, held in rows:
-            value = held if isinstance(held, bytes) else self._read_at(held, row.key)
-            body, value_at = ops.value_body(row._replace(value=value))
-            if len(value) >= limits.KV_COLD_VALUE_MIN:  # where it can be read back from
-                self._frozen_refs.append((row.key, row.version, offset + ops.FRAME.size, len(body), value_at))
-            piece = ops.frame(body)
+        # (the fields unpacked, no row object an entry: a quarter of the time for 100,000 keys)
+        for (
+            key,
+            vtype,
+            value,
+            ts,
+            created,
+            modified,
+            accessed,
+            expire,
+            touch,
+            version,
+            where,
+            gone,
+        ) in entries:
+            if gone:
+                continue
+            if value is None:  # (it left memory: read back from where it is)
+                value = self._read_at(where, key)
+            piece, size, value_at = value_entry(key, vtype, value, ts, created, modified, accessed, expire,
+                                                touch, version)  # fmt: skip
+            if len(value) >= cold_min:  # where it can be read back from
+                refs.append((key, version, offset + frame_size, size, value_at))
             offset += len(piece)
             pieces.append(piece)
             pending += len(piece)
