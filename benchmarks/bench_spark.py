@@ -19,7 +19,10 @@ the machine's speed falls on all of them alike. The load average is printed befo
 
 A third baseline shows the ceiling of any Python data source here: one that parses nothing and
 yields the same prebuilt Arrow batches (same columns, same batch size) for the same row count.
-Writes: df.write.format("logspool") of the same rows, against df.write.parquet.
+Writes: the Python writer (``format("logspool-py")``: in this session, with the jar loaded and
+``register`` called, ``format("logspool")`` runs the tasks on the JVM) of the same rows, against
+df.write.parquet; ``--write`` runs only the writes, and adds the JVM writer, ``format("logspool")``
+itself and the streaming sinks.
 
 Through the daemon (``--daemon`` runs only this case; a full run adds it): the same rows in a
 log that a ``logspool serve`` process serves, read with ``.option("server", ...)`` (each task
@@ -218,10 +221,13 @@ def daemon_case(spark: Any, rows: int, runs: int, work: str, parquet_path: str |
 
 
 def write_case(spark: Any, rows: int, runs: int, work: str) -> dict[str, float]:
-    """``--write``: df.write.format("logspool") and a streaming sink (one ``availableNow`` batch
+    """``--write``: the Python writer (``format("logspool-py")``, the name ``write(df,
+    jvm=False)`` takes where the jar is loaded) and its streaming sink (one ``availableNow`` batch
     of the rows from a Parquet directory) against df.write.parquet and a Parquet streaming sink,
     the same cached rows, taking turns; the same two through the JVM writer
-    (``logspool.spark.write`` and ``write_stream``: tasks on the JVM, the Python commit), and
+    (``logspool.spark.write`` and ``write_stream``: tasks on the JVM, the Python commit) and
+    through ``format("logspool")`` itself (``named``: the jar's name, whose writes take the JVM
+    tasks once ``register`` registered the commit, as here), and
     Spark's ``noop`` write (no output: Spark's own cost of a write job). Also the seconds of the
     driver's commit alone (the rows staged as two Python tasks stage them, appended), and the
     median seconds of the JVM writer's commits (the Python commit its batch writes called, and
@@ -276,9 +282,15 @@ def write_case(spark: Any, rows: int, runs: int, work: str) -> dict[str, float]:
 
     n = [0]
 
+    python_name = _jvm_write.python_writer(spark)
+
     def write_log() -> None:
         shutil.rmtree(os.path.join(work, "wlog"), ignore_errors=True)
-        data.write.format("logspool").mode("append").save(os.path.join(work, "wlog"))
+        data.write.format(python_name).mode("append").save(os.path.join(work, "wlog"))
+
+    def write_named() -> None:
+        shutil.rmtree(os.path.join(work, "wlogn"), ignore_errors=True)
+        data.write.format("logspool").mode("append").save(os.path.join(work, "wlogn"))
 
     def write_log_jvm() -> None:
         shutil.rmtree(os.path.join(work, "wlogj"), ignore_errors=True)
@@ -311,10 +323,12 @@ def write_case(spark: Any, rows: int, runs: int, work: str) -> dict[str, float]:
         {
             "write_log": write_log,
             "write_log_jvm": write_log_jvm,
+            "write_named": write_named,
             "write_parquet": write_parquet,
             "write_noop": write_noop,
-            "stream_log": stream("logspool"),
+            "stream_log": stream(python_name),
             "stream_log_jvm": stream("logspool-jvm"),
+            "stream_named": stream("logspool"),
             "stream_parquet": stream("parquet"),
         },
         runs,
@@ -329,6 +343,9 @@ def write_case(spark: Any, rows: int, runs: int, work: str) -> dict[str, float]:
         "write_jvm_rows_per_s": rows / turns["write_log_jvm"],
         "write_jvm_ratio_to_parquet": turns["write_parquet"] / turns["write_log_jvm"],
         "write_jvm_s_median": turns["write_log_jvm"],
+        "write_named_rows_per_s": rows / turns["write_named"],
+        "write_named_ratio_to_parquet": turns["write_parquet"] / turns["write_named"],
+        "write_named_s_median": turns["write_named"],
         "write_parquet_s_median": turns["write_parquet"],
         "write_noop_s_median": turns["write_noop"],
         "write_jvm_commit_s_median": statistics.median(jvm_commits),
@@ -337,6 +354,9 @@ def write_case(spark: Any, rows: int, runs: int, work: str) -> dict[str, float]:
         "sink_parquet_s_median": turns["stream_parquet"],
         "sink_jvm_rows_per_s": rows / turns["stream_log_jvm"],
         "sink_jvm_ratio_to_parquet": turns["stream_parquet"] / turns["stream_log_jvm"],
+        "sink_named_s_median": turns["stream_named"],
+        "sink_named_rows_per_s": rows / turns["stream_named"],
+        "sink_named_ratio_to_parquet": turns["stream_parquet"] / turns["stream_named"],
         "sink_logspool_rows_per_s": rows / turns["stream_log"],
         "sink_parquet_rows_per_s": rows / turns["stream_parquet"],
         "sink_ratio_to_parquet": turns["stream_parquet"] / turns["stream_log"],
@@ -451,9 +471,13 @@ def main() -> int:
         data.count()
         write_runs = max(1, runs // 2)
 
+        from logspool.spark import _jvm_write
+
+        python_name = _jvm_write.python_writer(spark)  # the Python writer: the jar has "logspool"
+
         def write_log() -> None:
             shutil.rmtree(os.path.join(work, "wlog"), ignore_errors=True)
-            data.write.format("logspool").mode("append").save(os.path.join(work, "wlog"))
+            data.write.format(python_name).mode("append").save(os.path.join(work, "wlog"))
 
         def write_parquet() -> None:
             data.write.mode("overwrite").parquet(os.path.join(work, "wparquet"))

@@ -1,9 +1,10 @@
 """The source on a real Spark standalone cluster (issue 28 item 5): a master and two workers on
 127.0.0.1 started from the installed PySpark, so every task runs in an executor JVM and a Python
 worker of its own, never in the driver. One driver process (spark-submit) runs the batch read,
-the JVM read, a stream stopped and restarted into the streaming sink, and a batch write; another
-runs the demo with --master. (The test session's own local SparkSession cannot join a cluster:
-one SparkContext a process.)"""
+the JVM read, a stream stopped and restarted into the streaming sink, and batch writes (by name
+before and after the driver registered its commit: with the jar given by --jars, the second runs
+its tasks on the JVM); another runs the demo with --master. (The test session's own local
+SparkSession cannot join a cluster: one SparkContext a process.)"""
 
 from __future__ import annotations
 
@@ -48,6 +49,11 @@ JOB = textwrap.dedent(
     stream(jvm=True)
     write(df.select("payload"), jvm=True).save(copy + "-jvm")
     print("written on the jvm", flush=True)
+    # By name, now that write_stream registered this process's commit: the jar's JVM tasks too.
+    df.select("payload").write.format("logspool").mode("append").save(copy + "-named")
+    executions = spark._jsparkSession.sharedState().statusStore().executionsList()
+    plan = executions.apply(executions.size() - 1).physicalPlanDescription()
+    print("written by name", "logspool JVM writer" in plan, flush=True)
     spark.stop()
     """
 )
@@ -102,6 +108,9 @@ def test_reads_a_stream_and_writes_on_a_standalone_cluster(master: str, tmp_path
     with logspool.open(tmp_path / "sink-jvm", readonly=True) as sink:
         assert [r.payload for r in sink.read()] == want
     with logspool.open(tmp_path / "copy-jvm", readonly=True) as copy:
+        assert sorted(r.payload for r in copy.read()) == want
+    assert "written by name True" in lines
+    with logspool.open(tmp_path / "copy-named", readonly=True) as copy:
         assert sorted(r.payload for r in copy.read()) == want
 
 

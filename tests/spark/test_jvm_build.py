@@ -25,7 +25,8 @@ def test_the_jar_is_built_once_and_registers_the_source(
         service = z.read("META-INF/services/org.apache.spark.sql.sources.DataSourceRegister").decode()
     assert "logspool/spark/LogspoolJvmSource.class" in names
     assert "logspool/spark/RangeReader.class" in names and "logspool/spark/Pushdown.class" in names
-    assert service.strip() == "logspool.spark.LogspoolJvmSource"
+    assert "logspool/spark/LogspoolSource.class" in names  # format("logspool") where the jar is loaded
+    assert service.split() == ["logspool.spark.LogspoolJvmSource", "logspool.spark.LogspoolSource"]
     built = os.stat(path).st_mtime_ns
     assert jar() == path and os.stat(path).st_mtime_ns == built  # cached: not compiled again
     assert os.listdir(tmp_path / "cache") == [os.path.basename(path)]  # no work files left

@@ -1,5 +1,9 @@
 """df.write / writeStream .format("logspool"): staged by tasks, published by the driver.
 
+The tests that run Spark run twice: with the Python writer (``format("logspool-py")``, as
+``write(df, jvm=False)`` picks it) and with ``format("logspool")``, which in this session (the jar
+loaded, ``register`` called: conftest) runs the tasks on the JVM and the same commit.
+
 A batch write appends every row's payload, in partition order; a job that fails in a task
 leaves nothing in the log and no staged file; a streaming sink writes each batch once, also when
 Spark replays a batch after a failure (the replay is driven here by calling the sink's commit
@@ -20,7 +24,13 @@ import pytest
 from pyspark.sql.types import StringType, StructField, StructType
 
 import logspool
-from logspool.spark import _source
+from logspool.spark import _jvm_write, _source
+
+
+@pytest.fixture(params=["python", "by-name"])
+def name(request: pytest.FixtureRequest, spark: Any) -> str:
+    """The format name of a write: the Python writer's, or "logspool" (JVM tasks here)."""
+    return _jvm_write.python_writer(spark) if request.param == "python" else "logspool"
 
 
 def payloads(path: Path) -> list[bytes]:
@@ -28,35 +38,35 @@ def payloads(path: Path) -> list[bytes]:
         return [r.payload for r in log.read()]
 
 
-def test_batch_write_appends_every_row_in_partition_order(spark: Any, tmp_path: Path) -> None:
+def test_batch_write_appends_every_row_in_partition_order(spark: Any, tmp_path: Path, name: str) -> None:
     path = tmp_path / "log"
     df = spark.createDataFrame([(f"row-{i:04d}",) for i in range(1000)], "payload string").repartition(
         3, "payload"
     )
     expected = [r.payload.encode() for p in df.rdd.glom().collect() for r in p]
-    df.write.format("logspool").mode("append").save(str(path))
+    df.write.format(name).mode("append").save(str(path))
     assert payloads(path) == expected
     binary = spark.createDataFrame(
         [(bytearray(b"\x00\xff%d" % i), i) for i in range(10)], "payload binary, n int"
     )
-    binary.write.format("logspool").mode("append").save(str(path))
+    binary.write.format(name).mode("append").save(str(path))
     assert payloads(path)[1000:] == [b"\x00\xff%d" % i for i in range(10)]
     assert not any((path / _source.STAGING_DIR).iterdir())
 
 
-def test_writes_need_a_payload_column_and_append_mode(spark: Any, tmp_path: Path) -> None:
+def test_writes_need_a_payload_column_and_append_mode(spark: Any, tmp_path: Path, name: str) -> None:
     df = spark.createDataFrame([(1,)], "n int")
     with pytest.raises(Exception, match=r"needs a column named payload .* the columns are \['n'\]"):
-        df.write.format("logspool").mode("append").save(str(tmp_path / "log"))
+        df.write.format(name).mode("append").save(str(tmp_path / "log"))
     bad = spark.createDataFrame([(1,)], "payload int")
     with pytest.raises(Exception, match="column payload must be binary or string, not int"):
-        bad.write.format("logspool").mode("append").save(str(tmp_path / "log"))
+        bad.write.format(name).mode("append").save(str(tmp_path / "log"))
     ok = spark.createDataFrame([("x",)], "payload string")
     with pytest.raises(Exception, match="append-only"):
-        ok.write.format("logspool").mode("overwrite").save(str(tmp_path / "log"))
+        ok.write.format(name).mode("overwrite").save(str(tmp_path / "log"))
 
 
-def test_a_streaming_sink_copies_a_log_once_across_restarts(spark: Any, tmp_path: Path) -> None:
+def test_a_streaming_sink_copies_a_log_once_across_restarts(spark: Any, tmp_path: Path, name: str) -> None:
     source, sink = tmp_path / "source", tmp_path / "sink"
     with logspool.open(source) as log:
         log.append_many([b"s-%04d" % i for i in range(700)])
@@ -68,7 +78,7 @@ def test_a_streaming_sink_copies_a_log_once_across_restarts(spark: Any, tmp_path
             .option("maxRecordsPerTrigger", "250")
             .load(str(source))
             .select("payload")
-            .writeStream.format("logspool")
+            .writeStream.format(name)
             .option("checkpointLocation", str(tmp_path / "cp"))
             .trigger(availableNow=True)
             .start(str(sink))

@@ -59,7 +59,7 @@ def test_a_jvm_batch_write_leaves_the_log_the_python_writer_leaves(spark: Any, t
     expected = [r.payload.encode() for p in df.rdd.glom().collect() for r in p]
     jvm_log, py_log = tmp_path / "jvm", tmp_path / "python"
     write(df, jvm=True).save(str(jvm_log))
-    df.write.format("logspool").mode("append").save(str(py_log))
+    write(df, jvm=False).save(str(py_log))
     assert payloads(jvm_log) == expected
     assert records(jvm_log) == records(py_log)
     assert {k: len(v) for k, v in segments(jvm_log).items()} == {
@@ -75,8 +75,8 @@ def test_a_jvm_batch_write_leaves_the_log_the_python_writer_leaves(spark: Any, t
 
 
 def test_jvm_false_writes_through_the_python_source(spark: Any, tmp_path: Path) -> None:
-    """write(df, jvm=False) is format("logspool").mode("append"): the Python writer, which (unlike
-    the JVM writer) takes a served log's options and tries the daemon."""
+    """write(df, jvm=False) is the Python writer (format("logspool-py") here, where the jar has
+    "logspool"), which (unlike the JVM writer) takes a served log's options and tries the daemon."""
     df = spark.createDataFrame([("a",), ("b",)], "payload string").coalesce(1)
     write(df, jvm=False).save(str(tmp_path / "log"))
     assert payloads(tmp_path / "log") == [b"a", b"b"]
@@ -109,7 +109,7 @@ def test_jvm_writes_refuse_what_the_python_writer_refuses(spark: Any, tmp_path: 
 @pytest.mark.parametrize("jvm", [False, True], ids=["python", "jvm"])
 def test_a_failed_job_leaves_nothing(spark: Any, tmp_path: Path, jvm: bool) -> None:
     """A task fails: the job fails, the log holds what it held, no staged file is left (the
-    Python writer, ``format("logspool")``, and the JVM writer alike)."""
+    Python writer and the JVM writer alike)."""
     path = tmp_path / "log"
     with logspool.open(path) as log:
         log.append(b"before")
@@ -122,7 +122,7 @@ def test_a_failed_job_leaves_nothing(spark: Any, tmp_path: Path, jvm: bool) -> N
     spark.udf.register(f"explode_at_777_{jvm}", explode, StringType())
     df = spark.range(1000).selectExpr(f"explode_at_777_{jvm}(id) as payload")
     with pytest.raises(Exception, match="a task fails"):
-        write(df, jvm=jvm).save(str(path))  # (jvm=False: df.write.format("logspool"))
+        write(df, jvm=jvm).save(str(path))  # (jvm=False: df.write.format("logspool-py"))
     assert payloads(path) == [b"before"]
     staging = path / _source.STAGING_DIR
     assert not staging.exists() or not any(staging.iterdir())
@@ -166,7 +166,7 @@ def test_a_jvm_sink_copies_a_log_once_across_restarts_and_sinks(spark: Any, tmp_
             .load(str(source))
             .select("payload")
         )
-        out = write_stream(rows, jvm=True) if jvm else rows.writeStream.format("logspool")
+        out = write_stream(rows, jvm=jvm)
         query = (
             out.option("checkpointLocation", str(tmp_path / "cp")).trigger(availableNow=True).start(str(sink))
         )

@@ -49,6 +49,10 @@ if TYPE_CHECKING:
 
 JVM_NAME = "logspool-jvm"
 JVM_CLASS = "logspool.spark.LogspoolJvmSource"
+# format("logspool") where the jar is loaded: the Python source, with JVM tasks for writes whose
+# commit the driver's Python registered (jvm/LogspoolSource.java).
+NAMED_CLASS = "logspool.spark.LogspoolSource"
+_SERVICES = JVM_CLASS + "\n" + NAMED_CLASS + "\n"  # the jar's DataSourceRegisters
 _SERVICE = "META-INF/services/org.apache.spark.sql.sources.DataSourceRegister"
 
 
@@ -107,6 +111,7 @@ def jar() -> str:
     digest = hashlib.sha256()
     for name, text in sources.items():
         digest.update(name.encode() + b"\0" + text + b"\0")
+    digest.update(_SERVICES.encode())
     key = hashlib.sha256(digest.digest() + "\0".join(versions).encode()).hexdigest()[:16]
     out_dir = _cache_dir()
     path = os.path.join(out_dir, f"logspool-spark-{key}.jar")
@@ -131,7 +136,7 @@ def jar() -> str:
         staged = os.path.join(work, "out.jar")
         with zipfile.ZipFile(staged, "w", zipfile.ZIP_DEFLATED) as z:
             z.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\r\nCreated-By: logspool\r\n\r\n")
-            z.writestr(_SERVICE, JVM_CLASS + "\n")
+            z.writestr(_SERVICE, _SERVICES)
             for root, _dirs, files in sorted(os.walk(classes)):
                 for name in sorted(files):
                     full = os.path.join(root, name)

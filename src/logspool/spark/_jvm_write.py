@@ -13,6 +13,11 @@ the options checked by the same code, the log created and appended to under its 
 each job or streaming batch published at once (``Tail.append_framed``), a stream's exactly-once
 state keyed by the query's id (Spark hands the JVM sink the id its checkpoint holds, the one
 the Python sink reads there, so a query may switch between the two).
+
+Where the jar is loaded, ``format("logspool")`` is the jar's (``jvm/LogspoolSource.java``): the
+Python source for everything, but a write's tasks run on the JVM, with this commit, once this
+process registered it (``register``, ``write``, ``write_stream``: ``committer_key``). The Python
+writer alone is then ``format("logspool-py")`` (``python_writer``).
 """
 
 from __future__ import annotations
@@ -26,10 +31,19 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from pyspark.sql.types import StructType
 
 from ._jvm import JVM_NAME, register_callback
-from ._source import NAME, OptionError, _BatchWriter, _options, _Staged, _StreamWriter
+from ._source import (
+    NAME,
+    PYTHON_ONLY_NAME,
+    OptionError,
+    PythonOnlySource,
+    _BatchWriter,
+    _options,
+    _Staged,
+    _StreamWriter,
+)
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.readwriter import DataFrameWriter
     from pyspark.sql.streaming.readwriter import DataStreamWriter
 
@@ -98,12 +112,13 @@ _KEYS: dict[int, str] = {}  # by the gateway's id: the id the JVM knows this pro
 _KEYS_LOCK = threading.Lock()
 
 
-def _committer_key(df: DataFrame, jvm: bool | None) -> str | None:
+def committer_key(spark: SparkSession, jvm: bool | None) -> str | None:
     """This process's committer registered with the session's JVM (once), or None where the JVM
-    writer is not loaded and ``jvm`` allows the Python writer."""
+    writer is not loaded and ``jvm`` allows the Python writer. Once registered, the jar's
+    ``format("logspool")`` (jvm/LogspoolSource.java) runs its writes' tasks on the JVM too."""
     if jvm is False:
         return None
-    gateway: Any = df.sparkSession.sparkContext._gateway
+    gateway: Any = spark.sparkContext._gateway
     with _KEYS_LOCK:
         key = _KEYS.get(id(gateway))
         if key is not None:
@@ -115,6 +130,25 @@ def _committer_key(df: DataFrame, jvm: bool | None) -> str | None:
         return key
 
 
+def jar_loaded(spark: SparkSession) -> bool:
+    """Whether the session's driver JVM has the jar (``spark.jars``), and with it the jar's
+    ``format("logspool")``."""
+    from py4j.java_gateway import JavaClass  # type: ignore[import-untyped]
+
+    gateway: Any = spark.sparkContext._gateway
+    return isinstance(gateway.jvm.logspool.spark.LogspoolSource, JavaClass)
+
+
+def python_writer(spark: SparkSession) -> str:
+    """The format name whose writes are the Python writer's in this session: ``logspool``
+    without the jar; with it, ``logspool-py`` (registered here), since the jar's ``logspool``
+    may run the tasks on the JVM."""
+    if not jar_loaded(spark):
+        return NAME
+    spark.dataSource.register(PythonOnlySource)  # idempotent: a jar never has this name
+    return PYTHON_ONLY_NAME
+
+
 def write(df: DataFrame, jvm: bool | None = None) -> DataFrameWriter:
     """``df.write.format("logspool").mode("append")``, with the tasks on the JVM when the session
     has the jar (``spark.jars``): add options and ``.save(DIR)``. The same rows, options, errors
@@ -122,11 +156,12 @@ def write(df: DataFrame, jvm: bool | None = None) -> DataFrameWriter:
     ``save`` returns), several times faster.
 
     ``jvm=None`` uses the JVM writer if the session loaded it, else the Python writer;
-    ``jvm=True`` insists (``JvmError``); ``jvm=False`` always writes through the Python source.
+    ``jvm=True`` insists (``JvmError``); ``jvm=False`` always writes through the Python source
+    (``format("logspool")`` without the jar, ``format("logspool-py")`` with it).
     The Python process must live until ``save`` returns (its commit is called from the JVM)."""
-    key = _committer_key(df, jvm)
+    key = committer_key(df.sparkSession, jvm)
     if key is None:
-        return df.write.format(NAME).mode("append")
+        return df.write.format(python_writer(df.sparkSession)).mode("append")
     return df.write.format(JVM_NAME).option("committer", key).mode("append")
 
 
@@ -136,7 +171,7 @@ def write_stream(df: DataFrame, jvm: bool | None = None) -> DataStreamWriter:
     exactly-once state (keyed by the query's id, so a query may switch between the two sinks
     across restarts). The Python process must live as long as the query (as for
     ``foreachBatch``)."""
-    key = _committer_key(df, jvm)
+    key = committer_key(df.sparkSession, jvm)
     if key is None:
-        return df.writeStream.format(NAME)
+        return df.writeStream.format(python_writer(df.sparkSession))
     return df.writeStream.format(JVM_NAME).option("committer", key)

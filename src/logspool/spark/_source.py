@@ -83,6 +83,7 @@ from . import _daemon, _framing
 from . import _partition as part
 
 NAME = "logspool"
+PYTHON_ONLY_NAME = "logspool-py"  # the Python source alone, where the jar has NAME (PythonOnlySource)
 STAGING_DIR = ".spark-staging"
 SINKS_DIR = ".spark-sinks"
 PARTITION_SIZE_DEFAULT = 32 * limits.MIB
@@ -332,6 +333,18 @@ class LogspoolDataSource(DataSource):
         if "server" in options:
             return _daemon.StreamWriter(options, schema)
         return _StreamWriter(options, schema)
+
+
+class PythonOnlySource(LogspoolDataSource):
+    """The same source under the name ``logspool-py``, registered by the driver where the jar is
+    loaded: there ``format("logspool")`` is the jar's (jvm/LogspoolSource.java), which hands
+    everything to this source but may run a write's tasks on the JVM; this name never does
+    (``logspool.spark.write(df, jvm=False)``), and it is what the jar hands to where a session
+    could not register ``logspool`` beside it (``register``)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return PYTHON_ONLY_NAME
 
 
 @dataclass(frozen=True)

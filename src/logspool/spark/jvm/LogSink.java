@@ -47,7 +47,9 @@ import org.apache.spark.unsafe.Platform;
 /**
  * The writer of a log on the JVM: {@code df.write} and {@code writeStream} through
  * {@code format("logspool-jvm")}, made by logspool.spark.write and write_stream, which pass the
- * option {@code committer}: the id of the Python commit (WriteCommitter) they registered.
+ * option {@code committer}: the id of the Python commit (WriteCommitter) they registered; and
+ * through {@code format("logspool")} where the jar is loaded (LogspoolSource), with the commit
+ * the driver's Python registered last.
  *
  * <p>The tasks stage their rows as the Python writer's tasks do, in a file of the staged format
  * the commit reads (LSSTAGE3, src/logspool/spark/_source.py): the magic, then blocks of
@@ -105,6 +107,13 @@ final class LogSink implements Table, SupportsWrite {
         this.schema = schema;
     }
 
+    /** A write of {@code format("logspool")} (LogspoolSource) committed by the driver's Python. */
+    LogSink(Map<String, String> properties, WriteCommitter committer, StructType schema) {
+        this.options = new TreeMap<>(properties);
+        this.committer = committer;
+        this.schema = schema;
+    }
+
     @Override
     public String name() {
         return "logspool-jvm " + options.getOrDefault("path", "");
@@ -153,6 +162,17 @@ final class LogSink implements Table, SupportsWrite {
             return this;
         }
 
+        /** What a plan shows of the write (the physical plan's AppendData): the JVM writer's tasks. */
+        @Override
+        public String description() {
+            return "logspool JVM writer " + options.getOrDefault("path", "");
+        }
+
+        @Override
+        public String toString() {  // the physical plan's "Arguments" (PythonWrite's says "logspool")
+            return description();
+        }
+
         private Job open(boolean streaming) {
             String answer;
             try {
@@ -193,6 +213,11 @@ final class LogSink implements Table, SupportsWrite {
         Job(String id, Factory factory) {
             this.id = id;
             this.factory = factory;
+        }
+
+        @Override
+        public String toString() {  // a streaming plan's "MicroBatchWrite[epoch: N, writer: ...]"
+            return "logspool JVM writer " + factory.dir;
         }
 
         @Override
@@ -448,8 +473,17 @@ final class LogSink implements Table, SupportsWrite {
         }
     }
 
-    /** Called by logspool.spark.write and write_stream (through Py4J): the Python commit. */
+    /** The commit of the driver's Python process (one a driver JVM), once it registered one: the
+     * writer of {@code format("logspool")} (LogspoolSource) runs its tasks on the JVM with it. */
+    private static volatile WriteCommitter driver;
+
+    /** Called by logspool.spark.register, write and write_stream (through Py4J): the Python commit. */
     static void register(String id, WriteCommitter committer) {
         COMMITTERS.put(id, committer);
+        driver = committer;
+    }
+
+    static WriteCommitter driverCommitter() {
+        return driver;
     }
 }
