@@ -13,7 +13,9 @@ skips by its statistics, the JVM reader by the filter pushed to the index), each
 Streams: the catch-up of the whole log as a backlog, an ``availableNow`` query from the earliest
 record that hands every record's payload length and lsn to Spark's ``noop`` sink, timed from
 ``start()`` to its end (Spark's fixed costs of a query included), as rows/s against Parquet's
-scan rate, for the JVM stream (``logspool.spark.load_stream``) and the Python stream.
+scan rate, for the JVM stream (``logspool.spark.load_stream``) and the Python stream; beside
+them, Spark's fixed cost of any such query with no code of ours (its ``rate-micro-batch``
+source, one row), which bounds the ratio any source can reach at this row count.
 The reads take turns run after run (one run of each, then the next round), so that a drift of
 the machine's speed falls on all of them alike. The load average is printed before and after.
 
@@ -444,6 +446,23 @@ def main() -> int:
 
             return run
 
+        def one_row_stream() -> None:
+            """Spark's own fixed cost of an ``availableNow`` query, with no code of ours: Spark's
+            ``rate-micro-batch`` source, one batch of one row, into the same ``noop`` sink
+            (starting the query, planning its batch, writing the offset and commit logs)."""
+            checkpoint = tempfile.mkdtemp(prefix="cp-", dir=work)
+            query = (
+                spark.readStream.format("rate-micro-batch")
+                .option("rowsPerBatch", 1)
+                .load()
+                .writeStream.format("noop")
+                .option("checkpointLocation", checkpoint)
+                .trigger(availableNow=True)
+                .start()
+            )
+            query.awaitTermination()
+            assert sum(p["numInputRows"] for p in query.recentProgress) == 1
+
         load_before = os.getloadavg()
         parquet, jvm = spark.read.parquet(parquet_path), load(spark, log_path, jvm=True)
         jvm_unchecked = load(spark, log_path, jvm=True, verifyChecksums=False)
@@ -457,6 +476,7 @@ def main() -> int:
                 "tail_parquet": tail(parquet),
                 "tail_jvm": tail(jvm),
                 "catch_up_jvm": catch_up(True),
+                "one_row_stream": one_row_stream,
             },
             runs,
         )
@@ -506,6 +526,10 @@ def main() -> int:
             "tail_tenth_jvm_ratio_to_parquet": turns["tail_parquet"] / turns["tail_jvm"],
             "stream_catch_up_jvm_rows_per_s": rows / turns["catch_up_jvm"],
             "stream_catch_up_jvm_ratio_to_parquet_scan": parquet_s / turns["catch_up_jvm"],
+            # Spark's fixed cost of any availableNow query (one row, Spark's own source): a source
+            # that read its rows in no time at all would reach at most this ratio
+            "stream_one_row_query_s_median": turns["one_row_stream"],
+            "stream_catch_up_ceiling_ratio_to_parquet_scan": parquet_s / turns["one_row_stream"],
             "stream_catch_up_python_rows_per_s": rows / catch_up_python_s,
             "stream_catch_up_python_ratio_to_parquet_scan": parquet_s / catch_up_python_s,
             "python_source_ceiling_rows_per_s": rows / prebuilt_s,

@@ -387,3 +387,24 @@ def test_the_planners_head_is_the_logs_next_lsn_in_every_state(tmp_path: Path) -
     assert head(path) == (3010, 3010)
     index.unlink()
     assert head(path) == (3010, 3010)
+
+
+def test_each_planned_range_starts_at_the_last_index_entry_at_or_before_it(tmp_path: Path) -> None:
+    """The driver's plan reads each segment's index once for all its ranges (``start_points``):
+    every range starts at the last index entry at or before its first lsn (or the segment's
+    first record), and a task reading from there returns exactly the range's records."""
+    from logspool.spark import _partition as part
+
+    path = tmp_path / "log"
+    with logspool.open(path, segment_size_max=1 << 20) as log:
+        for n in range(30):  # (one by one: a batch goes into one segment)
+            log.append_many([b"%06d" % (n * 1000 + i) + b"." * 94 for i in range(1000)])
+        assert len(log.info().segments) >= 3
+        ranges = part.plan(log, 123, 29_876, 64 * 1024)
+    assert len(ranges) > 3 * len({r.segment for r in ranges})  # (several ranges a segment)
+    for r, got in zip(ranges, part.start_points(ranges), strict=True):
+        entries = fmt.decode_index_entries((path / fmt.index_name(r.segment)).read_bytes())
+        before = [(e.offset, e.lsn) for e in entries if e.lsn <= r.start]
+        assert got == (before[-1] if before else (fmt.SEGMENT_HEADER_SIZE, r.segment)) == part.start_point(r)
+        lsns = [lsn for batch in part.read_range(r, 1 << 20, True) for lsn in batch[0]]
+        assert lsns == list(range(r.start, r.end))

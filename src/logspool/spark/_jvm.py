@@ -147,12 +147,12 @@ def jar() -> str:
 
 def _ranges(partitions: Sequence[InputPartition]) -> str:
     """Planned partitions as the JVM source's ``ranges`` option (LogspoolJvmSource.java)."""
-    out = []
-    for p in partitions:
-        r = p.range  # type: ignore[attr-defined]
-        offset, offset_lsn = part.start_point(r)
-        out.append(f"{r.segment},{offset},{offset_lsn},{r.start},{r.end}")
-    return ";".join(out)
+    ranges = [p.range for p in partitions]  # type: ignore[attr-defined]
+    starts = part.start_points(ranges)
+    return ";".join(
+        f"{r.segment},{offset},{offset_lsn},{r.start},{r.end}"
+        for r, (offset, offset_lsn) in zip(ranges, starts, strict=True)
+    )
 
 
 def _local_only(options: dict[str, str], jvm: bool | None) -> bool | None:

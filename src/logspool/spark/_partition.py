@@ -8,8 +8,10 @@ beyond the parser's own.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import json
+import operator
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -79,10 +81,32 @@ def _index_entries(path: str, base: int) -> list[fmt.IndexEntry]:
 def start_point(r: Range) -> tuple[int, int]:
     """(offset, lsn): where to start parsing to reach ``r.start``: the last index entry at or
     before it, or the segment's first record."""
-    for entry in reversed(_index_entries(r.path, r.segment)):
-        if entry.lsn <= r.start:
-            return entry.offset, entry.lsn
+    return _start_in(_index_entries(r.path, r.segment), r)
+
+
+def start_points(ranges: list[Range]) -> list[tuple[int, int]]:
+    """``start_point`` of each range, each segment's index read once (the driver's plan of a
+    large segment holds several ranges of it: its index read again for each was most of a
+    micro-batch's planning)."""
+    read: dict[tuple[str, int], list[fmt.IndexEntry]] = {}
+    out = []
+    for r in ranges:
+        entries = read.get((r.path, r.segment))
+        if entries is None:
+            entries = read[(r.path, r.segment)] = _index_entries(r.path, r.segment)
+        out.append(_start_in(entries, r))
+    return out
+
+
+def _start_in(entries: list[fmt.IndexEntry], r: Range) -> tuple[int, int]:
+    # (entries by lsn: the last at or before r.start, found by bisection)
+    at = bisect.bisect_right(entries, r.start, key=_LSN_OF) - 1
+    if at >= 0:
+        return entries[at].offset, entries[at].lsn
     return fmt.SEGMENT_HEADER_SIZE, r.segment
+
+
+_LSN_OF = operator.attrgetter("lsn")
 
 
 def read_range(r: Range, size_max: int, verify_checksums: bool) -> Iterator[tuple[list[Any], ...]]:
