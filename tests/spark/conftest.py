@@ -56,3 +56,31 @@ def read(request: pytest.FixtureRequest, spark: Any) -> Any:
         return spark.read.format("logspool").options(**options).load(str(path))
 
     return read_with
+
+
+def batches_of_250(spark: Any, source: Any, first: int = 0, count: int = 700) -> Any:
+    """A log at ``source`` of ``count`` records ``s-NNNN`` from ``first`` on, and a stream of
+    its payloads read from the earliest in batches of 250 (the sink tests' restarts: several
+    batches a run, so a run can stop between two)."""
+    import logspool
+
+    with logspool.open(source) as log:
+        log.append_many([b"s-%04d" % i for i in range(first, first + count)])
+    return (
+        spark.readStream.format("logspool")
+        .option("startingPosition", "earliest")
+        .option("maxRecordsPerTrigger", "250")
+        .load(str(source))
+        .select("payload")
+    )
+
+
+def mixed_rows(spark: Any, count: int, large_at: int) -> tuple[Any, list[bytes]]:
+    """A DataFrame of ``count`` payloads of mixed sizes (every seventh empty, one larger than a
+    staged block's 4 MiB at ``large_at``) in 3 partitions, and its payloads in partition order
+    (the order a write leaves them in)."""
+    rows = [f"r{i}-" + "x" * (i % 300) if i % 7 else "" for i in range(count)]
+    rows[large_at] = "L" * (4 * 1024 * 1024 + 5)
+    df = spark.createDataFrame([(r, i) for i, r in enumerate(rows)], "payload string, n long")
+    df = df.repartition(3, "n")
+    return df, [r.payload.encode() for p in df.rdd.glom().collect() for r in p]

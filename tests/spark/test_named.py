@@ -22,6 +22,7 @@ import pytest
 
 import logspool
 from logspool.spark import _jvm_write, _source, write
+from tests.spark.conftest import batches_of_250, mixed_rows
 
 JVM_WRITER = "logspool JVM writer"
 
@@ -52,12 +53,7 @@ def test_a_batch_write_by_name_runs_its_tasks_on_the_jvm(
 ) -> None:
     """Rows of mixed sizes (empty ones, one larger than a staged block) in 3 partitions: the
     write by name is the JVM writer's, and leaves the records the Python writer leaves."""
-    rows = [f"r{i}-" + "x" * (i % 300) if i % 7 else "" for i in range(12_000)]
-    rows[5_432] = "L" * (4 * 1024 * 1024 + 5)
-    df = spark.createDataFrame([(r, i) for i, r in enumerate(rows)], "payload string, n long").repartition(
-        3, "n"
-    )
-    expected = [r.payload.encode() for p in df.rdd.glom().collect() for r in p]
+    df, expected = mixed_rows(spark, 12_000, 5_432)
     named, python = tmp_path / "named", tmp_path / "python"
     df.write.format("logspool").mode("append").save(str(named))
     assert last_write(spark) == f"Arguments: {JVM_WRITER} {named}"
@@ -75,17 +71,9 @@ def test_a_stream_by_name_is_written_by_the_jvm_sink_once(
     """writeStream.format("logspool"): the JVM sink's plan, each row once across a restart, and
     one state with the Python sink's (a query may move between them, as with write_stream)."""
     source, sink = tmp_path / "source", tmp_path / "sink"
-    with logspool.open(source) as log:
-        log.append_many([b"s-%04d" % i for i in range(700)])
+    rows = batches_of_250(spark, source)
 
     def run(name: str) -> str:
-        rows = (
-            spark.readStream.format("logspool")
-            .option("startingPosition", "earliest")
-            .option("maxRecordsPerTrigger", "250")
-            .load(str(source))
-            .select("payload")
-        )
         query = (
             rows.writeStream.format(name)
             .option("checkpointLocation", str(tmp_path / "cp"))

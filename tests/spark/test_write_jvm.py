@@ -29,6 +29,7 @@ from pyspark.sql.types import StringType
 
 import logspool
 from logspool.spark import _source, write, write_stream
+from tests.spark.conftest import batches_of_250, mixed_rows
 
 
 def payloads(path: Path) -> list[bytes]:
@@ -51,12 +52,7 @@ def test_a_jvm_batch_write_leaves_the_log_the_python_writer_leaves(spark: Any, t
     of more than one block each: read back in partition order, the same records as the Python
     writer's and segments of the same sizes (their bytes differ in the records' timestamps), a
     log that verifies, and no staged file left."""
-    rows = [f"r{i}-" + "x" * (i % 300) if i % 7 else "" for i in range(25_000)]
-    rows[12_345] = "L" * (4 * 1024 * 1024 + 5)
-    df = spark.createDataFrame([(r, i) for i, r in enumerate(rows)], "payload string, n long").repartition(
-        3, "n"
-    )
-    expected = [r.payload.encode() for p in df.rdd.glom().collect() for r in p]
+    df, expected = mixed_rows(spark, 25_000, 12_345)
     jvm_log, py_log = tmp_path / "jvm", tmp_path / "python"
     write(df, jvm=True).save(str(jvm_log))
     write(df, jvm=False).save(str(py_log))
@@ -155,17 +151,9 @@ def test_a_jvm_sink_copies_a_log_once_across_restarts_and_sinks(spark: Any, tmp_
     again. The state is keyed by the query's id either way (one state file), so no batch is
     written twice or skipped."""
     source, sink = tmp_path / "source", tmp_path / "sink"
-    with logspool.open(source) as log:
-        log.append_many([b"s-%04d" % i for i in range(700)])
+    rows = batches_of_250(spark, source)
 
     def run(jvm: bool) -> None:
-        rows = (
-            spark.readStream.format("logspool")
-            .option("startingPosition", "earliest")
-            .option("maxRecordsPerTrigger", "250")
-            .load(str(source))
-            .select("payload")
-        )
         out = write_stream(rows, jvm=jvm)
         query = (
             out.option("checkpointLocation", str(tmp_path / "cp")).trigger(availableNow=True).start(str(sink))
