@@ -429,6 +429,8 @@ class _Connection(asyncio.Protocol):
         if len(data) != value_end + 2 or not data.endswith(b"\r\n"):
             return False
         parser = self.parser
+        if value_end - value_at > parser.limits.bulk_size_max:
+            return False  # (the parser refuses it, in Redis's words)
         if parser.buffered or parser.failed or not parser.authenticated:
             return False  # (before AUTH the parser's tighter bounds apply)
         committer = self.front.committer
