@@ -35,7 +35,7 @@ from redis.retry import Retry
 import logspool
 from logspool import client, kv
 from logspool.errors import LockedError
-from logspool.server import Limits, RespOptions
+from logspool.server import Limits, RespOptions, _resp
 from logspool.server._resp_kv import RedisKV, glob_match
 from logspool.server._resp_wire import RespLimits, RespParser, RespProtocolError
 from tests.server.conftest import Daemon, Running, free_port
@@ -1134,6 +1134,59 @@ def test_hiredis_parses_as_the_python_parser(
     assert fast._reader is not None  # (hiredis is a dependency: this tests it)
     assert _parse_all(fast, reads) == _parse_all(slow, reads)
     assert fast.buffered == slow.buffered
+
+
+# Reads of GETs and SETs as clients send them, and the bytes that make a read something else: a
+# key holding a command's header, a lying or zero-led length, junk, a command cut short.
+_gets_and_sets = st.lists(
+    st.one_of(
+        st.binary(max_size=12).map(lambda k: _encode([b"GET", k])),
+        st.tuples(st.binary(max_size=12), st.binary(max_size=20)).map(lambda kv: _encode([b"SET", *kv])),
+        st.sampled_from(
+            [
+                _encode([b"GET", b"k*2\r\n$3\r\nGET\r\n$1\r\nx"]),
+                _encode([b"SET", b"*3\r\n$3\r\nSET\r\n$1\r\nx", b"v"]),
+                b"*2\r\n$3\r\nGET\r\n$02\r\nab\r\n",
+                b"*2\r\n$3\r\nGET\r\n$3\r\nab\r\n",
+                b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$00\r\n\r\n",
+                b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$2\r\nvXY",
+                b"*3\r\n$3\r\nSET\r\n$1\r\nkXY$1\r\nv\r\n",
+                b"*2\r\n$3\r\nGET\r\n$1\r\nkX\r\n",
+                b"*2\r\n$3\r\nGET\r\n$1\r\nkXY",
+                b"*2\r\n$3\r\nGET\r\n$",
+                b"\r\n",
+            ]
+        ),
+        st.binary(max_size=8),
+    ),
+    min_size=1,
+    max_size=6,
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(_gets_and_sets)
+def test_the_parser_free_reads_parse_as_the_parser(pieces: list[bytes]) -> None:
+    """A read the daemon takes without the parser (``_whole_gets``: GETs only, GET -P16;
+    ``_whole_set``: one SET, SET x16) is one the parser reads whole into the same commands; any
+    other read is left to the parser."""
+    data = b"".join(pieces)
+    parser = RespParser(RespLimits())
+    got, error = _parse_all(parser, [data])
+    keys = _resp._whole_gets(data) if data.startswith(_resp._LONE_GET) else None
+    if keys is not None:
+        assert error is None and parser.buffered == 0 and got == [[b"GET", k] for k in keys]
+    found = _resp._whole_set(data) if data.startswith(_resp._LONE_SET) else None
+    if found is not None:
+        assert error is None and parser.buffered == 0 and got == [[b"SET", *found]]
+    if len(got) == 1 and got[0][0] == b"SET" and got[0][1] and data == _encode(got[0]):
+        assert found == (got[0][1], got[0][2])  # (a SET as clients send it is taken; an empty key not)
+    if (
+        got
+        and all(c[0] == b"GET" and c[1] and _resp._LONE_GET not in c[1] for c in got)
+        and data == b"".join(map(_encode, got))
+    ):
+        assert keys == [c[1] for c in got]  # (so are GETs as clients send them, but keys that hold a GET)
 
 
 @settings(max_examples=200, deadline=None)

@@ -111,6 +111,30 @@ def _whole_gets(data: bytes) -> list[bytes] | None:
     return keys
 
 
+def _whole_set(data: bytes) -> tuple[bytes, bytes] | None:
+    """The key and value of a read that is one whole ``SET key value`` as a client sends it
+    (``_LONE_SET``, each length in plain digits: no sign, no leading zero but a lone 0 for an
+    empty value), and nothing else; None for anything else (the parser takes it)."""
+    at = len(_LONE_SET)
+    end = data.find(b"\r\n", at)
+    digits = data[at:end]
+    if not 0 < len(digits) <= 5 or not digits.isdigit() or digits[0] == 48:
+        return None
+    key_at = end + 2
+    key_end = key_at + int(digits)
+    if data[key_end : key_end + 3] != b"\r\n$":
+        return None
+    end = data.find(b"\r\n", key_end + 3)
+    digits = data[key_end + 3 : end]
+    if not 0 < len(digits) <= 8 or not digits.isdigit() or (digits[0] == 48 and len(digits) > 1):
+        return None
+    value_at = end + 2
+    value_end = value_at + int(digits)
+    if len(data) != value_end + 2 or not data.endswith(b"\r\n"):
+        return None
+    return data[key_at:key_end], data[value_at:value_end]
+
+
 @dataclass
 class RespOptions:
     """The RESP front door's settings (``logspool serve --resp ...``)."""
@@ -410,33 +434,19 @@ class _Connection(asyncio.Protocol):
         it (SET x16, x50, x1: each client waits for its reply), handed to the committer as
         ``_serve_now`` would hand it, without the parser. False, having done nothing, for
         anything else: the parser takes it."""
-        at = len(_LONE_SET)
-        end = data.find(b"\r\n", at)
-        digits = data[at:end]
-        # (lengths as the parser takes them: digits only, no sign, no leading zero; else it says)
-        if not 0 < len(digits) <= 5 or not digits.isdigit() or digits[0] == 48:
+        found = _whole_set(data)
+        if found is None:
             return False
-        key_at = end + 2
-        key_end = key_at + int(digits)
-        if data[key_end : key_end + 3] != b"\r\n$":
-            return False
-        end = data.find(b"\r\n", key_end + 3)
-        digits = data[key_end + 3 : end]
-        if not 0 < len(digits) <= 8 or not digits.isdigit() or (digits[0] == 48 and len(digits) > 1):
-            return False
-        value_at = end + 2
-        value_end = value_at + int(digits)
-        if len(data) != value_end + 2 or not data.endswith(b"\r\n"):
-            return False
+        key, value = found
         parser = self.parser
-        if value_end - value_at > parser.limits.bulk_size_max:
+        if len(value) > parser.limits.bulk_size_max:
             return False  # (the parser refuses it, in Redis's words)
         if parser.buffered or parser.failed or not parser.authenticated:
             return False  # (before AUTH the parser's tighter bounds apply)
         committer = self.front.committer
         if committer is None or not self._writable.is_set() or self._eof or not self._reading:
             return False
-        cmds = [[b"SET", data[key_at:key_end], data[value_at:value_end]]]
+        cmds = [[b"SET", key, value]]
         self._inflight = True
         if not committer.run_here(self.session, cmds, self):
             committer.submit(self.session, cmds, self)
