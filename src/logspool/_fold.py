@@ -27,8 +27,8 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Generic, Protocol, Self, TypeVar
 
-from . import limits
-from ._fs import REAL, FileSystem, replace_file
+from . import _forked, limits
+from ._fs import REAL, FileSystem, install_temp, replace_file
 from ._reader import Reader
 from ._retention import Retention
 from .errors import (
@@ -111,9 +111,23 @@ class FoldedStore(Generic[S, OpT]):
     def _decode_op(self, payload: bytes, where: str) -> OpT:
         raise NotImplementedError
 
-    def _freeze(self) -> tuple[int, object]:
-        """Under the mutex, caught up: the state's next lsn and what ``_encode_snapshot`` needs."""
+    def _before_snapshot(self) -> None:
+        """Under the mutex, caught up, before a snapshot's copy of the state (or its fork): what
+        the store drops first (the key-value store's old tombstones)."""
+
+    def _freeze(self, in_place: bool = False) -> tuple[int, object]:
+        """Under the mutex, caught up: the state's next lsn and what ``_encode_snapshot`` needs;
+        ``in_place``: in a forked child (``_snapshot_forks``), whose state nothing else changes,
+        so it may be read where it is instead of copied."""
         raise NotImplementedError
+
+    def _snapshot_forks(self) -> bool:
+        """Whether snapshots are written by a forked child (``_forked``) instead of from a copy of
+        the state made under the mutex."""
+        return False
+
+    def _encode_in_child(self) -> bytes | Iterable[bytes]:
+        return self._encode_snapshot(self._freeze(in_place=True)[1])
 
     def _encode_snapshot(self, frozen: object) -> bytes | Iterable[bytes]:
         """The snapshot file's bytes, whole or as a stream of pieces."""
@@ -490,23 +504,45 @@ class FoldedStore(Generic[S, OpT]):
         try:
             if not self._fs.lock(fd, limits.LOCK_TIMEOUT_S_DEFAULT if wait else 0.0):
                 return None
+            child = None
             with self._mutex:
                 self._check_open()
                 self._snapshot_lsn = self._state.next_lsn  # no second attempt from _catch_up
                 self._catch_up()
-                next_lsn, frozen = self._freeze()
+                self._before_snapshot()
+                next_lsn = self._state.next_lsn
+                name = snapshot_name(next_lsn)
+                if self._snapshot_forks():
+                    # The child encodes the state as it is at the fork: the mutex is held for
+                    # the fork alone, not for a copy of the state (_forked).
+                    child = _forked.write_in_child(
+                        self._fs, self.path, name, self._encode_in_child, keep=(fd,)
+                    )
+                else:
+                    frozen = self._freeze()[1]
                 self._snapshot_lsn = next_lsn
                 self._fold_bytes = 0
             # The ops the snapshot holds durable before it is: a decision writes its ops, then
             # fsyncs after its locks are released (a daemon's round, ``durable=False``), so the
             # state may hold ops not yet on disk; a snapshot ahead of the op log after a power
             # loss would hide the ops appended next at those lsns (``_load`` skips one anyway).
-            self._log.sync()
-            data = self._encode_snapshot(frozen)
-            # replace_file: temp, fsync, rename, fsync dir. A crash anywhere leaves the older
-            # snapshots and the whole op log above them: nothing is removed until this is durable.
-            replace_file(self._fs, self.path, snapshot_name(next_lsn), data)
-            self._snapshot_written(next_lsn, os.path.join(self.path, snapshot_name(next_lsn)))
+            try:
+                self._log.sync()
+            except BaseException:
+                if child is not None:  # reaped, its file removed
+                    with contextlib.suppress(OSError):
+                        child.wait()
+                    with contextlib.suppress(FileNotFoundError):
+                        self._fs.unlink(child.tmp)
+                raise
+            # temp, fsync, rename, fsync dir. A crash anywhere leaves the older snapshots and
+            # the whole op log above them: nothing is removed until this is durable.
+            if child is None:
+                replace_file(self._fs, self.path, name, self._encode_snapshot(frozen))
+            else:
+                child.wait()
+                install_temp(self._fs, self.path, child.tmp, name)
+            self._snapshot_written(next_lsn, os.path.join(self.path, name))
             kept = self._snapshot_lsns()[:SNAPSHOTS_KEPT]
             # The op log must keep every op above the older kept snapshot (the fallback if the
             # newest cannot be read); retention removes whole segments below this position.

@@ -26,6 +26,14 @@ _BOOT_ID: bytes | None = None  # read once a process (it cannot change while the
 class FileSystem:
     """The real file system. Subclass and override to inject faults."""
 
+    def shared_with_children(self) -> bool:
+        """True if a forked child's calls through this object reach the same files as this
+        process's: the real file system's do. A test's subclass keeps what it simulates (the
+        writes not yet fsynced, a count, a fault to come) in this process's memory, so it says
+        False, and a store does in a thread what it would do in a child (``kv`` snapshots); a
+        subclass that says True has its faults raised in the child, which reports them."""
+        return type(self) is FileSystem
+
     # --- opening and closing -----------------------------------------------------------------
     def open(self, path: str, flags: int, mode: int = 0o644) -> int:
         return os.open(path, flags | os.O_CLOEXEC, mode)
@@ -237,7 +245,19 @@ def replace_file(fs: FileSystem, directory: str, name: str, data: bytes | Iterab
     and durably: after a crash at any point the file holds the old content or the new, never a mix
     (checkpoints, the retention file, snapshots).
     """
-    tmp = os.path.join(directory, f".{name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
+    tmp = temp_path(directory, name, os.getpid(), os.urandom(4).hex())
+    write_temp(fs, tmp, data)
+    install_temp(fs, directory, tmp, name)
+
+
+def temp_path(directory: str, name: str, pid: int, salt: str) -> str:
+    """Where ``replace_file`` writes ``name`` first: ``.<name>.<pid>.<salt>.tmp``, the pid of the
+    process writing it (repair removes such a file once that process is gone)."""
+    return os.path.join(directory, f".{name}.{pid}.{salt}.tmp")
+
+
+def write_temp(fs: FileSystem, tmp: str, data: bytes | Iterable[bytes]) -> None:
+    """Write and fsync the new file ``tmp`` (``temp_path``); removed again if that fails."""
     fd = fs.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
     try:
         for piece in [data] if isinstance(data, bytes) else data:
@@ -248,5 +268,9 @@ def replace_file(fs: FileSystem, directory: str, name: str, data: bytes | Iterab
         fs.unlink(tmp)
         raise
     fs.close(fd)
+
+
+def install_temp(fs: FileSystem, directory: str, tmp: str, name: str) -> None:
+    """Rename the fsynced ``tmp`` to ``directory/name`` and make the rename durable."""
     fs.rename(tmp, os.path.join(directory, name))  # crash here: old or new file, never a mix
     fs.fsync_dir(directory)  # without this the rename itself can be lost on power failure

@@ -147,7 +147,7 @@ class Journal(FoldedStore[State, ops.Op]):
     def _decode_op(self, payload: bytes, where: str) -> ops.Op:
         return ops.decode(payload, where)
 
-    def _freeze(self) -> tuple[int, object]:
+    def _freeze(self, in_place: bool = False) -> tuple[int, object]:
         snap = self._state.snapshot(self.max_deliveries)
         return snap.next_lsn, snap
 

@@ -45,13 +45,13 @@ import re
 import threading
 import time
 import weakref
-from collections.abc import Callable, ItemsView, Iterable, Iterator, MutableMapping, ValuesView
+from collections.abc import Callable, Collection, ItemsView, Iterable, Iterator, MutableMapping, ValuesView
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NamedTuple, TypeVar, overload
 
+from .. import _forked, limits
 from .. import _format as fmt
-from .. import limits
 from .._fold import FoldedStore, _Writer
 from .._fs import FileSystem
 from ..errors import (
@@ -152,9 +152,30 @@ assert ops.ValueRow._fields == ("key", "vtype", "value", "ts", "created_ns", "mo
                                 "expire_ns", "touch_ns", "version")  # fmt: skip
 
 
+def _entry_fields(state: State) -> Iterator[tuple[Any, ...]]:
+    """``_ENTRY_FIELDS`` of every value, in key order."""
+    return map(_ENTRY_FIELDS, map(state.values.__getitem__, state.order))
+
+
+class _InPlace(Collection[tuple[Any, ...]]):
+    """``_entry_fields`` of a state nothing else changes (a forked child's), read each time."""
+
+    def __init__(self, state: State) -> None:
+        self._state = state
+
+    def __len__(self) -> int:
+        return len(self._state.order)
+
+    def __iter__(self) -> Iterator[tuple[Any, ...]]:
+        return _entry_fields(self._state)
+
+    def __contains__(self, fields: object) -> bool:
+        return any(fields == each for each in self)
+
+
 class _Frozen(NamedTuple):
     next_lsn: int
-    entries: list[tuple[Any, ...]]  # _ENTRY_FIELDS of every value, in key order
+    entries: Collection[tuple[Any, ...]]  # _ENTRY_FIELDS of every value, in key order
     tombstones: dict[str, int]
     locks: list[tuple[str, str, int]]
 
@@ -395,19 +416,36 @@ class Store(FoldedStore[State, ops.Op], MutableMapping[str, ops.Value]):
     def _decode_op(self, payload: bytes, where: str) -> ops.Op:
         return ops.decode(payload, where)
 
-    def _freeze(self) -> tuple[int, object]:
+    def _before_snapshot(self) -> None:
         state = self._state
         horizon = state.last_ns - int(limits.KV_TOMBSTONE_S * _NS)
         for key in [k for k, ts in state.tombstones.items() if ts < horizon]:
             del state.tombstones[key]
+
+    def _freeze(self, in_place: bool = False) -> tuple[int, object]:
+        state = self._state
         # Under the mutex the decisions wait: copy what the snapshot needs, at C speed (a
         # ValueRow built an entry here held the mutex 160-230 ms for 100,000 keys, every commit
-        # round of the daemon waiting); the rows are built in _encode_snapshot, outside it.
-        values = state.values
-        entries = list(map(_ENTRY_FIELDS, map(values.__getitem__, state.order)))
+        # round of the daemon waiting; this copy still holds it 70-90 ms, and 0.8-0.95 s for a
+        # million keys); the rows are built in _encode_snapshot, outside it. A forked child
+        # (``_snapshot_forks``) reads the entries where they are: nothing else changes them.
+        entries: Collection[tuple[Any, ...]] = _InPlace(state) if in_place else list(_entry_fields(state))
         locks = [(k, o, u) for k, (o, u) in sorted(state.locks.items()) if u > state.last_ns]
         self._frozen_refs = []
         return state.next_lsn, _Frozen(state.next_lsn, entries, dict(state.tombstones), locks)
+
+    def _snapshot_forks(self) -> bool:
+        """A background snapshot is written by a forked child (``_forked``: the mutex held for the
+        fork, not for a copy of every entry, and the encoding off this process's GIL) where the
+        I/O seam reaches the same files from a child and no value has left memory (those are read
+        back through this process's open snapshot files, and the new snapshot's positions of them
+        are this process's to record: ``_snapshot_written``)."""
+        return (
+            self._compact_in_background
+            and self.memory_max is None
+            and self._fs.shared_with_children()
+            and _forked.available()
+        )
 
     def _encode_snapshot(self, frozen: object) -> Iterable[bytes]:
         assert isinstance(frozen, _Frozen)

@@ -254,7 +254,7 @@ class GroupStore(FoldedStore[GroupState, Op]):
             raise CorruptionError(where, 0, f"not a consumer group op: {err}") from err
         return op  # type: ignore[no-any-return]
 
-    def _freeze(self) -> tuple[int, object]:
+    def _freeze(self, in_place: bool = False) -> tuple[int, object]:
         return self._state.next_lsn, self._state.to_json()
 
     def _encode_snapshot(self, frozen: object) -> bytes:

@@ -1,0 +1,127 @@
+"""A file written by a forked child: the child holds this process's memory as it was at the fork
+(copy-on-write), so writing a large state costs this process the fork, not a copy of the state
+made under its lock, and the encoding runs in another process, off this one's GIL (Redis writes
+its RDB and rewrites its AOF so). The key-value store's background snapshots use it
+(``kv.Store``, docs/DESIGN.md "A snapshot written by a forked child").
+
+The child runs only the bytes' producer and the writes: it closes every descriptor it was not
+given to keep (a daemon's listening socket and its clients' connections are not the child's to
+hold open: a restarted daemon binds the same port), takes back the default action of the signals
+that stop a process, never runs the parent's atexit handlers or flushes its buffers (``os._exit``)
+and stops if the parent is gone. The parent names the file (``install_temp``) once the child has
+fsynced it and exited 0; a child that failed reports why through a pipe, and the parent raises
+it as an OSError with the child's errno.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import gc
+import os
+import signal
+import warnings
+from collections.abc import Callable, Iterable, Iterator
+
+from ._fs import FileSystem, temp_path, write_temp
+
+# Python 3.12 warns at every fork of a process with threads; the child here runs only code that
+# takes no lock another thread may have held at the fork (the producer's own, and the writes).
+_FORK_WARNING = r".*use of fork\(\) may lead to deadlocks"
+warnings.filterwarnings("ignore", message=_FORK_WARNING, category=DeprecationWarning, module=__name__)
+
+_MESSAGE_MAX = 4000  # bytes of a child's error message (less than a pipe's buffer: it never blocks)
+
+
+def available() -> bool:
+    return hasattr(os, "fork")
+
+
+class Child:
+    """A forked writer of ``tmp``. ``wait`` once: it reaps the child."""
+
+    def __init__(self, fs: FileSystem, pid: int, tmp: str, errors: int) -> None:
+        self.fs = fs
+        self.pid = pid
+        self.tmp = tmp
+        self._errors = errors
+
+    def wait(self) -> None:
+        """Wait for the child (the GIL let go). OSError, with the child's errno and message, if it
+        did not write and fsync ``tmp`` (which is then removed)."""
+        try:
+            _, status = os.waitpid(self.pid, 0)
+            report = os.read(self._errors, _MESSAGE_MAX + 16)
+        finally:
+            os.close(self._errors)
+        code = os.waitstatus_to_exitcode(status)
+        if code == 0:
+            return
+        with contextlib.suppress(FileNotFoundError):
+            self.fs.unlink(self.tmp)  # (a child killed by a signal left it)
+        number, _, message = report.decode("utf-8", "replace").partition("\n")
+        if not report:
+            message = f"killed by signal {-code}" if code < 0 else f"exit status {code}, no report"
+        raise OSError(int(number) if number.isdigit() else errno.EIO,
+                      f"{self.tmp}: the forked writer (pid {self.pid}) failed: {message}")  # fmt: skip
+
+
+def write_in_child(
+    fs: FileSystem,
+    directory: str,
+    name: str,
+    produce: Callable[[], bytes | Iterable[bytes]],
+    keep: Iterable[int] = (),
+) -> Child:
+    """Fork a child that writes ``produce()`` (run in the child) to a temporary file for
+    ``directory/name`` and fsyncs it; ``keep``: descriptors the child keeps open (a lock it must
+    hold while it writes). Returns at once in the parent; then ``Child.wait`` and
+    ``install_temp(fs, directory, child.tmp, name)``."""
+    salt = os.urandom(4).hex()
+    parent = os.getpid()
+    errors, report = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: this thread alone, the memory as it was at the fork
+        code = 1
+        try:
+            os.close(errors)
+            _alone({report, *keep})
+            data = produce()
+            pieces = [data] if isinstance(data, bytes) else data
+            write_temp(fs, temp_path(directory, name, os.getpid(), salt), _while_alive(pieces, parent))
+            code = 0
+        except BaseException as err:  # (anything: the parent must hear of it, and nothing else runs)
+            number = err.errno if isinstance(err, OSError) and err.errno else errno.EIO
+            message = f"{number}\n{type(err).__name__}: {err}".encode("utf-8", "replace")[:_MESSAGE_MAX]
+            with contextlib.suppress(OSError):
+                os.write(report, message)
+        finally:
+            os._exit(code)
+    os.close(report)
+    return Child(fs, pid, temp_path(directory, name, pid, salt), errors)
+
+
+def _alone(keep: set[int]) -> None:
+    """In the child: no collector runs (it would touch every object, copying every page), the
+    signals that stop a process stop it, and every descriptor but ``keep`` and 0-2 is closed."""
+    gc.disable()
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+    signal.set_wakeup_fd(-1)
+    low = 3
+    for fd in sorted(fd for fd in keep if fd >= low):
+        os.closerange(low, fd)
+        low = fd + 1
+    os.closerange(low, os.sysconf("SC_OPEN_MAX"))
+
+
+def _while_alive(pieces: Iterable[bytes], parent: int) -> Iterator[bytes]:
+    """The pieces, while the parent lives (an orphan stops at the next piece, its file removed)."""
+    for piece in pieces:
+        if os.getppid() != parent:
+            raise ChildOrphaned(f"the process that forked this writer (pid {parent}) is gone")
+        yield piece
+
+
+class ChildOrphaned(Exception):
+    pass

@@ -1,0 +1,204 @@
+"""The key-value store's background snapshot written by a forked child (``logspool._forked``):
+the same bytes as a snapshot written in a thread, a failure in the child reported to the parent
+with nothing left behind, a child that holds none of its parent's sockets, and an orphan that
+stops. Real processes and files; the faults come through the I/O seam, whose calls the child
+makes on its copy of the seam's object."""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from logspool import _forked, kv
+from logspool._fs import FileSystem, install_temp
+from tests.clock import Clock
+
+
+class InThisProcess(FileSystem):
+    """The real file system, said not to be shared with a child: the store snapshots in a thread."""
+
+
+class FullForSnapshots(FileSystem):
+    """The real file system, shared with a child, on which a snapshot's temporary file fills the
+    disk while ``full`` (its writer in the child sees ENOSPC; the op log and checkpoints do not)."""
+
+    def __init__(self) -> None:
+        self.full = True
+        self._temps: set[int] = set()
+
+    def shared_with_children(self) -> bool:
+        return True
+
+    def open(self, path: str, flags: int, mode: int = 0o644) -> int:
+        fd = super().open(path, flags, mode)
+        if os.path.basename(path).startswith(".snapshot.") and path.endswith(".tmp"):
+            self._temps.add(fd)
+        return fd
+
+    def close(self, fd: int) -> None:
+        self._temps.discard(fd)
+        super().close(fd)
+
+    def write(self, fd: int, data: bytes) -> None:
+        if self.full and fd in self._temps:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        super().write(fd, data)
+
+
+def fill(path: Path, fs: FileSystem | None) -> kv.Store:
+    clock = Clock()
+    s = kv.open(path, fs=fs, clock=clock, compact_in_background=True, single_writer=True, durability="os")
+    for i in range(300):
+        s.set(f"k{i:03d}", b"v" * i)
+        clock.advance(0.001)
+    s.set("n", 5)
+    s.set("f", 1.5)
+    s.set("t", "text")
+    s.set("gone", b"x")
+    s.delete("gone")  # a tombstone
+    s.set("memory only", b"m", persist=False)  # written as a tombstone
+    s.set("expires", b"e", ttl=100)
+    s.set("touched", b"t", touch=50)
+    s.lock("k001", "me", 3600)
+    return s
+
+
+def newest_snapshot(path: Path) -> bytes:
+    names = sorted(n for n in os.listdir(path) if n.startswith("snapshot.0"))
+    return (path / names[-1]).read_bytes()
+
+
+def temporary_files(path: Path) -> list[str]:
+    return [n for n in os.listdir(path) if n.endswith(".tmp")]
+
+
+@pytest.mark.parametrize("first", ["forked", "thread"])
+def test_a_forked_snapshot_holds_the_bytes_a_thread_writes(tmp_path: Path, first: str) -> None:
+    """One snapshot written each way from the same state (the second from the state the first
+    loaded, at the same lsn): byte for byte the same, tombstones, locks and times included."""
+    path = tmp_path / "kv"
+    fs_first, fs_second = (None, InThisProcess()) if first == "forked" else (InThisProcess(), None)
+    s = fill(path, fs_first)
+    assert s.snapshot() is not None
+    s.close()
+    written_first = newest_snapshot(path)
+    with kv.open(path, fs=fs_second, compact_in_background=True, single_writer=True) as s:
+        assert s.snapshot() is not None
+        assert s["k299"] == b"v" * 299 and "memory only" not in s and "gone" not in s
+    assert newest_snapshot(path) == written_first
+    assert temporary_files(path) == []
+
+
+def test_a_snapshot_writer_that_fails_in_the_child_is_reported_and_leaves_nothing(tmp_path: Path) -> None:
+    fs = FullForSnapshots()
+    path = tmp_path / "kv"
+    s = fill(path, fs)
+    with pytest.raises(OSError) as err:
+        s.snapshot()
+    assert err.value.errno == errno.ENOSPC
+    assert "forked writer" in str(err.value) and "No space left on device" in str(err.value)
+    assert sorted(os.listdir(path)) == ["JOURNAL", "ops", "snapshot.lock"]  # no snapshot, no temporary file
+    s.set("after", b"still written")  # the store goes on
+    fs.full = False
+    assert s.snapshot() is not None
+    s.close()
+    with kv.open(path) as s:
+        assert s["after"] == b"still written" and s["k123"] == b"v" * 123
+    assert temporary_files(path) == []
+
+
+def test_the_child_holds_none_of_its_parents_sockets(tmp_path: Path) -> None:
+    """A daemon's listening socket stays its own: closed by the daemon (or with it, killed), its
+    port can be bound again while a snapshot's writer still runs."""
+    listening = socket.socket()
+    listening.bind(("127.0.0.1", 0))
+    listening.listen()
+    port = listening.getsockname()[1]
+    gate_r, gate_w = os.pipe()
+    high = fcntl.fcntl(listening.fileno(), fcntl.F_DUPFD_CLOEXEC, 900)  # above every fd the child keeps
+
+    def produce() -> Iterator[bytes]:
+        yield b"first piece, "
+        os.read(gate_r, 1)  # the child waits here until the test lets it go on
+        yield b"second piece"
+
+    child = _forked.write_in_child(FileSystem(), str(tmp_path), "out", produce, keep=(gate_r,))
+    try:
+        wait_for_file(tmp_path)  # (the child closes what it does not keep before it starts its file)
+        fds = {
+            int(fd): os.readlink(f"/proc/{child.pid}/fd/{fd}") for fd in os.listdir(f"/proc/{child.pid}/fd")
+        }
+        assert not [target for target in fds.values() if target.startswith("socket:")], fds
+        assert gate_r in fds and gate_w not in fds
+        listening.close()
+        os.close(high)
+        with socket.socket() as again:  # the child would hold the port if it had kept the socket
+            again.bind(("127.0.0.1", port))
+    finally:
+        os.write(gate_w, b"!")
+        os.close(gate_w)
+        os.close(gate_r)
+    child.wait()
+    install_temp(FileSystem(), str(tmp_path), child.tmp, "out")
+    assert (tmp_path / "out").read_bytes() == b"first piece, second piece"
+
+
+def test_an_orphaned_writer_stops_and_removes_its_file(tmp_path: Path) -> None:
+    """The process that forked a writer is killed (kill -9, as a daemon may be): the writer
+    stops at its next piece and removes its temporary file; nothing is ever named."""
+    gate = tmp_path / "gate"
+    script = textwrap.dedent(f"""
+        import os, sys, time
+        from logspool import _forked
+        from logspool._fs import FileSystem
+
+        def produce():
+            yield b"x" * 1000
+            while not os.path.exists({str(gate)!r}):  # (the test opens the gate once the parent is dead)
+                time.sleep(0.01)
+            yield b"y" * 1000
+
+        child = _forked.write_in_child(FileSystem(), {str(tmp_path)!r}, "out", produce)
+        print(child.pid, flush=True)
+        time.sleep(600)
+    """)
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, cwd=os.getcwd())
+    assert parent.stdout is not None
+    writer = int(parent.stdout.readline())
+    wait_for_file(tmp_path)
+    os.kill(parent.pid, signal.SIGKILL)
+    parent.wait(30)
+    gate.touch()
+    deadline = time.monotonic() + 30
+    while alive(writer):
+        assert time.monotonic() < deadline, "the orphaned writer did not stop"
+        time.sleep(0.01)
+    assert not temporary_files(tmp_path) and not (tmp_path / "out").exists()
+
+
+def alive(pid: int) -> bool:
+    """Running (a zombie nobody reaped yet is not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def wait_for_file(path: Path) -> None:
+    """Until a writer has started its temporary file in ``path`` (30 s at most)."""
+    deadline = time.monotonic() + 30
+    while not temporary_files(path):
+        assert time.monotonic() < deadline, "the writer never started its file"
+        time.sleep(0.01)
