@@ -7,9 +7,11 @@ seam (ns since the epoch); everything else (files, the op log, fsync) is real.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import struct
+import sys
 import threading
 import time
 from pathlib import Path
@@ -893,3 +895,24 @@ def test_a_snapshot_whose_text_is_not_utf8_falls_back_to_the_older_one(tmp_path:
     with jobs.open(path, clock=clock) as j:
         assert j.stats() == want
         assert [job.key for job in j.get("bad-key")] == ["bad-key"]
+
+
+@pytest.mark.skipif(sys.implementation.name != "cpython", reason="CPython's PyObject_GC_UnTrack")
+def test_a_journals_jobs_are_not_walked_by_the_cyclic_collector(tmp_path: Path) -> None:
+    """As the key-value store's entries (logspool._untrack): jobs put one by one or many at a
+    time, leased, and loaded from a snapshot stay untracked, and read back the same."""
+    from logspool.jobs._state import JobEntry
+
+    def tracked_jobs() -> int:
+        return sum(1 for o in gc.get_objects() if isinstance(o, JobEntry))
+
+    with jobs.open(tmp_path / "j") as j:
+        j.put("one", b"1")
+        j.put_many([(f"k{i}", b"p%d" % i) for i in range(50)], priority=3)
+        taken = j.take(60)
+        assert tracked_jobs() == 0
+        j.snapshot()
+    with jobs.open(tmp_path / "j") as j:  # loaded from the snapshot
+        assert tracked_jobs() == 0
+        assert [job.payload for job in j.get("k7")] == [b"p7"] and j.get("one")[0].payload == b"1"
+    assert taken.payload == b"p0"  # (priority 3 first)

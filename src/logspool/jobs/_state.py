@@ -24,6 +24,7 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass
 
+from .._untrack import UNTRACK
 from . import _ops as ops
 from ._ops import DEAD_LETTER, LEASED, PENDING
 
@@ -48,7 +49,9 @@ COUNTERS = (
 
 
 class JobEntry:
-    """One job in the state (mutable; the public ``Job`` is a frozen copy). Fields as ``JobRow``."""
+    """One job in the state (mutable; the public ``Job`` is a frozen copy). Fields as ``JobRow``:
+    strings, bytes and numbers, so it is in no reference cycle, and untracked by the cyclic
+    collector once in a state (``_untrack``)."""
 
     id: int
     key: str
@@ -154,6 +157,8 @@ class State:
             self.served = dict(snapshot.served)
             for row in snapshot.jobs:
                 job = JobEntry(row)
+                if UNTRACK is not None:
+                    UNTRACK(job)
                 self.jobs[job.id] = job
                 self._count_pair((job.priority, job.domain), 1)
                 if job.state == DEAD_LETTER:
@@ -292,6 +297,8 @@ class State:
                 self._enqueue(job)
         else:
             job = JobEntry.new(job_id, ts, key, domain, payload, op)
+            if UNTRACK is not None:
+                UNTRACK(job)
             self.jobs[job_id] = job
             self._count_pair((job.priority, domain), 1)
             if slots is None:

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import collections
 import heapq
-from collections.abc import Callable
-from typing import NamedTuple, cast
+from typing import NamedTuple
 
 from sortedcontainers import SortedList
 
 from .. import limits
+from .._untrack import UNTRACK
 from . import _ops as ops
 
 
@@ -30,32 +30,11 @@ class SnapRef(NamedTuple):
 Where = int | SnapRef | None  # the lsn of the op holding the bytes; a snapshot; nowhere (volatile)
 
 
-def _untracker() -> Callable[[object], None] | None:
-    """CPython's ``PyObject_GC_UnTrack``, or None where there is none (another Python). An
-    ``Entry`` refers to nothing that can refer back to it (its key, its bytes, numbers, a
-    ``SnapRef`` to a snapshot file), so it is never part of a reference cycle and the cyclic
-    collector need not walk it: with one tracked object a key, a full collection of a daemon's
-    store stopped every client for 150-940 ms at 300,000 keys under sustained writes; untracked,
-    a full collection of 300,000 entries takes 15.7 ms instead of 62.6 (in process, quiet).
-    Reference counting frees an untracked entry as before; an entry stays untracked when its
-    fields are assigned (only a tuple or a dict is ever tracked again by the interpreter)."""
-    try:
-        import ctypes
-
-        untrack = ctypes.pythonapi.PyObject_GC_UnTrack
-    except (ImportError, AttributeError):
-        return None
-    untrack.argtypes = [ctypes.py_object]
-    untrack.restype = None
-    return cast("Callable[[object], None]", untrack)
-
-
-_UNTRACK = _untracker()
-
-
 class Entry:
     """One live key. ``value`` is None when the bytes left memory (see ``where``) or when it is a
-    memory-only value written by another process (or before a restart): then it is lost."""
+    memory-only value written by another process (or before a restart): then it is lost. Once in
+    a state it is untracked by the cyclic collector (``_untrack``): it refers to nothing that can
+    refer back to it (its key, its bytes, numbers, a ``SnapRef`` to a snapshot file)."""
 
     __slots__ = (
         "accessed_ns",
@@ -115,8 +94,8 @@ class State:
 
     # --- building ---------------------------------------------------------------------------------
     def _insert(self, entry: Entry) -> None:
-        if _UNTRACK is not None:
-            _UNTRACK(entry)
+        if UNTRACK is not None:  # (an Entry is in no reference cycle: docs/DESIGN.md)
+            UNTRACK(entry)
         old = self.values.get(entry.key)
         if old is None:
             self.order.add(entry.key)
