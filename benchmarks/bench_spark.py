@@ -1,6 +1,7 @@
 """Benchmark of the Spark data source: batch read and write rows/s beside Parquet, same run.
 
-Run: .venv/bin/python benchmarks/bench_spark.py [--rows 1000000] [--quick] [--master local[2]] [--daemon]
+Run: .venv/bin/python benchmarks/bench_spark.py [--rows 1000000] [--quick] [--master local[2]]
+     [--daemon | --write | --stream]
 
 One local SparkSession. The same rows (lsn, timestamp, a 100-byte payload) are in a log and in a
 Parquet directory written by Spark. Each read is a full scan that Spark cannot skip: the sum of
@@ -15,7 +16,11 @@ record that hands every record's payload length and lsn to Spark's ``noop`` sink
 ``start()`` to its end (Spark's fixed costs of a query included), as rows/s against Parquet's
 scan rate, for the JVM stream (``logspool.spark.load_stream``) and the Python stream; beside
 them, Spark's fixed cost of any such query with no code of ours (its ``rate-micro-batch``
-source, one row), which bounds the ratio any source can reach at this row count.
+source, one row), which bounds the ratio any source can reach at this row count. ``--stream``
+runs only the JVM stream's catch-up, Parquet's scan and Spark's one-row query, and adds Parquet's
+rows as a batch into the same ``noop`` sink (the per-row cost of a sink, which the scan's
+aggregate does not pay); with ``--rows 10000000`` it shows the rate once Spark's fixed cost of a
+query no longer dominates.
 The reads take turns run after run (one run of each, then the next round), so that a drift of
 the machine's speed falls on all of them alike. The load average is printed before and after.
 
@@ -380,6 +385,11 @@ def main() -> int:
     parser.add_argument(
         "--write", action="store_true", help="only the writes (batch and streaming) against Parquet's"
     )
+    parser.add_argument(
+        "--stream",
+        action="store_true",
+        help="only the JVM stream's catch-up, against Parquet's scan and its rows into the same noop sink",
+    )
     args = parser.parse_args()
     rows, runs = (100_000, 3) if args.quick else (args.rows, args.runs)
 
@@ -465,6 +475,40 @@ def main() -> int:
 
         load_before = os.getloadavg()
         parquet, jvm = spark.read.parquet(parquet_path), load(spark, log_path, jvm=True)
+        if args.stream:
+            turns = taking_turns(
+                {
+                    "parquet": scan(parquet),
+                    "parquet_noop": lambda: (
+                        parquet.selectExpr("length(payload) as size", "lsn")
+                        .write.format("noop")
+                        .mode("overwrite")
+                        .save()
+                    ),
+                    "catch_up_jvm": catch_up(True),
+                    "one_row_stream": one_row_stream,
+                },
+                runs,
+            )
+            parquet_s, catch_up_s = turns["parquet"], turns["catch_up_jvm"]
+            results = {
+                "rows": rows,
+                "payload_bytes": 100,
+                "master": args.master,
+                "runs": runs,
+                "read_parquet_rows_per_s": rows / parquet_s,
+                "stream_catch_up_jvm_rows_per_s": rows / catch_up_s,
+                "stream_catch_up_jvm_ratio_to_parquet_scan": parquet_s / catch_up_s,
+                "stream_one_row_query_s_median": turns["one_row_stream"],
+                "stream_catch_up_ceiling_ratio_to_parquet_scan": parquet_s / turns["one_row_stream"],
+                # the same rows and columns from Parquet into the same noop sink, as a batch
+                "parquet_into_noop_rows_per_s": rows / turns["parquet_noop"],
+                "stream_catch_up_jvm_ratio_to_parquet_into_noop": turns["parquet_noop"] / catch_up_s,
+                "load_average_1m_before": load_before[0],
+                "load_average_1m_after": os.getloadavg()[0],
+            }
+            report(results, args.out)
+            return 0
         jvm_unchecked = load(spark, log_path, jvm=True, verifyChecksums=False)
         turns = taking_turns(
             {
