@@ -122,9 +122,11 @@ class FoldedStore(Generic[S, OpT]):
         raise NotImplementedError
 
     def _snapshot_forks(self) -> bool:
-        """Whether snapshots are written by a forked child (``_forked``) instead of from a copy of
-        the state made under the mutex."""
-        return False
+        """Whether snapshots are written by a forked child (``_forked``: the mutex held for the
+        fork, not for a copy of the state, and the encoding off this process's GIL): in the
+        background (``compact_in_background``), where the I/O seam reaches the same files from a
+        child (a test's seam keeps what it simulates in this process)."""
+        return self._compact_in_background and self._fs.shared_with_children() and _forked.available()
 
     def _encode_in_child(self) -> bytes | Iterable[bytes]:
         return self._encode_snapshot(self._freeze(in_place=True)[1])
@@ -153,7 +155,12 @@ class FoldedStore(Generic[S, OpT]):
         lock_timeout_s: float,
         fs: FileSystem | None,
         clock: Callable[[], int] | None,
+        compact_in_background: bool = False,
     ) -> None:
+        if not isinstance(compact_in_background, bool):
+            raise TypeError(f"compact_in_background must be True or False, not {compact_in_background!r}")
+        self._compact_in_background = compact_in_background
+        self._compactor: threading.Thread | None = None
         self.path = os.fspath(path)
         # The time decisions are made at (ns since the epoch): the wall clock, shared by every
         # process on the machine; tests give a clock they move by hand.
@@ -475,25 +482,50 @@ class FoldedStore(Generic[S, OpT]):
                 self._waiters.append(waiter)
 
     # --- snapshots --------------------------------------------------------------------------------
-    def _maybe_snapshot(self) -> None:
+    def _snapshot_due(self) -> bool:
         # The work an open would redo: ops, or the bytes of ops folded since the snapshot in op
         # units, whichever is more (a batch op holds thousands of puts in one record: counting
         # records alone let 1,200,000 batched jobs pass without a snapshot, 14 s to open).
         behind = self._state.next_lsn - self._snapshot_lsn
         if self.FOLD_WORK_IN_BYTES:
             behind = max(behind, self._fold_bytes // limits.SNAPSHOT_OP_BYTES)
-        if behind < self._snapshot_ops_min or behind < 2 * self._state_size():
+        return behind >= self._snapshot_ops_min and behind >= 2 * self._state_size()
+
+    def _maybe_snapshot(self) -> None:
+        """After a decision: a snapshot if one is due, at the end of the decision, or with
+        ``compact_in_background`` in a thread of its own (one at a time), so that the decisions
+        after it do not wait for it (only for its fork, or its copy of the state under the
+        mutex: ``snapshot``)."""
+        if not self._snapshot_due():
             return
-        newest = self._snapshot_lsns()[:1]
-        if newest and newest[0] > self._snapshot_lsn:  # another process wrote one: count from it
-            self._snapshot_lsn = newest[0]
-            self._fold_bytes = 0  # (what it covers is not known here: counted from now)
-            self._maybe_snapshot()
-        else:
+        if not self._compact_in_background:
+            self._snapshot_when_due()
+            return
+        with self._mutex:
+            running = self._compactor
+            if self._closed or (running is not None and running.is_alive()):
+                return
+            self._compactor = threading.Thread(target=self._compact, name=f"{self.KIND}-compact", daemon=True)
+            self._compactor.start()
+
+    def _compact(self) -> None:
+        try:
+            self._snapshot_when_due()  # (an OSError is logged there: the next decision tries again)
+        except Exception as err:  # (ClosedError: closed meanwhile; the next open snapshots)
+            _logger.error("%s: background snapshot failed: %s", self.path, err)
+
+    def _snapshot_when_due(self) -> None:
+        while self._snapshot_due():  # bounded: each turn raises _snapshot_lsn or returns
+            newest = self._snapshot_lsns()[:1]
+            if newest and newest[0] > self._snapshot_lsn:  # another process wrote one: count from it
+                self._snapshot_lsn = newest[0]
+                self._fold_bytes = 0  # (what it covers is not known here: counted from now)
+                continue
             try:
                 self.snapshot(wait=False)
             except OSError as err:  # the op that got us here succeeded; compaction can wait
                 _logger.error("%s: snapshot failed: %s", self.path, err)
+            return
 
     def snapshot(self, *, wait: bool = True) -> int | None:
         """Write a snapshot of the state now and compact the op log below the older kept one.
@@ -562,7 +594,10 @@ class FoldedStore(Generic[S, OpT]):
             raise ClosedError(self.path, f"{self.WHAT} is closed")
 
     def close(self) -> None:
-        """Close the store. Idempotent."""
+        """Close the store, after a snapshot running in the background is written. Idempotent."""
+        compactor = self._compactor
+        if compactor is not None:
+            compactor.join()  # (before the mutex: it takes the mutex itself)
         with self._mutex:
             if self._closed:
                 return

@@ -916,3 +916,21 @@ def test_a_journals_jobs_are_not_walked_by_the_cyclic_collector(tmp_path: Path) 
         assert tracked_jobs() == 0
         assert [job.payload for job in j.get("k7")] == [b"p7"] and j.get("one")[0].payload == b"1"
     assert taken.payload == b"p0"  # (priority 3 first)
+
+
+def test_snapshots_in_the_background_compact_as_the_fold_does(tmp_path: Path) -> None:
+    """``compact_in_background``: the snapshots a decision finds due are written meanwhile (by a
+    forked child here), and ``close`` waits for the last; the op log is compacted below them."""
+    path = tmp_path / "j"
+    with jobs.open(path, snapshot_ops_min=100, segment_size_max=4096, compact_in_background=True) as j:
+        for i in range(400):
+            j.put(f"k{i}", b"p%d" % i)
+            j.ack(j.take(60))  # (decisions go on while a snapshot is written)
+        j.put("left", b"waiting")
+    names = sorted(n for n in os.listdir(path) if n.startswith("snapshot.0"))
+    assert len(names) == 2  # two kept, the older ones removed
+    assert len(os.listdir(path / "ops")) < 40
+    with jobs.open(path) as j:
+        assert [job.payload for job in j.get("left")] == [b"waiting"]
+        stats = j.stats()
+        assert stats.pending == 1 and stats.counters["acked"] == 400

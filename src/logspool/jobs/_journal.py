@@ -15,6 +15,9 @@ Guarantees (docs/DURABILITY.md has the argument and the tests that prove it):
   op log's writer lock after reading every op before it, so two workers never get the same lease
   and a stale lease token can never ack. ``put`` needs no decision: it only appends.
 - A job taken by a worker that dies comes back when its lease expires.
+- ``compact_in_background=True``: the snapshot that a decision finds due is written in the
+  background (by a forked child where it can be, else a thread: ``logspool._fold``), not at the
+  end of that decision, so no call waits for it (the daemon opens its journals so).
 
 Concurrency: a ``Journal`` is safe to share between threads; any number of processes may open the
 same directory (one handle per process; not across fork).
@@ -113,6 +116,7 @@ class Journal(FoldedStore[State, ops.Op]):
         segment_size_max: int | None = None,
         snapshot_ops_min: int = limits.JOB_SNAPSHOT_OPS_MIN,
         lock_timeout_s: float = limits.LOCK_TIMEOUT_S_DEFAULT,
+        compact_in_background: bool = False,
         fs: FileSystem | None = None,
         clock: Callable[[], int] | None = None,
     ) -> None:
@@ -129,6 +133,7 @@ class Journal(FoldedStore[State, ops.Op]):
             lock_timeout_s=lock_timeout_s,
             fs=fs,
             clock=clock,
+            compact_in_background=compact_in_background,
         )
         try:
             if max_deliveries is not None and max_deliveries != self.max_deliveries:
@@ -148,7 +153,9 @@ class Journal(FoldedStore[State, ops.Op]):
         return ops.decode(payload, where)
 
     def _freeze(self, in_place: bool = False) -> tuple[int, object]:
-        snap = self._state.snapshot(self.max_deliveries)
+        # The state as it is (caught up by the caller): no read of the op log, which a forked
+        # child (``in_place``) cannot make (it holds none of its parent's files).
+        snap = self._state.snapshot(self._state.max_deliveries or limits.JOB_MAX_DELIVERIES_DEFAULT)
         return snap.next_lsn, snap
 
     def _encode_snapshot(self, frozen: object) -> bytes:
@@ -661,6 +668,7 @@ def open(
     segment_size_max: int | None = None,
     snapshot_ops_min: int = limits.JOB_SNAPSHOT_OPS_MIN,
     lock_timeout_s: float = limits.LOCK_TIMEOUT_S_DEFAULT,
+    compact_in_background: bool = False,
     fs: FileSystem | None = None,
     clock: Callable[[], int] | None = None,
 ) -> Journal:
@@ -674,6 +682,7 @@ def open(
         segment_size_max=segment_size_max,
         snapshot_ops_min=snapshot_ops_min,
         lock_timeout_s=lock_timeout_s,
+        compact_in_background=compact_in_background,
         fs=fs,
         clock=clock,
     )

@@ -27,9 +27,10 @@ Guarantees (docs/KV.md; docs/DURABILITY.md has the tests):
   first and an fsync needs no coordination with other processes. The daemon's RESP door opens
   the store it serves so (``logspool serve``).
 - ``compact_in_background=True``: the snapshot that a decision finds due (which writes the whole
-  state and compacts the op log: seconds for a million keys) runs in a thread of its own, not
-  at the end of that decision, so the decisions after it do not wait for it (only for the copy
-  of the state it takes under the store's mutex). ``close`` waits for it. The daemon's RESP
+  state and compacts the op log: seconds for a million keys) is written by a forked child (or,
+  with ``memory_max`` or a test's I/O seam, a thread that first copies the state under the
+  store's mutex), not at the end of that decision, so the decisions after it wait only for the
+  fork (``logspool._fold``, ``logspool._forked``). ``close`` waits for it. The daemon's RESP
   door opens its store so: its decisions are the commit rounds of every client.
 """
 
@@ -50,8 +51,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NamedTuple, TypeVar, overload
 
-from .. import _forked, limits
 from .. import _format as fmt
+from .. import limits
 from .._fold import FoldedStore, _Writer
 from .._fs import FileSystem
 from ..errors import (
@@ -310,10 +311,6 @@ class Store(FoldedStore[State, ops.Op], MutableMapping[str, ops.Value]):
     ) -> None:
         if not isinstance(single_writer, bool):
             raise TypeError(f"single_writer must be True or False, not {single_writer!r}")
-        if not isinstance(compact_in_background, bool):
-            raise TypeError(f"compact_in_background must be True or False, not {compact_in_background!r}")
-        self._compact_in_background = compact_in_background
-        self._compactor: threading.Thread | None = None
         # The decision under way (its writer, its time, its thread), under the mutex: see _change.
         self._deciding: tuple[_Writer[State, ops.Op], int, int] | None = None
         self.single_writer = False  # (True once this handle holds the op log's writer lock)
@@ -333,6 +330,7 @@ class Store(FoldedStore[State, ops.Op], MutableMapping[str, ops.Value]):
             lock_timeout_s=lock_timeout_s,
             fs=fs,
             clock=clock,
+            compact_in_background=compact_in_background,
         )
         if single_writer:
             self._own_op_log(durability, lock_timeout_s)
@@ -435,17 +433,10 @@ class Store(FoldedStore[State, ops.Op], MutableMapping[str, ops.Value]):
         return state.next_lsn, _Frozen(state.next_lsn, entries, dict(state.tombstones), locks)
 
     def _snapshot_forks(self) -> bool:
-        """A background snapshot is written by a forked child (``_forked``: the mutex held for the
-        fork, not for a copy of every entry, and the encoding off this process's GIL) where the
-        I/O seam reaches the same files from a child and no value has left memory (those are read
-        back through this process's open snapshot files, and the new snapshot's positions of them
-        are this process's to record: ``_snapshot_written``)."""
-        return (
-            self._compact_in_background
-            and self.memory_max is None
-            and self._fs.shared_with_children()
-            and _forked.available()
-        )
+        """The fold's, where no value has left memory (those are read back through this
+        process's open snapshot files, and the new snapshot's positions of them are this
+        process's to record: ``_snapshot_written``)."""
+        return self.memory_max is None and super()._snapshot_forks()
 
     def _encode_snapshot(self, frozen: object) -> Iterable[bytes]:
         assert isinstance(frozen, _Frozen)
@@ -525,37 +516,11 @@ class Store(FoldedStore[State, ops.Op], MutableMapping[str, ops.Value]):
             return self._state
         return super()._current()
 
-    def _maybe_snapshot(self) -> None:
-        """The fold's, or with ``compact_in_background`` the same in a thread of its own (one at
-        a time) when a snapshot is due (the fold's test: the op log since the last snapshot at
-        least ``snapshot_ops_min`` and twice the state)."""
-        if not self._compact_in_background:
-            super()._maybe_snapshot()
-            return
-        behind = self._state.next_lsn - self._snapshot_lsn
-        if behind < self._snapshot_ops_min or behind < 2 * self._state_size():
-            return
-        with self._mutex:
-            running = self._compactor
-            if self._closed or (running is not None and running.is_alive()):
-                return
-            self._compactor = threading.Thread(target=self._compact, name="logspool-kv-compact", daemon=True)
-            self._compactor.start()
-
-    def _compact(self) -> None:
-        try:
-            super()._maybe_snapshot()  # (an OSError is logged there: the next decision tries again)
-        except Exception as err:  # (ClosedError: closed meanwhile; the next open snapshots)
-            _logger.error("%s: background snapshot failed: %s", self.path, err)
-
     def close(self) -> None:
         """Close the store (and the snapshot files values were read from), after a snapshot
         running in the background is written. Idempotent."""
-        compactor = self._compactor
-        if compactor is not None:
-            compactor.join()  # (before the mutex: it takes the mutex itself)
+        super().close()  # (it waits for a snapshot running in the background, then closes)
         with self._mutex:
-            super().close()
             for snap in list(self._snap_files):
                 snap.close()
 

@@ -209,6 +209,8 @@ class Stores:
                 owned: dict[str, Any] = (
                     {"single_writer": True, "compact_in_background": True}
                     if kind == "kv" and (own or self.own_kv)
+                    else {"compact_in_background": True}  # (no call waits for a snapshot)
+                    if kind == "jobs"
                     else {}
                 )
                 if self.fs is not None:

@@ -1,8 +1,8 @@
-"""The key-value store's background snapshot written by a forked child (``logspool._forked``):
-the same bytes as a snapshot written in a thread, a failure in the child reported to the parent
-with nothing left behind, a child that holds none of its parent's sockets, and an orphan that
-stops. Real processes and files; the faults come through the I/O seam, whose calls the child
-makes on its copy of the seam's object."""
+"""The background snapshot of the key-value store and of the job journal, written by a forked
+child (``logspool._forked``): the same bytes as a snapshot written in a thread, a failure in the
+child reported to the parent with nothing left behind, a child that holds none of its parent's
+sockets, and an orphan that stops. Real processes and files; the faults come through the I/O
+seam, whose calls the child makes on its copy of the seam's object."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from logspool import _forked, kv
+from logspool import _forked, jobs, kv
 from logspool._fs import FileSystem, install_temp
 from tests.clock import Clock
 
@@ -98,6 +98,31 @@ def test_a_forked_snapshot_holds_the_bytes_a_thread_writes(tmp_path: Path, first
         assert s["k299"] == b"v" * 299 and "memory only" not in s and "gone" not in s
     assert newest_snapshot(path) == written_first
     assert temporary_files(path) == []
+
+
+@pytest.mark.parametrize("first", ["forked", "thread"])
+def test_a_journals_forked_snapshot_holds_the_bytes_a_thread_writes(tmp_path: Path, first: str) -> None:
+    """As the store's: a journal with jobs pending, delayed, leased and acked, and a setting (its
+    max deliveries) that the child must take from the state as it is, not from the op log (it
+    holds none of its parent's files)."""
+    path = tmp_path / "j"
+    fs_first, fs_second = (None, InThisProcess()) if first == "forked" else (InThisProcess(), None)
+    clock = Clock()
+    j = jobs.open(path, fs=fs_first, clock=clock, compact_in_background=True, max_deliveries=2)
+    j.put_many([(f"k{i}", b"p%d" % i) for i in range(100)], priority=2)
+    j.put("later", b"l", delay=3600)
+    taken = j.take(60)
+    j.ack(j.take(60))
+    clock.advance(1)
+    assert j.snapshot() is not None
+    j.close()
+    written_first = newest_snapshot(path)
+    with jobs.open(path, fs=fs_second, compact_in_background=True) as j:
+        assert j.snapshot() is not None
+        assert j.max_deliveries == 2 and j.get("k99")[0].payload == b"p99"
+    assert newest_snapshot(path) == written_first
+    assert temporary_files(path) == []
+    assert taken.payload == b"p0"
 
 
 def test_a_snapshot_writer_that_fails_in_the_child_is_reported_and_leaves_nothing(tmp_path: Path) -> None:
