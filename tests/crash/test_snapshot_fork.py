@@ -23,6 +23,7 @@ import pytest
 from logspool import _forked, jobs, kv
 from logspool._fs import FileSystem, install_temp
 from tests.clock import Clock
+from tests.processes import alive
 
 
 class InThisProcess(FileSystem):
@@ -210,15 +211,6 @@ def test_an_orphaned_writer_stops_and_removes_its_file(tmp_path: Path) -> None:
         assert time.monotonic() < deadline, "the orphaned writer did not stop"
         time.sleep(0.01)
     assert not temporary_files(tmp_path) and not (tmp_path / "out").exists()
-
-
-def alive(pid: int) -> bool:
-    """Running (a zombie nobody reaped yet is not)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def wait_for_file(path: Path) -> None:

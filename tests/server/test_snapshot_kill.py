@@ -16,29 +16,10 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from tests.processes import alive, children
 from tests.server.conftest import Daemon
 
 KEYS = 30_000  # (a snapshot's writer lives for tens of ms at this size; one every 60,000 SETs)
-
-
-def children(pid: int) -> list[int]:
-    out: list[int] = []
-    try:
-        for task in os.listdir(f"/proc/{pid}/task"):
-            with open(f"/proc/{pid}/task/{task}/children") as f:
-                out += [int(c) for c in f.read().split()]
-    except (FileNotFoundError, ProcessLookupError):
-        pass
-    return out
-
-
-def alive(pid: int) -> bool:
-    """Running (a zombie nobody reaped yet is not)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def holds_no_socket(writer: int) -> bool:
