@@ -1,13 +1,14 @@
 """The daemon's slowest replies under sustained pipelined SETs, snapshots included.
 
 Run: .venv/bin/python benchmarks/bench_server_tail.py [--keys 300000] [--ops 1500000]
-     [--dir /dev/shm] [--versus OTHER_SRC] [--runs 1]
+     [--dir /dev/shm] [--versus [NAME=]OTHER_SRC ...] [--runs 1] [--chart PNG]
 
 A ``logspool serve --resp`` on a fresh data directory is filled with ``redis-benchmark -t set -r
 KEYS -n 2*KEYS -P 64 -c 4``, then driven with ``redis-benchmark -t set -r KEYS -n OPS -P 16 -c 16
 -d 100`` (OPS past two snapshots at the default thresholds: one every 2 x KEYS ops); prints its
-throughput and latency summary (p50, p99, max). ``--versus`` runs a daemon of another tree (its
-``src`` directory) in turns with this one.
+throughput and latency summary (p50, p99, max). ``--versus`` runs daemons of other trees (their
+``src`` directories, each named NAME if given) in turns with this one; ``--chart`` draws each
+tree's p99 and slowest reply (the median over the runs) into a PNG (matplotlib: the bench extra).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import os
 import re
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -70,20 +72,49 @@ def main() -> int:
     parser.add_argument("--keys", type=int, default=300_000)
     parser.add_argument("--ops", type=int, default=1_500_000)
     parser.add_argument("--dir", default=None, help="where the data directories live (default: the temp dir)")
-    parser.add_argument("--versus", help="the src directory of another tree, run in turns")
+    parser.add_argument("--versus", nargs="*", default=[], help="[NAME=]SRC of other trees, run in turns")
     parser.add_argument("--runs", type=int, default=1)
+    parser.add_argument("--chart", help="write a PNG of each tree's p99 and slowest reply here")
     args = parser.parse_args()
-    trees = [("now", SRC)] + ([(args.versus, args.versus)] if args.versus else [])
+    trees = [("now", SRC)] + [(v.split("=", 1)[0], v.split("=", 1)[-1]) for v in args.versus]
     print("| tree | SET/s | p50, ms | p99, ms | max, ms |")
     print("|---|---|---|---|---|")
+    results: dict[str, list[dict[str, float]]] = {name: [] for name, _ in trees}
     for _ in range(args.runs):
         for name, src in trees:
             r = one(src, args.keys, args.ops, args.dir)
-            print(
-                f"| {name} | {r['ops_per_s']:,.0f} | {r['p50']:.1f} | {r['p99']:.1f} | {r['max']:.1f} |",
-                flush=True,
-            )
+            results[name].append(r)
+            row = f"| {name} | {r['ops_per_s']:,.0f} | {r['p50']:.1f} | {r['p99']:.1f} | {r['max']:.1f} |"
+            print(row, flush=True)
+    if args.chart:
+        chart(results, args.keys, args.chart)
     return 0
+
+
+def chart(results: dict[str, list[dict[str, float]]], keys: int, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(results)
+    fig, ax = plt.subplots(figsize=(7, 3.2))
+    width = 0.38
+    for k, (field, label, color) in enumerate(
+        (("p99", "p99", "#868e96"), ("max", "slowest reply", "#d9480f"))
+    ):
+        values = [statistics.median(r[field] for r in results[name]) for name in names]
+        bars = ax.bar(
+            [i + (k - 0.5) * width for i in range(len(names))], values, width, label=label, color=color
+        )
+        ax.bar_label(bars, labels=[f"{v:,.0f}" for v in values], fontsize=8)
+    ax.set_xticks(range(len(names)), names, fontsize=8)
+    ax.set_yscale("log")
+    ax.set_ylabel("ms (log scale)")
+    ax.set_title(f"SET -P 16 -c 16 over {keys:,} keys, two snapshots during the run", fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
 
 
 if __name__ == "__main__":
