@@ -8,9 +8,10 @@ The child runs only the bytes' producer and the writes: it closes every descript
 given to keep (a daemon's listening socket and its clients' connections are not the child's to
 hold open: a restarted daemon binds the same port), takes back the default action of the signals
 that stop a process, never runs the parent's atexit handlers or flushes its buffers (``os._exit``)
-and stops if the parent is gone. The parent names the file (``install_temp``) once the child has
-fsynced it and exited 0; a child that failed reports why through a pipe, and the parent raises
-it as an OSError with the child's errno.
+and stops if the parent is gone. The parent names the file (``install_temp``) only once the child
+has fsynced it and said so through a pipe (its exit status is read too where there is one: a
+process that ignores SIGCHLD has its children reaped by the kernel); a child that failed reports
+why through the same pipe, and the parent raises it as an OSError with the child's errno.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ _FORK_WARNING = r".*use of fork\(\) may lead to deadlocks"
 warnings.filterwarnings("ignore", message=_FORK_WARNING, category=DeprecationWarning, module=__name__)
 
 _MESSAGE_MAX = 4000  # bytes of a child's error message (less than a pipe's buffer: it never blocks)
+_DONE = b"done"  # the child's report that its file is written and fsynced
 
 
 def available() -> bool:
@@ -48,20 +50,31 @@ class Child:
 
     def wait(self) -> None:
         """Wait for the child (the GIL let go). OSError, with the child's errno and message, if it
-        did not write and fsync ``tmp`` (which is then removed)."""
+        did not write and fsync ``tmp`` (which is then removed). Its report through the pipe
+        decides, not its exit status alone: a process that ignores SIGCHLD has its children
+        reaped by the kernel, and ``waitpid`` then has nothing to say."""
         try:
-            _, status = os.waitpid(self.pid, 0)
-            report = os.read(self._errors, _MESSAGE_MAX + 16)
+            report = b""
+            while len(report) <= _MESSAGE_MAX:  # bounded: until the child's end closes (EOF)
+                more = os.read(self._errors, _MESSAGE_MAX + 16)
+                if not more:
+                    break
+                report += more
         finally:
             os.close(self._errors)
-        code = os.waitstatus_to_exitcode(status)
-        if code == 0:
+        code: int | None = None
+        with contextlib.suppress(ChildProcessError):  # (reaped already: SIGCHLD ignored)
+            code = os.waitstatus_to_exitcode(os.waitpid(self.pid, 0)[1])
+        if report == _DONE and code in (0, None):
             return
         with contextlib.suppress(FileNotFoundError):
             self.fs.unlink(self.tmp)  # (a child killed by a signal left it)
         number, _, message = report.decode("utf-8", "replace").partition("\n")
-        if not report:
-            message = f"killed by signal {-code}" if code < 0 else f"exit status {code}, no report"
+        if not message:
+            message = (
+                f"killed by signal {-code}" if code is not None and code < 0
+                else f"it ended (exit status {code}) without saying it was done"
+            )  # fmt: skip
         raise OSError(int(number) if number.isdigit() else errno.EIO,
                       f"{self.tmp}: the forked writer (pid {self.pid}) failed: {message}")  # fmt: skip
 
@@ -80,7 +93,12 @@ def write_in_child(
     salt = os.urandom(4).hex()
     parent = os.getpid()
     errors, report = os.pipe()
-    pid = os.fork()
+    try:
+        pid = os.fork()
+    except BaseException:  # (ENOMEM, EAGAIN: no child; nothing of it left open)
+        os.close(errors)
+        os.close(report)
+        raise
     if pid == 0:  # the child: this thread alone, the memory as it was at the fork
         code = 1
         try:
@@ -89,6 +107,7 @@ def write_in_child(
             data = produce()
             pieces = [data] if isinstance(data, bytes) else data
             write_temp(fs, temp_path(directory, name, os.getpid(), salt), _while_alive(pieces, parent))
+            os.write(report, _DONE)  # (the parent names the file only after reading this)
             code = 0
         except BaseException as err:  # (anything: the parent must hear of it, and nothing else runs)
             number = err.errno if isinstance(err, OSError) and err.errno else errno.EIO

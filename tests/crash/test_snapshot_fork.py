@@ -144,6 +144,22 @@ def test_a_snapshot_writer_that_fails_in_the_child_is_reported_and_leaves_nothin
     assert temporary_files(path) == []
 
 
+def test_a_process_that_ignores_sigchld_still_gets_its_snapshot(tmp_path: Path) -> None:
+    """The kernel reaps the children of a process that ignores SIGCHLD, so no exit status is left
+    to wait for: the writer's report through its pipe says that its file is written."""
+    path = tmp_path / "kv"
+    previous = signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    try:
+        s = fill(path, None)
+        assert s.snapshot() is not None
+        s.close()
+    finally:
+        signal.signal(signal.SIGCHLD, previous)
+    assert temporary_files(path) == [] and newest_snapshot(path)
+    with kv.open(path) as s:
+        assert s["k200"] == b"v" * 200 and s["n"] == 5
+
+
 def test_the_child_holds_none_of_its_parents_sockets(tmp_path: Path) -> None:
     """A daemon's listening socket stays its own: closed by the daemon (or with it, killed), its
     port can be bound again while a snapshot's writer still runs."""
