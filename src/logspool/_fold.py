@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Generic, Protocol, Self, TypeVar
 
 from . import _forked, limits
-from ._fs import REAL, FileSystem, install_temp, replace_file
+from ._fs import REAL, FileSystem, install_temp, process_alive, replace_file, temp_owner
 from ._reader import Reader
 from ._retention import Retention
 from .errors import (
@@ -161,6 +161,7 @@ class FoldedStore(Generic[S, OpT]):
             raise TypeError(f"compact_in_background must be True or False, not {compact_in_background!r}")
         self._compact_in_background = compact_in_background
         self._compactor: threading.Thread | None = None
+        self._closing = False  # (under the mutex: no compactor starts once close has begun)
         self.path = os.fspath(path)
         # The time decisions are made at (ns since the epoch): the wall clock, shared by every
         # process on the machine; tests give a clock they move by hand.
@@ -202,9 +203,20 @@ class FoldedStore(Generic[S, OpT]):
             self._fold_bytes = 0  # bytes of ops applied since the snapshot loaded (the fold's work)
             self._load()
             self._catch_up()
+            self._remove_stale_snapshot_temps()
         except BaseException:
             self._log.close()
             raise
+
+    def _remove_stale_snapshot_temps(self) -> None:
+        """Remove the temporary snapshot files of processes that are gone: a crash while one was
+        written, or a forked writer whose parent died after the writer said it was done and
+        before it named the file (``_forked``). A live process's are its own."""
+        for name in self._fs.listdir(self.path):
+            pid = temp_owner(name) if name.startswith(".snapshot.") else None
+            if pid is not None and not process_alive(pid):
+                with contextlib.suppress(FileNotFoundError):
+                    self._fs.unlink(os.path.join(self.path, name))
 
     def _write_marker(self, version: int) -> None:
         body = {"kind": self.KIND, "version": version}
@@ -503,7 +515,7 @@ class FoldedStore(Generic[S, OpT]):
             return
         with self._mutex:
             running = self._compactor
-            if self._closed or (running is not None and running.is_alive()):
+            if self._closing or self._closed or (running is not None and running.is_alive()):
                 return
             self._compactor = threading.Thread(target=self._compact, name=f"{self.KIND}-compact", daemon=True)
             self._compactor.start()
@@ -547,10 +559,15 @@ class FoldedStore(Generic[S, OpT]):
                 if self._snapshot_forks():
                     # The child encodes the state as it is at the fork: the mutex is held for
                     # the fork alone, not for a copy of the state (_forked).
-                    child = _forked.write_in_child(
-                        self._fs, self.path, name, self._encode_in_child, keep=(fd,)
-                    )
-                else:
+                    try:
+                        child = _forked.write_in_child(
+                            self._fs, self.path, name, self._encode_in_child, keep=(fd,)
+                        )
+                    except OSError as err:  # (ENOMEM, EAGAIN: no fork now; the copy will do)
+                        _logger.warning(
+                            "%s: no fork for the snapshot (%s): copying the state", self.path, err
+                        )
+                if child is None:
                     frozen = self._freeze()[1]
                 self._snapshot_lsn = next_lsn
                 self._fold_bytes = 0
@@ -572,8 +589,12 @@ class FoldedStore(Generic[S, OpT]):
             if child is None:
                 replace_file(self._fs, self.path, name, self._encode_snapshot(frozen))
             else:
-                child.wait()
-                install_temp(self._fs, self.path, child.tmp, name)
+                try:
+                    child.wait()
+                    install_temp(self._fs, self.path, child.tmp, name)
+                except BaseException:  # (reaped, its file removed: nothing of it is left)
+                    child.abandon()
+                    raise
             self._snapshot_written(next_lsn, os.path.join(self.path, name))
             kept = self._snapshot_lsns()[:SNAPSHOTS_KEPT]
             # The op log must keep every op above the older kept snapshot (the fallback if the
@@ -595,9 +616,11 @@ class FoldedStore(Generic[S, OpT]):
 
     def close(self) -> None:
         """Close the store, after a snapshot running in the background is written. Idempotent."""
-        compactor = self._compactor
+        with self._mutex:
+            self._closing = True  # (a decision ending now starts no compactor)
+            compactor = self._compactor
         if compactor is not None:
-            compactor.join()  # (before the mutex: it takes the mutex itself)
+            compactor.join()  # (outside the mutex: it takes the mutex itself)
         with self._mutex:
             if self._closed:
                 return

@@ -60,6 +60,9 @@ class Child:
                 if not more:
                     break
                 report += more
+        except BaseException:  # (interrupted: the child is stopped, reaped, its file removed)
+            self.abandon()
+            raise
         finally:
             os.close(self._errors)
         code: int | None = None
@@ -78,6 +81,16 @@ class Child:
         raise OSError(int(number) if number.isdigit() else errno.EIO,
                       f"{self.tmp}: the forked writer (pid {self.pid}) failed: {message}")  # fmt: skip
 
+    def abandon(self) -> None:
+        """Stop the child if it still runs, reap it and remove its file (the parent gave up on
+        this snapshot: an error or an interrupt while it waited or named the file)."""
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(self.pid, 0)
+        with contextlib.suppress(FileNotFoundError):
+            self.fs.unlink(self.tmp)
+
 
 def write_in_child(
     fs: FileSystem,
@@ -94,20 +107,27 @@ def write_in_child(
     parent = os.getpid()
     errors, report = os.pipe()
     try:
-        pid = os.fork()
+        pid = fs.fork()
     except BaseException:  # (ENOMEM, EAGAIN: no child; nothing of it left open)
         os.close(errors)
         os.close(report)
         raise
     if pid == 0:  # the child: this thread alone, the memory as it was at the fork
         code = 1
+        tmp = temp_path(directory, name, os.getpid(), salt)
         try:
             os.close(errors)
             _alone({report, *keep})
             data = produce()
             pieces = [data] if isinstance(data, bytes) else data
-            write_temp(fs, temp_path(directory, name, os.getpid(), salt), _while_alive(pieces, parent))
-            os.write(report, _DONE)  # (the parent names the file only after reading this)
+            try:
+                write_temp(fs, tmp, _while_alive(pieces, parent))
+                _check_parent(parent)  # (the fsync is the longest step: the parent may be gone)
+                os.write(report, _DONE)  # (the parent names the file only after reading this)
+            except BaseException:
+                with contextlib.suppress(OSError):  # (write_temp removed it if it failed itself)
+                    fs.unlink(tmp)
+                raise
             code = 0
         except BaseException as err:  # (anything: the parent must hear of it, and nothing else runs)
             number = err.errno if isinstance(err, OSError) and err.errno else errno.EIO
@@ -121,25 +141,37 @@ def write_in_child(
 
 
 def _alone(keep: set[int]) -> None:
-    """In the child: no collector runs (it would touch every object, copying every page), the
-    signals that stop a process stop it, and every descriptor but ``keep`` and 0-2 is closed."""
+    """In the child: no collector runs (it would walk, and so copy, every page of objects), the
+    signals that stop a process stop it, 0-2 are /dev/null (an orphan must not hold its parent's
+    output open), and every other descriptor but ``keep`` is closed."""
     gc.disable()
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, signal.SIG_DFL)
     signal.set_wakeup_fd(-1)
-    low = 3
-    for fd in sorted(fd for fd in keep if fd >= low):
-        os.closerange(low, fd)
-        low = fd + 1
-    os.closerange(low, os.sysconf("SC_OPEN_MAX"))
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        if fd != null:
+            os.dup2(null, fd)
+    try:
+        open_fds = [int(fd) for fd in os.listdir("/proc/self/fd")]  # (every one, above any limit)
+    except OSError:
+        open_fds = list(range(3, os.sysconf("SC_OPEN_MAX")))
+    for fd in open_fds:
+        if fd > 2 and fd not in keep:
+            with contextlib.suppress(OSError):  # (the listing's own, closed already)
+                os.close(fd)
 
 
 def _while_alive(pieces: Iterable[bytes], parent: int) -> Iterator[bytes]:
     """The pieces, while the parent lives (an orphan stops at the next piece, its file removed)."""
     for piece in pieces:
-        if os.getppid() != parent:
-            raise ChildOrphaned(f"the process that forked this writer (pid {parent}) is gone")
+        _check_parent(parent)
         yield piece
+
+
+def _check_parent(parent: int) -> None:
+    if os.getppid() != parent:
+        raise ChildOrphaned(f"the process that forked this writer (pid {parent}) is gone")
 
 
 class ChildOrphaned(Exception):

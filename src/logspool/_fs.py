@@ -26,6 +26,11 @@ _BOOT_ID: bytes | None = None  # read once a process (it cannot change while the
 class FileSystem:
     """The real file system. Subclass and override to inject faults."""
 
+    def fork(self) -> int:
+        """``os.fork``: the child's pid, 0 in the child (``_forked``; a test's subclass makes it
+        fail as a machine out of memory or processes would)."""
+        return os.fork()
+
     def shared_with_children(self) -> bool:
         """True if a forked child's calls through this object reach the same files as this
         process's: the real file system's do. A test's subclass keeps what it simulates (the
@@ -254,6 +259,20 @@ def temp_path(directory: str, name: str, pid: int, salt: str) -> str:
     """Where ``replace_file`` writes ``name`` first: ``.<name>.<pid>.<salt>.tmp``, the pid of the
     process writing it (repair removes such a file once that process is gone)."""
     return os.path.join(directory, f".{name}.{pid}.{salt}.tmp")
+
+
+def temp_owner(name: str) -> int | None:
+    """The pid in a temporary file's name (``temp_path``; or ``.meta.<pid>.<hex>``, a log's
+    creation), or None if it is not a temporary file of ours."""
+    if name.startswith(".") and name.endswith(".tmp"):
+        parts = name[1:].rsplit(".", 3)  # name, pid, hex, "tmp"
+        if len(parts) == 4 and parts[1].isdigit():
+            return int(parts[1])
+    if name.startswith(".meta."):
+        parts = name.split(".")  # "", "meta", pid, hex
+        if len(parts) == 4 and parts[2].isdigit():
+            return int(parts[2])
+    return None
 
 
 def write_temp(fs: FileSystem, tmp: str, data: bytes | Iterable[bytes]) -> None:

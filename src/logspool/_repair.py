@@ -37,7 +37,7 @@ from . import _format as fmt
 from . import _quarantine as quarantine
 from . import _segment as seg
 from . import limits
-from ._fs import REAL, FileSystem, process_alive, replace_file
+from ._fs import REAL, FileSystem, process_alive, replace_file, temp_owner
 from ._quarantine import QUARANTINE_DIR
 from .errors import CorruptionError, LockedError, LogspoolError, NotALogError
 from .log import _sync
@@ -162,7 +162,7 @@ class _Repair:
         """``.<name>.<pid>.<hex>.tmp`` (replace_file) and ``.meta.<pid>.<hex>`` (creation) files
         whose process is gone: a crash before their rename left them."""
         for name in sorted(self.fs.listdir(self.root)):
-            pid = _temp_owner(name)
+            pid = temp_owner(name)
             if pid is None or process_alive(pid):
                 continue
             path = os.path.join(self.root, name)
@@ -598,16 +598,3 @@ def _first_timestamp(data: bytes, base: int, size_max: int) -> int | None:
     end = fmt.SEGMENT_HEADER_SIZE + fmt.RECORD_OVERHEAD + size_max
     seg.parse(data[:end], fmt.SEGMENT_HEADER_SIZE, base, size_max, None, infos)
     return infos[0].timestamp if infos else None
-
-
-def _temp_owner(name: str) -> int | None:
-    """The pid in a temporary file's name, or None if it is not a temporary file of ours."""
-    if name.startswith(".") and name.endswith(".tmp"):
-        parts = name[1:].rsplit(".", 3)  # name, pid, hex, "tmp"
-        if len(parts) == 4 and parts[1].isdigit():
-            return int(parts[1])
-    if name.startswith(".meta."):
-        parts = name.split(".")  # "", "meta", pid, hex
-        if len(parts) == 4 and parts[2].isdigit():
-            return int(parts[2])
-    return None

@@ -45,6 +45,7 @@ def test_a_daemon_killed_while_its_snapshot_is_written_restarts_at_once(tmp_path
     maybe: dict[str, bytes] = {}  # a value sent after it, unanswered when the daemon died
     orphans_seen = 0
     n = 0  # SETs sent so far (each value unique)
+    writers: list[int] = []  # the snapshot writers alive when their daemon was killed
     deadline = time.monotonic() + 240
     try:
         while orphans_seen < 2:  # two kills with the writer alive
@@ -91,10 +92,18 @@ def test_a_daemon_killed_while_its_snapshot_is_written_restarts_at_once(tmp_path
                 c.close()
             d.kill()
             orphans_seen += sum(holds_no_socket(kid) for kid in caught)
+            writers += caught
         d.start()
         c = redis.Redis(port=d.resp_port)
         missing = [k for k, v in acked.items() if c.get(k) not in (v, maybe.get(k))]
         assert not missing, f"{len(missing)} acknowledged SETs are missing, e.g. {missing[:3]}"
         c.close()
+        assert d.signal(signal.SIGTERM) == 0  # (a stop waits for its own snapshot)
+        while any(alive(writer) for writer in writers):  # bounded: an orphan stops at its next step
+            assert time.monotonic() < deadline + 60, "an orphaned writer did not stop"
+            time.sleep(0.01)
+        store = tmp_path / "data" / "kv" / "default"
+        left = [n for n in os.listdir(store) if n.endswith(".tmp")]
+        assert not left, f"snapshot files left behind: {left}"  # (orphans removed theirs; open the rest)
     finally:
         d.kill()
