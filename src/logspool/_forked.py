@@ -1,8 +1,9 @@
 """A file written by a forked child: the child holds this process's memory as it was at the fork
 (copy-on-write), so writing a large state costs this process the fork, not a copy of the state
 made under its lock, and the encoding runs in another process, off this one's GIL (Redis writes
-its RDB and rewrites its AOF so). The key-value store's background snapshots use it
-(``kv.Store``, docs/DESIGN.md "A snapshot written by a forked child").
+its RDB and rewrites its AOF so). The background snapshots of the key-value store and of the
+job journal use it (``FoldedStore.snapshot``, docs/DESIGN.md "A snapshot written by a forked
+child").
 
 The child runs only the bytes' producer and the writes: it closes every descriptor it was not
 given to keep (a daemon's listening socket and its clients' connections are not the child's to
