@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 import logspool
-from logspool import _remote, client, errors, kv
+from logspool import _remote, client, errors, kv, limits
 from logspool import _wire as p
 from logspool.server import Limits
 from tests.crash.faultfs import FaultFS, materialize
@@ -304,6 +304,76 @@ def test_own_kv_serves_its_stores_alone_until_it_stops(tmp_path: Path) -> None:
         r.stop()
     with kv.open(tmp_path / "data" / "kv" / "owned") as store:
         assert store.get("a") == b"1" and store.get("n") == 5
+
+
+def test_plain_sets_of_many_connections_at_once_answer_each_as_alone(running: Running) -> None:
+    """A commit round writes the plain kv.SETs of its connections with one write (``plain_sets``),
+    each answered as ``Store.set`` alone would answer it: 16 raw connections send their SETs at
+    once, turn after turn. A key locked by an owner is refused to every plain SET (they name no
+    owner) and set by the SET that names the owner; a value keeps its type; an empty key, a key
+    over the limit and a value of a type the store refuses get their own errors and take no one
+    else's SET with them; a SET to another store and three SETs of one key in one read land too.
+    What each key holds at the end is the last value its connection set."""
+    with client.connect(running.address) as c:
+        c.kv("round").lock("locked", "owner-7", 60)
+        c.kv("round-other").set("warm", 0)
+    socks = [connect_raw(running.address) for _ in range(16)]
+    long_key = "k" * (limits.KV_KEY_SIZE_MAX + 1)
+    try:
+        for turn in range(40):  # each turn: every connection's SETs sent before any reply is read
+            sent: dict[int, int] = {}
+            for i, sock in enumerate(socks):
+                rid = turn * 100 + i
+                if i == 3:
+                    frames = request(p.KV_SET, rid, name="round", key="int", value=turn * 10)
+                elif i == 5:
+                    frames = request(p.KV_SET, rid, name="round", key=("", long_key)[turn % 2], value=b"x")
+                elif i == 6:
+                    frames = request(p.KV_SET, rid, name="round", key="list", value=[turn])
+                elif i == 7:
+                    frames = request(p.KV_SET, rid, name="round", key="locked", value=b"by-7-%d" % turn,
+                                     owner="owner-7")  # fmt: skip
+                elif i == 9:
+                    frames = request(p.KV_SET, rid, name="round", key="locked", value=b"by-9-%d" % turn)
+                elif i == 11:
+                    frames = request(p.KV_SET, rid, name="round-other", key="o", value=b"o-%d" % turn)
+                elif i == 13:
+                    frames = b"".join(
+                        request(
+                            p.KV_SET, rid + 10_000 * n, name="round", key="three", value=b"%d-%d" % (turn, n)
+                        )
+                        for n in range(3)
+                    )
+                else:
+                    frames = request(p.KV_SET, rid, name="round", key=f"k{i}", value=b"v-%d-%d" % (i, turn))
+                sock.sendall(frames)
+                sent[i] = 3 if i == 13 else 1
+            for i, sock in enumerate(socks):
+                replies = read_frames(sock, sent[i])
+                for reply in replies:
+                    if i in (5, 6, 9):
+                        assert reply.flags & p.FLAG_ERROR, (i, turn, reply.body)
+                        expected = {5: "ValueError", 6: "TypeError", 9: "KeyLockedError"}[i]
+                        assert reply.body["error"] == expected, (i, turn, reply.body)
+                    else:
+                        assert not reply.flags & p.FLAG_ERROR and reply.body == {"ok": True}, (
+                            i,
+                            turn,
+                            reply.body,
+                        )
+                assert sorted(r.request_id for r in replies) == sorted(
+                    turn * 100 + i + 10_000 * n for n in range(sent[i])
+                )
+    finally:
+        for sock in socks:
+            sock.close()
+    with client.connect(running.address) as c:
+        s = c.kv("round")
+        assert s.get("locked") == b"by-7-39" and s.get("int") == 390 and s.get("three") == b"39-2"
+        assert s.get("list") is None and s.get(long_key[:-1]) is None
+        assert c.kv("round-other").get("o") == b"o-39"
+        for i in set(range(16)) - {3, 5, 6, 7, 9, 11, 13}:
+            assert s.get(f"k{i}") == b"v-%d-39" % i
 
 
 def test_a_set_with_its_options_at_their_defaults_or_not(running: Running) -> None:

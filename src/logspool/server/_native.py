@@ -53,16 +53,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import itertools
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any, cast
 
 from .. import _wire as p
 from .. import errors, limits
 from ..kv import _ops as kv_ops
 from ._resp_commit import Committer, _Batch
-from ._resp_kv import RedisKV
+from ._resp_kv import Decision, RedisKV
 from ._server import (  # (_server imports this module only in Server.start)
     READ_LIMIT_MAX,
     WAIT_S_MAX,
@@ -145,17 +146,19 @@ class _Round:
     def __init__(self) -> None:
         self.stack = contextlib.ExitStack()
         self.tails: dict[str, Any] = {}
-        self.kvs: set[str] = set()
+        self.kvs: dict[str, Decision] = {}
         self.synced: list[Any] = []
 
-    def kv(self, name: str, store: Any) -> None:
-        """Open a decision of ``store`` for the rest of the round: its public calls made on this
-        thread join it (``kv.Store``: a call inside a decision of the same thread is part of it)."""
-        if name not in self.kvs:
+    def kv(self, name: str, store: Any) -> Decision:
+        """The decision of ``store`` open for the rest of the round (opened by the first call):
+        its public calls made on this thread join it (``kv.Store``: a call inside a decision of
+        the same thread is part of it)."""
+        d = self.kvs.get(name)
+        if d is None:
             shared = RedisKV(store)
-            self.stack.enter_context(shared.decide())
-            self.kvs.add(name)
+            d = self.kvs[name] = self.stack.enter_context(shared.decide())
             self.synced.append(shared)
+        return d
 
     def log(self, name: str, log: Any) -> Any:
         """The ``Tail`` of ``log``, its writer lock held for the rest of the round."""
@@ -229,6 +232,52 @@ class _Writes:
         self._wrote = bool(round_.synced)
         return frames
 
+    def plain_sets(self, round_: Sequence[tuple[Any, list[Any], Any]], start: int) -> list[list[bytes]]:
+        """In the committer's round (``round`` set, the round's batches in ``round_``): the
+        batches from ``start`` on whose requests are all plain kv.SETs (``_plain_set``) of one
+        open store, written here with one ``write_many`` for them all, as the RESP door's
+        ``Session.plain_sets`` writes its own (SET x16: one call down the fold a round, not a
+        ``Store.set`` a request). Their reply frames, one list a batch taken; none, nothing
+        written, if the first batch is not such, or if the ops could not be written together
+        (``run`` then runs each request through the store's own call, which answers its error).
+        Each op is ``Store.set``'s with its defaults (``Decision.plain_set_op``, owner None)."""
+        stores = self.conn.server.stores
+        d: Decision | None = None
+        first = ""
+        made: list[kv_ops.Set] = []
+        outcomes: list[list[bytes]] = []
+        for _, cmds, _ in itertools.islice(round_, start, None):  # bounded by the round
+            frames: list[bytes] = []
+            ops_before = len(made)
+            for command, request_id, body in cmds:  # bounded by the batch
+                if command != p.KV_SET or not _plain_set(body):
+                    break
+                name = body.get("name", "")
+                if d is None:
+                    store = stores.opened("kv", name)
+                    if store is None:  # (not open, or a name never checked: the long way)
+                        break
+                    d, first = self.round.kv(name, store), name
+                elif name != first:
+                    break
+                op = _plain_set_op(d, body)
+                if op is None:
+                    break
+                made.append(op)
+                frames.append(_REPLY_HEADER(p.MAGIC, p.VERSION, p.REPLY, p.KV_SET, 0, request_id, _OK_SIZE)
+                              + _OK_TRUE)  # fmt: skip
+            if len(frames) != len(cmds):
+                del made[ops_before:]  # (a batch is taken whole or not at all)
+                break
+            outcomes.append(frames)
+        if not made or d is None:
+            return []
+        try:
+            d.write_many(made)
+        except (errors.LogspoolError, ValueError, TypeError):
+            return []  # (checked before any op is applied)
+        return outcomes
+
     def _append(self, tail: Any, body: dict[str, Any]) -> dict[str, Any]:
         records = body.get("records")
         if records is None:
@@ -285,6 +334,22 @@ def _plain_set(body: dict[str, Any]) -> bool:
         k in _SET_PLAIN_FIELDS or (k in _SET_DEFAULT_TRUE and (v is True or v is None))
         for k, v in body.items()
     )
+
+
+def _plain_set_op(d: Decision, body: dict[str, Any]) -> kv_ops.Set | None:
+    """The op of a plain kv.SET (``_plain_set``) in decision ``d``, as ``Store.set`` makes it with
+    its defaults; None where ``Store.set`` would raise (a key that is not one, a value of a type
+    or size the store refuses, a key locked by an owner: the request has none), which ``run``
+    then answers through the store's own call."""
+    key = body["key"]
+    try:
+        size = len(key.encode("utf-8"))
+        vtype, raw = kv_ops.encode_value(body["value"])
+    except (TypeError, ValueError):
+        return None
+    if not 0 < size <= limits.KV_KEY_SIZE_MAX or len(raw) > limits.KV_VALUE_SIZE_MAX:
+        return None
+    return d.plain_set_op(key, vtype, raw, None)
 
 
 _SET_PLAIN_FIELDS = frozenset(("name", "key", "value"))

@@ -845,26 +845,17 @@ class Session:
             key = raw.decode("utf-8")
         except UnicodeDecodeError:
             return None
-        d = self.round
-        state = d.state
-        if state.locks:
-            lock = state.lock_of(key, d.now)
-            if lock is not None and lock[0] != self.name:
-                return None
         vtype, stored = from_bytes(value)
-        # The request's timestamp: now, never older than the key's last write (``Decision.stamp``).
-        last = state.last_ts(key)
-        now = d.now
-        return Set(key, vtype, stored, now if last is None or last < now else last, 0, 0, False)
+        return self.round.plain_set_op(key, vtype, stored, self.name)  # type: ignore[no-any-return]
 
-    def plain_sets(self, round_: Sequence[tuple[Session, list[list[bytes]], Any]], start: int) -> int:
+    def plain_sets(self, round_: Sequence[tuple[Any, list[Any], Any]], start: int) -> list[_Batch]:
         """In the committer's round (this session's ``round`` set, the round's batches in
         ``round_``): how many batches, from ``start`` on, are each one plain ``SET key value``
         (``plain_set_op``, each checked against its own session), written here with one
         ``write_many`` for them all (a round of SET x16 holds 16 such batches: one call down the
-        fold instead of 16). Their replies are +OK. 0, nothing written, if the first is not one,
-        or if the ops could not be written together (``execute`` then runs them one by one and
-        answers their errors)."""
+        fold instead of 16). Their outcomes, each +OK, one a batch taken; none, nothing written, if
+        the first is not one, or if the ops could not be written together (``execute`` then runs
+        them one by one and answers their errors)."""
         d = self.round
         made: list[Set] = []
         for session, cmds, _ in itertools.islice(round_, start, None):  # bounded by the round
@@ -879,13 +870,13 @@ class Session:
                 break
             made.append(op)
         if not made:
-            return 0
+            return []
         try:
-            d.w.write_many(made)
+            d.write_many(made)
         except (errors.LogspoolError, ValueError, TypeError):
-            return 0  # (checked before any op is applied)
+            return []  # (checked before any op is applied)
         self.front.requests[b"SET"] += len(made)
-        return len(made)
+        return [_Batch([w.OK], []) for _ in made]
 
     def sync(self) -> None:
         """Make the batch's writes durable before its replies go out (see the module docstring)."""

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import errors
 from . import _resp_wire as w
-from ._resp_commands import SET_NAMES, Block
+from ._resp_commands import Block
 from ._resp_streams import HeldTails
 
 if TYPE_CHECKING:
@@ -191,8 +191,9 @@ class Committer:
                     i = 0
                     while i < len(round_):  # bounded: each turn takes one batch or more
                         session, cmds, fut = round_[i]
-                        # SET x16: every batch one plain SET (a native round's requests are not)
-                        if len(cmds) == 1 and len(cmds[0]) == 3 and cmds[0][0] in SET_NAMES:
+                        # SET x16: every batch plain SETs, written with one write_many
+                        # (``plain_sets``: each door's own, answering none for any other batch)
+                        if len(cmds) == 1:
                             session.round = d
                             try:
                                 plain = session.plain_sets(round_, i)
@@ -200,8 +201,10 @@ class Committer:
                                 session.round = None
                             if plain:
                                 wrote_kv = True
-                                done.extend((f, _Batch([w.OK], [])) for _, _, f in round_[i : i + plain])
-                                i += plain
+                                done.extend(
+                                    zip([f for _, _, f in round_[i : i + len(plain)]], plain, strict=True)
+                                )
+                                i += len(plain)
                                 continue
                         i += 1
                         d.owner = session.name  # (locks are checked against each connection's name)

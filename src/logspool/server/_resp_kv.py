@@ -169,12 +169,30 @@ class Decision(View):
     def write(self, op: ops.Op) -> None:
         self.w.write(op)  # type: ignore[attr-defined]
 
+    def write_many(self, made: list[ops.Set]) -> None:
+        """Write ops in one call (each checked before any is applied: an error writes none)."""
+        self.w.write_many(made)  # type: ignore[attr-defined]
+
     def unlocked(self, key: str) -> None:
         """KeyLockedError if another owner than this connection's name holds a lock on ``key``."""
         self.store._unlocked(key, self.owner, self.now)
 
     def stamp(self, key: str) -> int:
         return self.store._stamp(key, None, self.now) or self.now
+
+    def plain_set_op(self, key: str, vtype: int, raw: bytes, owner: str | None) -> ops.Set | None:
+        """The op of a SET of ``key`` with no option (no expiry, persisted, overwriting), made as
+        ``kv.Store.set`` makes it, not written: the request time now, never older than the key's
+        last write. None if an owner other than ``owner`` holds a lock on the key. (Both doors'
+        commit rounds make their plain SETs' ops so, and write them with one ``write_many``.)"""
+        state = self.state
+        now = self.now
+        if state.locks:
+            lock = state.lock_of(key, now)
+            if lock is not None and lock[0] != owner:
+                return None
+        last = state.last_ts(key)
+        return ops.Set(key, vtype, raw, now if last is None or last < now else last, 0, 0, False)
 
     def set(self, key: str, value: bytes, expire_ns: int = 0, touch_ns: int = 0) -> None:
         vtype, raw = from_bytes(value)
