@@ -15,10 +15,10 @@ How a connection is served (one ``asyncio.Protocol`` each, ``NativeConnection``)
   * writes of key-value stores and log appends (``WRITES``) go, every write of one read together,
     to the commit rounds of a ``Committer`` (``_resp_commit.py``, the RESP door's class; the
     native door has one of its own): a round runs the batches queued by every connection one
-    after another on its thread, in one decision of each kv store and one hold of each log's
-    writer lock (``_RoundStores``), then fsyncs each store written once, before any reply of
-    the round is sent (group commit); a lone writer's round runs on the loop itself
-    (``Committer.run_here``);
+    after another, in one decision of each kv store and one hold of each log's writer lock
+    (``_RoundStores``), then fsyncs each store written once, before any reply of the round is
+    sent (group commit); a round runs on the loop itself, as Redis's do, the batches of a turn
+    of the loop together (``Committer.gather``), or on the committer's thread;
   * the rest (scans, log reads, job calls, which sync themselves, forwarding, opening a store)
     in the server's thread pool, as before; a LISTEN and a jobs.TAKE with ``wait`` look there
     with no wait, and wait between looks on the event loop (``_changed``, ``_take_waiting``:
@@ -182,7 +182,7 @@ class NativeFront:
 
 class _Writes:
     """The writes of one read of one connection, a member of a commit round (a Committer
-    "session"). ``run`` is called on the committer's thread (or on the loop, ``run_here``)
+    "session"). ``run`` is called on the loop (``Committer.gather``) or on the committer's thread
     inside the round; it returns the encoded reply frames."""
 
     name: str | None = None  # (kv locks are checked against each request's own ``owner``)
@@ -703,7 +703,7 @@ class NativeConnection(asyncio.Protocol):
         self._in_flight += len(writes)
         batch = _Writes(self, writes)
         committer = self._committer_any
-        if not committer.run_here(batch, writes, batch):
+        if not committer.gather(batch, writes, batch):
             committer.submit(batch, writes, batch)
 
     def _answered(self, frames: list[bytes], count: int | None = None) -> None:

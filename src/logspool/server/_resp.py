@@ -19,13 +19,14 @@ How a connection is served (one ``asyncio.Protocol`` each):
 - A connection's commands run in order, a batch of them (every complete command of a read, up to
   ``BATCH_COMMANDS_MAX``) at a time, and their replies go out in one write. Where a batch runs
   (``_Connection._execute``): reads on the event loop itself when the store's mutex is free;
-  batches that write on the one ``Committer`` thread, which runs every batch queued from every
-  connection as one decision of the store (one write) and one fsync (group commit); scans,
+  batches that write in the rounds of the one ``Committer``, each of which runs the batches of
+  every connection as one decision of the store (one write) and one fsync (group commit); scans,
   ranges and blocking reads in the server's thread pool. The common cases skip the connection's
   task (``_Connection._serve_now``, from ``data_received``): reads run at once, a plain GET from
   one view of the batch (a read that is one whole GET, without the parser: ``_lone_get``);
   writes go to the committer and its round writes their replies (one ``_deliver`` a round); a
-  lone writer's round runs on the loop itself (``Committer.run_here``).
+  round runs on the loop itself, every batch of a turn of the loop together, as Redis's do
+  (``Committer.gather``), or on the committer's thread while fsyncs are slow.
 - Durability: writes are decided without waiting for an fsync, then each store written is synced
   once, *before* any reply of those batches is written: an acknowledged write is on disk with
   ``durability="always"`` (the default), and a round of N SETs costs one fsync.
@@ -365,7 +366,7 @@ class _Connection(asyncio.Protocol):
                 where = place
         if where == WRITER and committer is not None and not self.parser.failed:
             self._inflight = True
-            if not committer.run_here(self.session, cmds, self):
+            if not committer.gather(self.session, cmds, self):
                 committer.submit(self.session, cmds, self)
             return True
         if where == INLINE and committer is not None and committer.delivered >= committer.rounds:
@@ -448,7 +449,7 @@ class _Connection(asyncio.Protocol):
             return False
         cmds = [[b"SET", key, value]]
         self._inflight = True
-        if not committer.run_here(self.session, cmds, self):
+        if not committer.gather(self.session, cmds, self):
             committer.submit(self.session, cmds, self)
         return True
 

@@ -1,13 +1,31 @@
-"""The RESP door's commit rounds: the ``Committer`` thread that runs every batch of writes, from
-every connection, as one decision of the key-value store and one fsync a store written, before
-any of their replies goes out (group commit); a lone writer's round on the loop itself
-(``Committer.run_here``); ``sync_writes``, the fsync of a round or a batch. The connections and
-sessions whose batches it runs are ``_resp.py``'s: a batch handed to it comes back through its
-connection's ``_landed`` (the fast path) or a Future.
+"""The RESP door's commit rounds (the native door has a ``Committer`` of its own): every batch of
+writes, from every connection, run as one decision of the key-value store and one fsync a store
+written, before any of their replies goes out (group commit). ``sync_writes``, the fsync of a
+round or a batch. The connections and sessions whose batches it runs are ``_resp.py``'s (and
+``_native.py``'s): a batch handed to it comes back through its connection's ``_landed`` (the
+fast path) or a Future.
+
+Where a round runs:
+
+- **On the event loop** (``Committer.gather``), as Redis runs its ``appendfsync always``: the
+  batches of the fast path that arrive in one turn of the loop form a group; once the turn's
+  reads are done, the group runs as a round right there, fsync included, and its replies are
+  written at once. While the group is smaller than the last round, the loop turns again (reading
+  the connections of that round, which are about to send) for at most ``COMMIT_DELAY_S``
+  (PostgreSQL's commit_delay): with 16 clients that each wait for their reply, every round
+  holds nearly all 16. No thread hand-off, no wake-up, no GIL contention on a write's path.
+- **On the committer thread** (``submit``): a batch that the loop cannot take (the connection's
+  task path, a batch arriving while the thread has rounds queued or running), and every batch
+  while fsyncs are slow (``LOOP_SYNC_MAX_S``, the mean of the last rounds'): a loop stopped
+  for a long fsync would leave every other connection unread meanwhile; the thread lets the loop
+  read and answer them while it fsyncs.
+
+One round at a time runs, wherever it runs (``_busy``), and each gets the next number
+(``rounds``) when it starts.
 
 Durability: ``_round`` returns only after ``sync_writes``, and every reply of a round is
-delivered after its round returns (``_deliver`` on the loop, or ``run_here``'s ``_landed``).
-A read that may have seen a round's writes waits for that round to be answered (``settled``).
+delivered after its round returns (``_deliver``). A read that may have seen a round's writes
+waits for that round to be answered (``settled``).
 """
 
 from __future__ import annotations
@@ -76,8 +94,10 @@ class Committer:
     # 150 us: SET x16 12.9k -> 13.5k/s, x50 15.9k -> 17.3k/s, x1 unchanged; 300 us was worse
     # (benchmarks/RESULTS.md; the issue's prototype found the same).
     COMMIT_DELAY_S = 0.00015
-    SHARED_S = 0.01  # writes of two connections this close: they share rounds (run_here)
-    SHARED_HOLD_S = 0.1
+    # Rounds run on the loop while the mean fsync of the last rounds is at most this; above it,
+    # on the thread (benchmarks/RESULTS.md, issue 34, seventh phase).
+    LOOP_SYNC_MAX_S = 0.001
+    _SYNC_WEIGHT = 0.125  # of the newest round's fsync in the mean (an exponential moving mean)
 
     def __init__(self, front: RespFront, loop: asyncio.AbstractEventLoop) -> None:
         self.front = front
@@ -91,10 +111,12 @@ class Committer:
         self._last_round = 0  # batches the last round held
         self._settling: collections.deque[tuple[int, asyncio.Future[None]]] = collections.deque()
         self._wanted = 1  # the queue length at which submit wakes the thread (under _cond)
-        self._busy = False  # a round runs, on the thread or on the loop (run_here) (under _cond)
-        self._writer: _Connection | None = None  # the connection that wrote last (run_here)
-        self._written_at = 0.0
-        self._shared_until = 0.0  # until then, writes go to the thread (run_here)
+        # A round runs, on the thread or on the loop, or the loop gathers one (under _cond).
+        self._busy = False
+        self._group: list[_Queued] = []  # the loop's group, gathered (gather)
+        self._group_began = 0.0
+        self._last_group = 1  # batches the loop's last round held
+        self._sync_mean = 0.0  # the rounds' fsyncs, seconds (an exponential moving mean)
         self.rounds_here = 0  # rounds run on the loop (INFO)
         # Where the rounds' time went (INFO, seconds): the decisions (the commands and the write),
         # the fsyncs, and the commit delay's waits for the rest of a group.
@@ -225,47 +247,65 @@ class Committer:
                     _ROUNDS.release()
             decided = time.perf_counter()
             sync_writes(self.front, wrote_kv, logs)  # before any reply of the round is sent
+            synced = time.perf_counter() - decided
             self.decide_s += decided - started
-            self.sync_s += time.perf_counter() - decided
+            self.sync_s += synced
+            if wrote_kv or logs:
+                self._sync_mean += (synced - self._sync_mean) * self._SYNC_WEIGHT
         except Exception as err:  # the write or the fsync failed: nothing here is acknowledged
             _logger.error("RESP commit round failed: %s", err)
             failed = w.error(f"ERR the write failed, the commands may or may not be applied: {err}")
             done = [(fut, _Batch([failed] * len(cmds), [])) for _, cmds, fut in round_]
         return done
 
-    def run_here(self, session: Session, cmds: list[list[bytes]], conn: _Connection) -> bool:
-        """On the loop: run a lone writer's batch as a round right here, fsync included, and
-        answer it (``conn._landed``, soon). False (nothing done) unless this connection is the
-        only one that wrote in the last ``SHARED_S`` and the thread is idle with nothing queued.
-        A lone writer gains two thread hand-offs a write (the committer's wake-up, the loop's);
-        the loop stops for its fsync, as Redis's does, and no one else's write waits for it.
-        A write of another connection within SHARED_S sends every write to the thread for
-        ``SHARED_HOLD_S``, where they share fsyncs (here each would wait for the last)."""
-        now = time.monotonic()
-        if conn is not self._writer and now - self._written_at < self.SHARED_S:
-            self._shared_until = now + self.SHARED_HOLD_S
-        self._writer, self._written_at = conn, now
-        if now < self._shared_until:
-            return False
-        with self._cond:
-            if self._queue or self._busy or self._stopping:
+    def gather(self, session: Session, cmds: list[list[bytes]], conn: _Connection) -> bool:
+        """On the loop: add a batch to the loop's group, which runs as a round on the loop once
+        this turn's reads are done (``_run_group``; see the module docstring). False, nothing
+        done, if the round must run on the thread (``submit``): the thread has rounds queued or
+        running, the daemon is stopping, or the fsyncs are slow (``LOOP_SYNC_MAX_S``)."""
+        if not self._group:
+            if self._sync_mean > self.LOOP_SYNC_MAX_S:
                 return False
-            self._busy = True  # (the thread takes no round until this one is done)
+            with self._cond:
+                if self._queue or self._busy or self._stopping:
+                    return False
+                self._busy = True  # (the thread takes no round until the group's is done)
+            self._group_began = time.monotonic()
+            self.loop.call_soon(self._run_group)
+        self._group.append((session, cmds, conn))
+        return True
+
+    def _run_group(self) -> None:
+        """On the loop, after a turn's reads: the group's round, fsync included, and its
+        replies; or, while the group is smaller than the last and its commit delay lasts, look
+        again after the loop's next turn (which reads what came meanwhile)."""
+        group = self._group
+        if len(group) < self._last_group and not self._stopping:
+            waited = time.monotonic() - self._group_began
+            if waited < self.COMMIT_DELAY_S:
+                self.loop.call_soon(self._run_group)
+                return
+            self.delay_s += waited
+        self._group = []
+        self._last_group = len(group)
+        self.rounds += 1  # (before the decision: see ``settled``)
         self.rounds_here += 1
+        number = self.rounds
         try:
-            [(_, outcome)] = self._round([(session, cmds, conn)])
+            done = self._round(group)
         finally:
             with self._cond:
                 self._busy = False
                 if self._queue:
                     self._cond.notify()
-        self.loop.call_soon(conn._landed, outcome)  # (soon: no recursion through _serve_now)
-        return True
+        self._deliver(done, number)
 
     def _deliver(self, done: _Done, number: int) -> None:
         """On the loop: the replies of round ``number``, whose writes are durable now (one call
         a round: the fast path's connections write theirs here, the others' tasks wake)."""
-        self.delivered = number  # (first: a connection going on below may read on the loop)
+        # (first: a connection going on below may read on the loop; a thread's round answered
+        # after a later round of the loop leaves it as it is)
+        self.delivered = max(self.delivered, number)
         for fut, outcome in done:
             if not asyncio.isfuture(fut):
                 fut._landed(outcome)

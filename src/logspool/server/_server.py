@@ -475,7 +475,7 @@ class Server:
         c = self._committer
         if c is None:
             return {}
-        return {"rounds": c.rounds + c.rounds_here, "rounds_here": c.rounds_here, "batches": c.batches,
+        return {"rounds": c.rounds, "rounds_here": c.rounds_here, "batches": c.batches,
                 "decide_s": c.decide_s, "sync_s": c.sync_s, "delay_s": c.delay_s}  # fmt: skip
 
     def connection_count(self) -> int:

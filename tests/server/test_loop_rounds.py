@@ -1,0 +1,107 @@
+"""Where the daemon's commit rounds run (``Committer.gather``, ``_resp_commit.py``): on the event
+loop, every batch of writes of a turn of the loop in one round, as Redis runs its
+``appendfsync always``; on the committer's thread while fsyncs are slow (``LOOP_SYNC_MAX_S``),
+and back on the loop once they are fast again. The file system's fsync is the test's through
+the I/O seam: a no-op (so that a loaded machine's disk cannot decide where rounds run) or a
+sleep of 5 ms (always slower than the bound). What a round does with its fsync is tested
+elsewhere (the power-loss and kill tests of tests/server/)."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from pathlib import Path
+
+from logspool import _wire as p
+from logspool import client
+from logspool._fs import FileSystem
+from tests.server.conftest import Running
+from tests.server.test_native import connect_raw, read_frames, request
+
+
+class _Fsyncs(FileSystem):
+    """fsync and fdatasync: nothing at all, or a 5 ms sleep while ``slow`` is set."""
+
+    def __init__(self) -> None:
+        self.slow = threading.Event()
+
+    def _sync(self) -> None:
+        if self.slow.is_set():
+            time.sleep(0.005)  # (the simulated disk's cost, not a wait for anything)
+
+    def fsync(self, fd: int) -> None:
+        self._sync()
+
+    def fdatasync(self, fd: int) -> None:
+        self._sync()
+
+
+def _turns(socks: list[socket.socket], turns: int, tag: str) -> None:
+    """``turns`` times: every connection sends one kv.SET, then every reply is read (each +ok)."""
+    for turn in range(turns):
+        for i, sock in enumerate(socks):
+            sock.sendall(request(p.KV_SET, turn, name="loop", key=f"{tag}{i}", value=b"%d" % turn))
+        for sock in socks:
+            [reply] = read_frames(sock, 1)
+            assert not reply.flags & p.FLAG_ERROR and reply.body == {"ok": True}, reply.body
+
+
+def test_the_writes_of_a_turn_of_the_loop_share_a_round_on_the_loop(tmp_path: Path) -> None:
+    """16 connections send a SET each before any reads its reply: their batches share rounds
+    (fewer rounds than batches), those rounds run on the event loop, and every value lands."""
+    r = Running(tmp_path / "data", fs=_Fsyncs())
+    try:
+        with client.connect(r.address) as c:
+            c.kv("loop").set("warm", 0)  # (the store opened: SETs take the round's fast path)
+        before = r.server.commit_counters()
+        socks = [connect_raw(r.address) for _ in range(16)]
+        try:
+            _turns(socks, 30, "k")
+        finally:
+            for sock in socks:
+                sock.close()
+        after = r.server.commit_counters()
+        batches = after["batches"] - before["batches"]
+        rounds = after["rounds"] - before["rounds"]
+        assert batches == 16 * 30
+        assert rounds < batches, "no round held two batches"
+        assert after["rounds_here"] > before["rounds_here"], "no round ran on the loop"
+        with client.connect(r.address) as c:
+            s = c.kv("loop")
+            assert all(s.get(f"k{i}") == b"29" for i in range(16))
+    finally:
+        r.stop()
+
+
+def test_slow_fsyncs_move_the_rounds_to_the_thread_and_fast_ones_back(tmp_path: Path) -> None:
+    """While every fsync takes 5 ms, rounds soon run on the committer's thread only (the loop
+    goes on reading meanwhile); once fsyncs are fast again, rounds come back to the loop. Every
+    SET is answered and lands either way."""
+    fs = _Fsyncs()
+    r = Running(tmp_path / "data", fs=fs)
+    try:
+        with client.connect(r.address) as c:
+            s = c.kv("loop")
+            s.set("warm", 0)
+            fs.slow.set()
+            for i in range(10):  # (the mean of the fsyncs passes the bound within a few rounds)
+                s.set(f"slow{i}", i)
+            before = r.server.commit_counters()
+            for i in range(10, 30):
+                s.set(f"slow{i}", i)
+            after = r.server.commit_counters()
+            assert after["rounds"] - before["rounds"] == 20
+            assert after["rounds_here"] == before["rounds_here"], "a round with slow fsyncs ran on the loop"
+            fs.slow.clear()
+            back = False
+            for i in range(500):  # bounded: the mean falls by an eighth of itself a round
+                s.set(f"fast{i}", i)
+                if r.server.commit_counters()["rounds_here"] > after["rounds_here"]:
+                    back = True
+                    break
+            assert back, "rounds never came back to the loop once fsyncs were fast"
+            assert all(s.get(f"slow{i}") == i for i in range(30))
+            assert s.get("fast0") == 0
+    finally:
+        r.stop()
