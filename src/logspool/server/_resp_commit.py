@@ -95,7 +95,7 @@ class Committer:
     # (benchmarks/RESULTS.md; the issue's prototype found the same).
     COMMIT_DELAY_S = 0.00015
     # Rounds run on the loop while the mean fsync of the last rounds is at most this; above it,
-    # on the thread (benchmarks/RESULTS.md, issue 34, seventh phase).
+    # on the thread (benchmarks/RESULTS.md, issue 34, eighth phase).
     LOOP_SYNC_MAX_S = 0.001
     _SYNC_WEIGHT = 0.125  # of the newest round's fsync in the mean (an exponential moving mean)
 
