@@ -111,6 +111,12 @@ class FoldedStore(Generic[S, OpT]):
     def _decode_op(self, payload: bytes, where: str) -> OpT:
         raise NotImplementedError
 
+    def _exact(self, op: OpT) -> bool:
+        """Whether ``op`` is, by its type and its fields' types alone, exactly what its own
+        bytes decode to (then ``_Writer.write_many`` applies it as it is, without decoding it
+        back). False unless a store says which of its ops are."""
+        return False
+
     def _before_snapshot(self) -> None:
         """Under the mutex, caught up, before a snapshot's copy of the state (or its fork): what
         the store drops first (the key-value store's old tombstones)."""
@@ -669,13 +675,19 @@ class _Writer(Generic[S, OpT]):
         out = []
         store._stale = True  # until the write: an apply that fails halfway leaves it so too
         path = store.path
-        for payload in payloads:
+        exact = store._exact
+        for made, payload in zip(items, payloads, strict=True):
             self._payloads.append(payload)
-            try:
-                op = store._decode_op(payload, path)
-            except CorruptionError:  # (the message names the lsn: built only when it is needed)
-                store._decode_op(payload, f"{path}: lsn {state.next_lsn}")
-                raise
+            # Applied as every other process will read it: decoded back from its own bytes,
+            # unless the op is one whose bytes decode to it exactly (``_exact``: a kept SET of
+            # bytes; a fifth of a SET's decision)
+            op = made
+            if not exact(made):
+                try:
+                    op = store._decode_op(payload, path)
+                except CorruptionError:  # (the message names the lsn: built only when it is needed)
+                    store._decode_op(payload, f"{path}: lsn {state.next_lsn}")
+                    raise
             out.append(state.apply(state.next_lsn, timestamp, op))
         return out
 

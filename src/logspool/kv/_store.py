@@ -414,6 +414,22 @@ class Store(FoldedStore[State, ops.Op], MutableMapping[str, ops.Value]):
     def _decode_op(self, payload: bytes, where: str) -> ops.Op:
         return ops.decode(payload, where)
 
+    def _exact(self, op: ops.Op) -> bool:
+        """A SET of a value kept in the op (not memory-only), every field of its own type: its
+        bytes carry each field as it is, so they decode to it exactly (``ops.encode``,
+        ``ops.decode``; tests/property/test_kv_exact_ops.py). A memory-only SET is not: its bytes
+        carry no value."""
+        return (
+            type(op) is ops.Set
+            and op.volatile is False
+            and type(op.key) is str
+            and type(op.value) is bytes
+            and op.vtype in ops.TYPES
+            and type(op.ts) is int
+            and type(op.expire_ns) is int
+            and type(op.touch_ns) is int
+        )
+
     def _before_snapshot(self) -> None:
         state = self._state
         horizon = state.last_ns - int(limits.KV_TOMBSTONE_S * _NS)
