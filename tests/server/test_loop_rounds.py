@@ -1,14 +1,18 @@
 """Where the daemon's commit rounds run (``Committer.gather``, ``_resp_commit.py``): on the event
 loop, every batch of writes of a turn of the loop in one round, as Redis runs its
-``appendfsync always``; on the committer's thread while fsyncs are slow (``LOOP_SYNC_MAX_S``),
-and back on the loop once they are fast again. The file system's fsync is the test's through
-the I/O seam: a no-op (so that a loaded machine's disk cannot decide where rounds run) or a
-sleep of 5 ms (always slower than the bound). What a round does with its fsync is tested
-elsewhere (the power-loss and kill tests of tests/server/)."""
+``appendfsync always``, for the key-value stores the daemon owns; on the committer's thread
+while fsyncs are slow (``LOOP_SYNC_MAX_S``), and back on the loop once they are fast again; and
+always on the thread for a store another process may write (its writer lock may be held: the
+loop must not wait for it). The file system's fsync is the test's through the I/O seam: a no-op
+(so that a loaded machine's disk cannot decide where rounds run) or a sleep of 5 ms (always
+slower than the bound). What a round does with its fsync is tested elsewhere (the power-loss
+and kill tests of tests/server/)."""
 
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -50,7 +54,7 @@ def _turns(socks: list[socket.socket], turns: int, tag: str) -> None:
 def test_the_writes_of_a_turn_of_the_loop_share_a_round_on_the_loop(tmp_path: Path) -> None:
     """16 connections send a SET each before any reads its reply: their batches share rounds
     (fewer rounds than batches), those rounds run on the event loop, and every value lands."""
-    r = Running(tmp_path / "data", fs=_Fsyncs())
+    r = Running(tmp_path / "data", fs=_Fsyncs(), own_kv=True)
     try:
         with client.connect(r.address) as c:
             c.kv("loop").set("warm", 0)  # (the store opened: SETs take the round's fast path)
@@ -79,7 +83,7 @@ def test_slow_fsyncs_move_the_rounds_to_the_thread_and_fast_ones_back(tmp_path: 
     goes on reading meanwhile); once fsyncs are fast again, rounds come back to the loop. Every
     SET is answered and lands either way."""
     fs = _Fsyncs()
-    r = Running(tmp_path / "data", fs=fs)
+    r = Running(tmp_path / "data", fs=fs, own_kv=True)
     try:
         with client.connect(r.address) as c:
             s = c.kv("loop")
@@ -103,5 +107,91 @@ def test_slow_fsyncs_move_the_rounds_to_the_thread_and_fast_ones_back(tmp_path: 
             assert back, "rounds never came back to the loop once fsyncs were fast"
             assert all(s.get(f"slow{i}") == i for i in range(30))
             assert s.get("fast0") == 0
+    finally:
+        r.stop()
+
+
+_HOLD = """
+import sys
+import logspool
+log = logspool.open(sys.argv[1], single_writer=True)  # its writer lock, until stdin closes
+print("held", flush=True)
+sys.stdin.read()
+log.close()
+"""
+
+
+def test_a_store_another_process_holds_keeps_its_rounds_off_the_loop(tmp_path: Path) -> None:
+    """A store the daemon does not own (the native door's default): while another process
+    holds its writer lock, a SET to it waits in its round, on the committer's thread; the loop
+    goes on serving, so a PING on another connection is answered meanwhile. Once the lock is
+    given back, the SET lands."""
+    r = Running(tmp_path / "data", fs=_Fsyncs())
+    holder = None
+    try:
+        with client.connect(r.address) as c:
+            c.kv("shared").set("warm", 0)
+        holder = subprocess.Popen(
+            [sys.executable, "-c", _HOLD, str(tmp_path / "data" / "kv" / "shared" / "ops")],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+        )
+        assert holder.stdout is not None and holder.stdout.readline() == b"held\n"
+        writer, pinger = connect_raw(r.address), connect_raw(r.address)
+        try:
+            writer.sendall(request(p.KV_SET, 1, name="shared", key="a", value=b"1"))
+            pinger.sendall(request(p.PING, 2))
+            [pong] = read_frames(pinger, 1)  # (within its deadline, while the lock is held)
+            assert not pong.flags & p.FLAG_ERROR
+            assert holder.poll() is None, "the lock was given back before the PING was answered"
+            assert holder.stdin is not None
+            holder.stdin.close()
+            assert holder.wait(30) == 0
+            [done] = read_frames(writer, 1)
+            assert not done.flags & p.FLAG_ERROR and done.body == {"ok": True}, done.body
+        finally:
+            writer.close()
+            pinger.close()
+        with client.connect(r.address) as c:
+            assert c.kv("shared").get("a") == b"1"
+    finally:
+        if holder is not None and holder.poll() is None:
+            holder.kill()
+            holder.wait()
+        r.stop()
+
+
+def test_a_round_whose_store_is_busy_goes_to_the_thread(tmp_path: Path) -> None:
+    """An owned store's mutex held elsewhere (as a snapshot's fork or a long read in the pool
+    holds it) when its round would run on the loop: the round is handed to the committer's
+    thread, which waits for the mutex, and the loop goes on serving meanwhile (a PING on
+    another connection is answered); the SET lands once the mutex is free."""
+    r = Running(tmp_path / "data", fs=_Fsyncs(), own_kv=True)
+    try:
+        with client.connect(r.address) as c:
+            c.kv("loop").set("warm", 0)
+        store = r.server.stores.opened("kv", "loop")
+        writer, pinger = connect_raw(r.address), connect_raw(r.address)
+        try:
+            before = r.server.commit_counters()
+            with store._mutex:
+                writer.sendall(request(p.KV_SET, 1, name="loop", key="a", value=b"1"))
+                deadline = time.monotonic() + 30
+                while r.server.commit_counters()["rounds"] == before["rounds"]:  # (the thread took it)
+                    assert time.monotonic() < deadline, "the SET's round never started"
+                    time.sleep(0.001)
+                pinger.sendall(request(p.PING, 2))
+                [pong] = read_frames(pinger, 1)  # (the loop is not waiting for the mutex)
+                assert not pong.flags & p.FLAG_ERROR
+            [done] = read_frames(writer, 1)
+            assert not done.flags & p.FLAG_ERROR and done.body == {"ok": True}, done.body
+            after = r.server.commit_counters()
+            assert after["rounds"] - before["rounds"] == 1
+            assert after["rounds_here"] == before["rounds_here"], "the round ran on the loop"
+        finally:
+            writer.close()
+            pinger.close()
+        with client.connect(r.address) as c:
+            assert c.kv("loop").get("a") == b"1"
     finally:
         r.stop()

@@ -376,6 +376,38 @@ def test_plain_sets_of_many_connections_at_once_answer_each_as_alone(running: Ru
             assert s.get(f"k{i}") == b"v-%d-39" % i
 
 
+def test_a_store_that_fails_its_decision_fails_only_its_own_sets(running: Running) -> None:
+    """A store closed while the daemon serves it (as its eviction past ``stores_max`` closes one)
+    fails the decision of every SET to it; the plain SETs of the same rounds to another store
+    are each answered +ok and land: one store's error is its requests' alone, never the round's."""
+    with client.connect(running.address) as c:
+        c.kv("good").set("warm", 0)
+        c.kv("bad").set("warm", 0)
+    running.server.stores.opened("kv", "bad").close()
+    socks = [connect_raw(running.address) for _ in range(8)]
+    try:
+        for turn in range(30):
+            for i, sock in enumerate(socks):
+                sock.sendall(
+                    request(p.KV_SET, i, name="bad" if i == 0 else "good", key=f"k{i}", value=b"%d" % turn)
+                )
+            for i, sock in enumerate(socks):
+                [reply] = read_frames(sock, 1)
+                if i == 0:
+                    assert reply.flags & p.FLAG_ERROR and reply.body["error"] == "ClosedError", reply.body
+                else:
+                    assert not reply.flags & p.FLAG_ERROR and reply.body == {"ok": True}, (
+                        turn,
+                        i,
+                        reply.body,
+                    )
+    finally:
+        for sock in socks:
+            sock.close()
+    with client.connect(running.address) as c:
+        assert all(c.kv("good").get(f"k{i}") == b"29" for i in range(1, 8))
+
+
 def test_a_set_with_its_options_at_their_defaults_or_not(running: Running) -> None:
     """The round's plain-SET path takes a SET whose options are absent or their defaults (as
     clients before this daemon sent them); anything else, a wrong type included, takes the

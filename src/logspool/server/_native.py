@@ -122,8 +122,21 @@ class _RoundStores:
     (``_Round.kv``, ``_Round.log``); all are written when the round's block ends (one write a
     store a round), and ``sync`` fsyncs each of them once, before any reply of the round."""
 
-    def __init__(self) -> None:
+    def __init__(self, stores: Any) -> None:
+        self._stores = stores
         self._synced: list[Any] = []  # what the last round wrote (on the committer's thread)
+
+    def mutexes(self, group: list[tuple[Any, list[_Request], Any]]) -> list[Any]:
+        """The mutexes of the key-value stores a round of ``group`` writes, once each
+        (``Committer._run_group`` takes them without waiting, on the loop; a store closed since
+        has none: its batch finds out in the round)."""
+        found: dict[int, Any] = {}
+        for _, requests, _ in group:
+            for _, _, body in requests:
+                store = self._stores.opened("kv", body.get("name", ""))
+                if store is not None:
+                    found[id(store)] = store._mutex
+        return list(found.values())
 
     @contextlib.contextmanager
     def decide(self, owner: str | None = None) -> Iterator[_Round]:
@@ -174,7 +187,7 @@ class NativeFront:
 
     def __init__(self, server: Server) -> None:
         self.server = server
-        self.kv = _RoundStores()
+        self.kv = _RoundStores(server.stores)
         # The server's waits (a LISTEN of a log): a round's appends wake them at once, as the
         # RESP door's wake its XREADs (an inotify event would too, a little later).
         self.tails = server.tails
@@ -257,7 +270,10 @@ class _Writes:
                     store = stores.opened("kv", name)
                     if store is None:  # (not open, or a name never checked: the long way)
                         break
-                    d, first = self.round.kv(name, store), name
+                    try:
+                        d, first = self.round.kv(name, store), name
+                    except Exception:  # (closed meanwhile, locked...: ``run`` answers it, alone)
+                        break
                 elif name != first:
                     break
                 op = _plain_set_op(d, body)
@@ -703,8 +719,22 @@ class NativeConnection(asyncio.Protocol):
         self._in_flight += len(writes)
         batch = _Writes(self, writes)
         committer = self._committer_any
-        if not committer.gather(batch, writes, batch):
+        if not (self._owned_kv_only(writes) and committer.gather(batch, writes, batch)):
             committer.submit(batch, writes, batch)
+
+    def _owned_kv_only(self, writes: list[_Request]) -> bool:
+        """Whether every write is a decision of an open key-value store the daemon owns
+        (``own_kv``): then its round waits for no other process and may run on the loop
+        (``Committer.gather``). A log's append waits for its writer lock, which another
+        process may hold: its rounds run on the committer's thread."""
+        stores = self.server.stores
+        for command, _, body in writes:
+            if command not in KV_WRITES:
+                return False
+            store = stores.opened("kv", body.get("name", ""))
+            if store is None or not store.single_writer:
+                return False
+        return True
 
     def _answered(self, frames: list[bytes], count: int | None = None) -> None:
         """Send replies (``count`` requests answered: one a frame unless said)."""

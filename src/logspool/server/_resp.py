@@ -206,6 +206,11 @@ class RespFront:
         _logger.info("serving RESP on %s:%d (key-value store %r)", self.options.host, self.options.port,
                      self.options.kv)  # fmt: skip
 
+    def owns_kv(self) -> bool:
+        """Whether the daemon holds its key-value store's writer lock (``own_kv``): a decision of
+        it then waits for no other process, and its rounds may run on the loop."""
+        return bool(self.kv.store.single_writer)
+
     def close_listener(self) -> None:
         if self._listener is not None:
             self._listener.close()
@@ -353,6 +358,7 @@ class _Connection(asyncio.Protocol):
                     self._write(got)
                     return not self.parser.failed
         where = INLINE
+        on_loop = True  # (the batch's round may run on the loop: Committer.gather)
         for args in cmds:
             name = args[0]
             place = PLACES.get(name)  # (a client's usual spelling: no upper() a command)
@@ -364,9 +370,11 @@ class _Connection(asyncio.Protocol):
                 break
             if place > where:
                 where = place
+            if name in _THREAD_WRITES:
+                on_loop = False
         if where == WRITER and committer is not None and not self.parser.failed:
             self._inflight = True
-            if not committer.gather(self.session, cmds, self):
+            if not (on_loop and self.front.owns_kv() and committer.gather(self.session, cmds, self)):
                 committer.submit(self.session, cmds, self)
             return True
         if where == INLINE and committer is not None and committer.delivered >= committer.rounds:
@@ -449,7 +457,7 @@ class _Connection(asyncio.Protocol):
             return False
         cmds = [[b"SET", key, value]]
         self._inflight = True
-        if not committer.gather(self.session, cmds, self):
+        if not (self.front.owns_kv() and committer.gather(self.session, cmds, self)):
             committer.submit(self.session, cmds, self)
         return True
 
@@ -575,7 +583,8 @@ class _Connection(asyncio.Protocol):
 
     async def _execute(self, cmds: list[list[bytes]]) -> _Batch:
         """Run a batch where it belongs (``place``): reads on the event loop if the store is free
-        right now, writes on the committer thread, the rest (scans, ranges) in the pool."""
+        right now, writes in a commit round on the committer thread, the rest (scans, ranges)
+        in the pool."""
         where = max(PLACES.get(args[0].upper(), POOL) for args in cmds)
         committer = self.front.committer
         assert committer is not None
@@ -978,4 +987,10 @@ class Session:
 
 # Every command module registers its commands when imported (above); then where each runs.
 PLACES = places()
+# The batches that write and may wait for more than the key-value store the daemon owns (a
+# stream's log, whose writer lock another process may hold; EXEC, which may hold any command):
+# their rounds run on the committer's thread, never on the loop (``Committer.gather``).
+_THREAD_WRITES = frozenset(
+    n for n, place in PLACES.items() if place == WRITER and COMMANDS[n].kind != "write"
+)
 _COMMAND_MODULES = (_resp_jobs, _resp_stream_commands, _resp_strings)

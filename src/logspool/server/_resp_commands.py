@@ -60,7 +60,7 @@ INLINE, WRITER, POOL = 0, 1, 2  # where a batch runs (``_Connection._execute``)
 SET_NAMES = (b"SET", b"set")  # a plain SET's spellings on its fast paths (another: the common path)
 # Reads that take the store's state as it is, with no disk but a catch-up with the op log: run
 # on the event loop. Commands that may take long (a scan of every key, a range of a log, a
-# blocking read) run in the pool; every other write runs on the committer thread.
+# blocking read) run in the pool; every other write runs in a commit round (``_resp_commit.py``).
 _SLOW = {b"SCAN", b"KEYS", b"FLUSHDB", b"FLUSHALL", b"XLEN", b"XRANGE", b"XREVRANGE", b"XREAD"}
 
 

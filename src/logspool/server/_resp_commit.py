@@ -10,15 +10,21 @@ Where a round runs:
 - **On the event loop** (``Committer.gather``), as Redis runs its ``appendfsync always``: the
   batches of the fast path that arrive in one turn of the loop form a group; once the turn's
   reads are done, the group runs as a round right there, fsync included, and its replies are
-  written at once. While the group is smaller than the last round, the loop turns again (reading
-  the connections of that round, which are about to send) for at most ``COMMIT_DELAY_S``
-  (PostgreSQL's commit_delay): with 16 clients that each wait for their reply, every round
-  holds nearly all 16. No thread hand-off, no wake-up, no GIL contention on a write's path.
+  written at once. While the group is smaller than the last round, the loop turns again
+  (reading the connections of that round, which are about to send) for at most
+  ``COMMIT_DELAY_S`` (PostgreSQL's commit_delay): with 16 clients that each wait for their
+  reply, every round holds nearly all 16. No thread hand-off, no wake-up, no GIL contention on
+  a write's path. Only batches that wait for nothing but a key-value store the daemon owns (its
+  writer lock held for the daemon's life: no other process can hold it) are gathered; the round
+  takes the rounds' lock and each store's mutex without waiting, and if one is taken (a
+  snapshot's fork, a read in the pool, the other door's round), hands the group to the thread:
+  the loop never waits for a lock.
 - **On the committer thread** (``submit``): a batch that the loop cannot take (the connection's
-  task path, a batch arriving while the thread has rounds queued or running), and every batch
-  while fsyncs are slow (``LOOP_SYNC_MAX_S``, the mean of the last rounds'): a loop stopped
-  for a long fsync would leave every other connection unread meanwhile; the thread lets the loop
-  read and answer them while it fsyncs.
+  task path, a stream's XADD or a log's append, whose writer lock another process may hold, a
+  store the daemon does not own, a batch arriving while the thread has rounds queued or
+  running), and every batch while fsyncs are slow (``LOOP_SYNC_MAX_S``, the mean of the last
+  rounds'): a loop stopped for a long fsync would leave every other connection unread
+  meanwhile; the thread lets the loop read and answer them while it fsyncs.
 
 One round at a time runs, wherever it runs (``_busy``), and each gets the next number
 (``rounds``) when it starts.
@@ -81,12 +87,14 @@ _Done = list[tuple["asyncio.Future[_Batch] | _Connection", "_Batch | BaseExcepti
 
 
 class Committer:
-    """The thread that runs every batch that writes, from all connections, in arrival order: a
-    round takes every batch queued (at most ``ROUND_BATCHES_MAX``), decides their writes one
-    after another, makes them durable with one fsync a store, then hands all their replies to
-    the event loop at once (Redis's ``appendfsync always`` group commit: while one round's fsync
-    runs, the next round's batches queue up). One thread, not one per connection: 16 or 50
-    threads contending for the GIL cost more CPU than the writes themselves (benchmarks/RESULTS.md).
+    """The commit rounds of one door: a round decides the writes of every batch it holds, from
+    all connections, one after another, makes them durable with one fsync a store, then answers
+    them all at once (Redis's ``appendfsync always`` group commit). A round runs on the event
+    loop (``gather``, ``_run_group``) or on the committer's thread (``submit``, ``_run``: a
+    round takes every batch queued, at most ``ROUND_BATCHES_MAX``; while one round's fsync runs,
+    the next round's batches queue up); see the module docstring for which. One thread, not one
+    per connection: 16 or 50 threads contending for the GIL cost more CPU than the writes
+    themselves (benchmarks/RESULTS.md).
     """
 
     ROUND_BATCHES_MAX = 1024
@@ -191,9 +199,10 @@ class Committer:
             with contextlib.suppress(RuntimeError):  # the loop closed
                 self.loop.call_soon_threadsafe(self._deliver, done, number)
 
-    def _round(self, round_: list[_Queued]) -> _Done:
+    def _round(self, round_: list[_Queued], rounds_held: bool = False) -> _Done:
         """Run a round's batches as one decision and make them durable (their outcomes; an
-        error reply for each command if the write or the fsync failed)."""
+        error reply for each command if the write or the fsync failed). ``rounds_held``: the
+        caller holds ``_ROUNDS`` (a round on the loop)."""
         self.batches += len(round_)
         done: _Done = []
         wrote_kv = False
@@ -207,7 +216,8 @@ class Committer:
             # takes its stores' locks in the order its commands come (the RESP door's key-value
             # store, then streams; the native door's stores in request order), so two rounds
             # at once could each hold a lock the other waits for. The fsyncs still overlap.
-            _ROUNDS.acquire()
+            if not rounds_held:
+                _ROUNDS.acquire()
             try:
                 with self.front.kv.decide() as d:
                     i = 0
@@ -244,7 +254,8 @@ class Committer:
                 try:
                     held.close()  # (before the fsync: every record of the round is written)
                 finally:
-                    _ROUNDS.release()
+                    if not rounds_held:
+                        _ROUNDS.release()
             decided = time.perf_counter()
             sync_writes(self.front, wrote_kv, logs)  # before any reply of the round is sent
             synced = time.perf_counter() - decided
@@ -260,9 +271,12 @@ class Committer:
 
     def gather(self, session: Session, cmds: list[list[bytes]], conn: _Connection) -> bool:
         """On the loop: add a batch to the loop's group, which runs as a round on the loop once
-        this turn's reads are done (``_run_group``; see the module docstring). False, nothing
-        done, if the round must run on the thread (``submit``): the thread has rounds queued or
-        running, the daemon is stopping, or the fsyncs are slow (``LOOP_SYNC_MAX_S``)."""
+        this turn's reads are done (``_run_group``; see the module docstring). The caller gives
+        only batches that wait for nothing but their own store: decisions of key-value stores
+        the daemon owns (no other process holds their writer lock), never a log's append (its
+        lock may be another process's) or a journal's. False, nothing done, if the round must
+        run on the thread (``submit``): the thread has rounds queued or running, the daemon is
+        stopping, or the fsyncs are slow (``LOOP_SYNC_MAX_S``)."""
         if not self._group:
             if self._sync_mean > self.LOOP_SYNC_MAX_S:
                 return False
@@ -288,12 +302,29 @@ class Committer:
             self.delay_s += waited
         self._group = []
         self._last_group = len(group)
+        # The locks the round takes, taken here without waiting: the rounds' lock (another
+        # door's round on its thread may hold it) and each store's mutex (a snapshot's fork, a
+        # read in the pool, may hold one). If one is taken, the group goes to the thread, which
+        # may wait: the loop never does.
+        taken: list[Any] = []
+        for lock in (_ROUNDS, *self.front.kv.mutexes(group)):
+            if not lock.acquire(blocking=False):
+                for held in reversed(taken):
+                    held.release()
+                with self._cond:
+                    self._queue.extend(group)
+                    self._busy = False
+                    self._cond.notify()
+                return
+            taken.append(lock)
         self.rounds += 1  # (before the decision: see ``settled``)
         self.rounds_here += 1
         number = self.rounds
         try:
-            done = self._round(group)
+            done = self._round(group, rounds_held=True)
         finally:
+            for held in reversed(taken):
+                held.release()
             with self._cond:
                 self._busy = False
                 if self._queue:

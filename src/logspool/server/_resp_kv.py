@@ -41,6 +41,7 @@ import re
 import struct
 from collections.abc import Callable, Iterator
 from decimal import Decimal
+from typing import Any
 
 from .. import kv, limits
 from ..errors import KeyLockedError
@@ -220,6 +221,11 @@ class RedisKV:
         """One decision; its fsync is left to ``sync`` (see the module docstring)."""
         with self.store._change(durable=False) as (w, now):
             yield Decision(self.store, w, now, owner)
+
+    def mutexes(self, group: object) -> list[Any]:
+        """The locks a commit round of this store takes besides the rounds' own: its mutex
+        (``Committer._run_group`` takes them without waiting, on the loop)."""
+        return [self.store._mutex]
 
     def sync(self) -> None:
         """Make every decision made so far durable (with ``durability="always"``). Any thread;
