@@ -123,6 +123,7 @@ class Committer:
         self._busy = False
         self._group: list[_Queued] = []  # the loop's group, gathered (gather)
         self._group_began = 0.0
+        self._group_commands = 0  # commands the group's batches hold
         self._last_group = 1  # batches the loop's last round held
         self._sync_mean = 0.0  # the rounds' fsyncs, seconds (an exponential moving mean)
         self.rounds_here = 0  # rounds run on the loop (INFO)
@@ -276,7 +277,9 @@ class Committer:
         the daemon owns (no other process holds their writer lock), never a log's append (its
         lock may be another process's) or a journal's. False, nothing done, if the round must
         run on the thread (``submit``): the thread has rounds queued or running, the daemon is
-        stopping, or the fsyncs are slow (``LOOP_SYNC_MAX_S``)."""
+        stopping, the fsyncs are slow (``LOOP_SYNC_MAX_S``), or the group holds as many batches
+        or commands as a round may (``ROUND_BATCHES_MAX``, ``ROUND_COMMANDS_MAX``: the thread
+        takes this one once the group's round is done)."""
         if not self._group:
             if self._sync_mean > self.LOOP_SYNC_MAX_S:
                 return False
@@ -285,8 +288,12 @@ class Committer:
                     return False
                 self._busy = True  # (the thread takes no round until the group's is done)
             self._group_began = time.monotonic()
+            self._group_commands = 0
             self.loop.call_soon(self._run_group)
+        elif len(self._group) >= self.ROUND_BATCHES_MAX or self._group_commands >= self.ROUND_COMMANDS_MAX:
+            return False
         self._group.append((session, cmds, conn))
+        self._group_commands += len(cmds)
         return True
 
     def _run_group(self) -> None:
@@ -294,6 +301,8 @@ class Committer:
         replies; or, while the group is smaller than the last and its commit delay lasts, look
         again after the loop's next turn (which reads what came meanwhile)."""
         group = self._group
+        if not group:  # (stop() handed it to the thread)
+            return
         if len(group) < self._last_group and not self._stopping:
             waited = time.monotonic() - self._group_began
             if waited < self.COMMIT_DELAY_S:
@@ -365,8 +374,13 @@ class Committer:
         return waiter
 
     def stop(self) -> None:
-        """Finish the batches queued, then end the thread."""
+        """Finish the batches queued, and the loop's group if one is gathered (on the loop: it
+        is handed to the thread, whose rounds finish before the stores close), then end the
+        thread."""
         with self._cond:
             self._stopping = True
+            if self._group:
+                self._queue.extend(self._group)
+                self._group = []
             self._cond.notify()
         self._thread.join(60)
