@@ -17,9 +17,12 @@ import threading
 import time
 from pathlib import Path
 
+import redis
+
 from logspool import _wire as p
 from logspool import client
 from logspool._fs import FileSystem
+from logspool.server import RespOptions
 from tests.server.conftest import Running
 from tests.server.test_native import connect_raw, read_frames, request
 
@@ -194,4 +197,119 @@ def test_a_round_whose_store_is_busy_goes_to_the_thread(tmp_path: Path) -> None:
         with client.connect(r.address) as c:
             assert c.kv("loop").get("a") == b"1"
     finally:
+        r.stop()
+
+
+def _resp_running(tmp_path: Path, fs: FileSystem) -> tuple[Running, int]:
+    r = Running(tmp_path / "data", fs=fs, resp=RespOptions(host="127.0.0.1", port=0))
+    assert r.server.resp is not None
+    return r, r.server.resp.options.port
+
+
+def _stats(port: int) -> dict[str, int]:
+    c = redis.Redis(port=port, socket_timeout=30)
+    try:
+        info = c.info("stats")
+    finally:
+        c.close()
+    return {k: int(v) for k, v in info.items() if k.startswith("logspool_commit")}
+
+
+def test_xadds_of_a_turn_of_the_loop_share_a_round_on_the_loop(tmp_path: Path) -> None:
+    """16 connections send an XADD each before any reads its reply: their rounds run on the
+    loop (each stream's writer lock taken there without a wait), share rounds, and every entry
+    is in its stream once, its id above the one before."""
+    r, port = _resp_running(tmp_path, _Fsyncs())
+    try:
+        setup = redis.Redis(port=port, socket_timeout=30)
+        for name in ("s0", "s1"):
+            setup.xadd(name, {"f": "warm"})  # (the streams' logs open: XADD takes the loop's path)
+        setup.close()
+        before = _stats(port)
+        socks = [socket.create_connection(("127.0.0.1", port), timeout=30) for _ in range(16)]
+        readers = [sock.makefile("rb") for sock in socks]
+        try:
+            for turn in range(30):
+                for i, sock in enumerate(socks):
+                    args = [b"XADD", b"s%d" % (i % 2), b"*", b"f", b"%d-%d" % (i, turn)]
+                    sock.sendall(b"*5\r\n" + b"".join(b"$%d\r\n%b\r\n" % (len(a), a) for a in args))
+                for reader in readers:
+                    line = reader.readline()
+                    assert line.startswith(b"$"), line
+                    reader.readline()
+        finally:
+            for f in readers:
+                f.close()
+            for sock in socks:
+                sock.close()
+        after = _stats(port)
+        assert after["logspool_commit_batches"] - before["logspool_commit_batches"] == 16 * 30
+        assert after["logspool_commit_rounds"] - before["logspool_commit_rounds"] < 16 * 30
+        assert after["logspool_commit_rounds_on_loop"] > before["logspool_commit_rounds_on_loop"]
+        check = redis.Redis(port=port, socket_timeout=30)
+        try:
+            for k in range(2):
+                entries = check.xrange(f"s{k}")
+                values = [fields[b"f"] for _, fields in entries[1:]]
+                assert sorted(values) == sorted(b"%d-%d" % (i, t) for i in range(k, 16, 2) for t in range(30))
+                ids = [tuple(map(int, eid.split(b"-"))) for eid, _ in entries]
+                assert ids == sorted(set(ids))
+        finally:
+            check.close()
+    finally:
+        r.stop()
+
+
+def test_an_xadd_to_a_log_another_process_holds_waits_off_the_loop(tmp_path: Path) -> None:
+    """A stream's log whose writer lock another process holds (a handle opened with
+    ``single_writer``): an XADD to it waits in a round on the committer's thread, not on the
+    event loop, which goes on serving: a PING of the native door on the same daemon is answered
+    meanwhile (a RESP read waits for the round, as every read waits for a round it may see).
+    Once the lock is given back, the XADD lands."""
+    r, port = _resp_running(tmp_path, _Fsyncs())
+    holder = None
+    try:
+        setup = redis.Redis(port=port, socket_timeout=30)
+        setup.xadd("held", {"f": "warm"})
+        setup.close()
+        holder = subprocess.Popen(
+            [sys.executable, "-c", _HOLD, str(tmp_path / "data" / "logs" / "held")],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+        )
+        assert holder.stdout is not None and holder.stdout.readline() == b"held\n"
+        resp = r.server.resp
+        assert resp is not None and resp.committer is not None
+        committer = resp.committer
+        writer = redis.Redis(port=port, socket_timeout=60)
+        added: list[bytes] = []
+        adder = threading.Thread(target=lambda: added.append(writer.xadd("held", {"f": "late"})))
+        pinger = connect_raw(r.address)
+        try:
+            base = committer.rounds
+            adder.start()
+            deadline = time.monotonic() + 30
+            while committer.rounds == base:  # (its round began: it waits for the lock)
+                assert time.monotonic() < deadline, "the XADD's round never started"
+                assert adder.is_alive(), f"the XADD was answered while the lock was held: {added}"
+                time.sleep(0.001)
+            pinger.sendall(request(p.PING, 1))
+            [pong] = read_frames(pinger, 1)  # (the loop is not waiting for the lock)
+            assert not pong.flags & p.FLAG_ERROR
+            assert adder.is_alive() and holder.poll() is None
+            assert holder.stdin is not None
+            holder.stdin.close()
+            assert holder.wait(30) == 0
+            adder.join(60)
+            assert len(added) == 1
+            check = redis.Redis(port=port, socket_timeout=30)
+            assert [fields[b"f"] for _, fields in check.xrange("held")] == [b"warm", b"late"]
+            check.close()
+        finally:
+            writer.close()
+            pinger.close()
+    finally:
+        if holder is not None and holder.poll() is None:
+            holder.kill()
+            holder.wait()
         r.stop()

@@ -64,6 +64,7 @@ from .. import errors, limits
 from ..kv import _ops as kv_ops
 from ._resp_commit import Committer, _Batch
 from ._resp_kv import Decision, RedisKV
+from ._resp_streams import HeldTails
 from ._server import (  # (_server imports this module only in Server.start)
     READ_LIMIT_MAX,
     WAIT_S_MAX,
@@ -183,7 +184,7 @@ class _Round:
 
 
 class NativeFront:
-    """What a Committer needs of its front (``kv``, ``server``, ``tails``)."""
+    """What a Committer needs of its front (``kv``, ``server``, ``tails``, ``hold_streams``)."""
 
     def __init__(self, server: Server) -> None:
         self.server = server
@@ -191,6 +192,11 @@ class NativeFront:
         # The server's waits (a LISTEN of a log): a round's appends wake them at once, as the
         # RESP door's wake its XREADs (an inotify event would too, a little later).
         self.tails = server.tails
+
+    def hold_streams(self, group: object) -> HeldTails:
+        """Nothing to hold: a round on the loop holds key-value writes only (``_owned_kv_only``:
+        a log's append runs on the committer's thread, ``_Round.log`` takes its lock there)."""
+        return HeldTails()
 
 
 class _Writes:

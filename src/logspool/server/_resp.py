@@ -206,6 +206,23 @@ class RespFront:
         _logger.info("serving RESP on %s:%d (key-value store %r)", self.options.host, self.options.port,
                      self.options.kv)  # fmt: skip
 
+    def hold_streams(self, group: list[tuple[Session, list[list[bytes]], Any]]) -> HeldTails | None:
+        """For a commit round on the loop (``Committer._run_group``): the writer lock of every
+        stream the group's XADDs append to, each taken only if it is free now; None, nothing
+        held, if one is not (another process's handle holds it), or a stream is not open (an
+        open may wait): the round then runs on the thread, which may wait."""
+        held = HeldTails()
+        stores = self.server.stores
+        for _, cmds, _ in group:
+            for args in cmds:
+                if len(args) < 2 or (args[0] != b"XADD" and args[0].upper() != b"XADD"):
+                    continue
+                log = stores.opened("logs", args[1].decode("utf-8", "replace"))
+                if log is None or not held.take_now(log):
+                    held.close()
+                    return None
+        return held
+
     def owns_kv(self) -> bool:
         """Whether the daemon holds its key-value store's writer lock (``own_kv``): a decision of
         it then waits for no other process, and its rounds may run on the loop."""
@@ -370,8 +387,8 @@ class _Connection(asyncio.Protocol):
                 break
             if place > where:
                 where = place
-            if name in _THREAD_WRITES:
-                on_loop = False
+            if name in _THREAD_WRITES and not (name == b"XADD" and len(args) >= 5 and args[2] == b"*"):
+                on_loop = False  # (an XADD with no option: its stream's lock taken without a wait)
         if where == WRITER and committer is not None and not self.parser.failed:
             self._inflight = True
             if not (on_loop and self.front.owns_kv() and committer.gather(self.session, cmds, self)):
@@ -987,9 +1004,11 @@ class Session:
 
 # Every command module registers its commands when imported (above); then where each runs.
 PLACES = places()
-# The batches that write and may wait for more than the key-value store the daemon owns (a
-# stream's log, whose writer lock another process may hold; EXEC, which may hold any command):
-# their rounds run on the committer's thread, never on the loop (``Committer.gather``).
+# The batches that write and may wait for more than the key-value store the daemon owns (EXEC,
+# which may hold any command; a stream's command: its log's writer lock, which another process
+# may hold, or a trim): their rounds run on the committer's thread, never on the loop
+# (``Committer.gather``); but an XADD with no option, whose stream's lock the round on the loop
+# takes without waiting (``RespFront.hold_streams``).
 _THREAD_WRITES = frozenset(
     n for n, place in PLACES.items() if place == WRITER and COMMANDS[n].kind != "write"
 )

@@ -200,10 +200,13 @@ class Committer:
             with contextlib.suppress(RuntimeError):  # the loop closed
                 self.loop.call_soon_threadsafe(self._deliver, done, number)
 
-    def _round(self, round_: list[_Queued], rounds_held: bool = False) -> _Done:
+    def _round(
+        self, round_: list[_Queued], rounds_held: bool = False, tails: HeldTails | None = None
+    ) -> _Done:
         """Run a round's batches as one decision and make them durable (their outcomes; an
         error reply for each command if the write or the fsync failed). ``rounds_held``: the
-        caller holds ``_ROUNDS`` (a round on the loop)."""
+        caller holds ``_ROUNDS`` (a round on the loop); ``tails``: the streams' writer locks
+        it took for the round (given back, as the round's own, before the fsync)."""
         self.batches += len(round_)
         done: _Done = []
         wrote_kv = False
@@ -212,7 +215,7 @@ class Committer:
             # One decision for the whole round: one writer lock, one catch-up, one write of
             # every op (each command is still atomic: they run one after another inside it).
             started = time.perf_counter()
-            held = HeldTails()  # (the logs' writer locks: once a round a stream, not an XADD)
+            held = tails if tails is not None else HeldTails()  # (once a round a stream, not an XADD)
             # One round at a time in the process, whichever door's committer runs it: a round
             # takes its stores' locks in the order its commands come (the RESP door's key-value
             # store, then streams; the native door's stores in request order), so two rounds
@@ -315,25 +318,31 @@ class Committer:
         # door's round on its thread may hold it) and each store's mutex (a snapshot's fork, a
         # read in the pool, may hold one). If one is taken, the group goes to the thread, which
         # may wait: the loop never does.
+        # The streams' writer locks likewise, once the others are held (``hold_streams``).
         taken: list[Any] = []
+        tails: HeldTails | None = None
         for lock in (_ROUNDS, *self.front.kv.mutexes(group)):
             if not lock.acquire(blocking=False):
-                for held in reversed(taken):
-                    held.release()
-                with self._cond:
-                    self._queue.extend(group)
-                    self._busy = False
-                    self._cond.notify()
-                return
+                break
             taken.append(lock)
+        else:
+            tails = self.front.hold_streams(group)
+        if tails is None:
+            for lock in reversed(taken):
+                lock.release()
+            with self._cond:
+                self._queue.extend(group)
+                self._busy = False
+                self._cond.notify()
+            return
         self.rounds += 1  # (before the decision: see ``settled``)
         self.rounds_here += 1
         number = self.rounds
         try:
-            done = self._round(group, rounds_held=True)
+            done = self._round(group, rounds_held=True, tails=tails)
         finally:
-            for held in reversed(taken):
-                held.release()
+            for lock in reversed(taken):
+                lock.release()
             with self._cond:
                 self._busy = False
                 if self._queue:

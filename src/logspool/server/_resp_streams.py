@@ -43,7 +43,7 @@ from .._fs import REAL
 from .._reader import Reader
 from .._retention import Retention, _segment_end_ns
 from .._watch import _IN_CLOEXEC, _IN_NONBLOCK, _MASK, _libc
-from ..errors import PositionError
+from ..errors import LogspoolError, PositionError
 from ..log import Log, Tail
 from ..log._directory import list_segments, segment_infos
 from . import _resp_wire as w
@@ -183,6 +183,20 @@ class HeldTails:
     def __init__(self) -> None:
         self._held: dict[str, _Held] = {}
 
+    def take_now(self, log: Log) -> bool:
+        """Take ``log``'s writer lock for the round if it is free now (no wait: a commit round
+        on the event loop takes its streams' locks so, before any command runs); False if
+        another handle holds it, or the log cannot be written."""
+        if log.path in self._held:
+            return True
+        stack = contextlib.ExitStack()
+        try:
+            tail = stack.enter_context(log.exclusive(timeout_s=0, sync=False))
+        except LogspoolError:
+            return False
+        self._held[log.path] = _Held(stack, tail)
+        return True
+
     def add(
         self,
         log: Log,
@@ -263,6 +277,9 @@ class Streams:
         return os.path.isdir(self.path(name))
 
     def log(self, name: str, create: bool) -> Log | None:
+        found = self.stores.opened("logs", name)  # type: ignore[attr-defined]  # (open: no lock, no disk)
+        if found is not None:
+            return found  # type: ignore[no-any-return]
         if not create and not self.exists(name):
             return None
         return self.stores.get("logs", name)  # type: ignore[attr-defined,no-any-return]
