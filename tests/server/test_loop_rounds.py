@@ -313,3 +313,71 @@ def test_an_xadd_to_a_log_another_process_holds_waits_off_the_loop(tmp_path: Pat
             holder.kill()
             holder.wait()
         r.stop()
+
+
+def test_native_appends_share_rounds_on_the_loop_and_a_held_log_waits_off_it(tmp_path: Path) -> None:
+    """log.APPENDs of 16 connections at once run in rounds on the loop, each log's writer lock
+    taken there without a wait, every record once; then, while another process holds one log's
+    lock, an append to it waits in a round on the committer's thread, a PING is answered
+    meanwhile, and the append lands once the lock is given back."""
+    r = Running(tmp_path / "data", fs=_Fsyncs())
+    holder = None
+    try:
+        with client.connect(r.address) as c:
+            for name in ("a0", "a1", "held"):
+                c.log(name).append(b"warm")
+        before = r.server.commit_counters()
+        socks = [connect_raw(r.address) for _ in range(16)]
+        try:
+            for turn in range(20):
+                for i, sock in enumerate(socks):
+                    sock.sendall(
+                        request(p.LOG_APPEND, turn, name=f"a{i % 2}", records=[b"%d-%d" % (i, turn)])
+                    )
+                for sock in socks:
+                    [reply] = read_frames(sock, 1)
+                    assert not reply.flags & p.FLAG_ERROR and reply.body["count"] == 1, reply.body
+        finally:
+            for sock in socks:
+                sock.close()
+        after = r.server.commit_counters()
+        assert after["rounds_here"] > before["rounds_here"], "no round ran on the loop"
+        assert after["rounds"] - before["rounds"] < 16 * 20
+        with client.connect(r.address) as c:
+            for k in range(2):
+                got = [rec.payload for rec in c.log(f"a{k}").read_page(0, limit=1000)[0]]
+                assert sorted(got[1:]) == sorted(
+                    b"%d-%d" % (i, t) for i in range(k, 16, 2) for t in range(20)
+                )
+        holder = subprocess.Popen(
+            [sys.executable, "-c", _HOLD, str(tmp_path / "data" / "logs" / "held")],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+        )
+        assert holder.stdout is not None and holder.stdout.readline() == b"held\n"
+        writer, pinger = connect_raw(r.address), connect_raw(r.address)
+        try:
+            base = r.server.commit_counters()["rounds"]
+            writer.sendall(request(p.LOG_APPEND, 1, name="held", records=[b"late"]))
+            deadline = time.monotonic() + 30
+            while r.server.commit_counters()["rounds"] == base:  # (its round began: it waits)
+                assert time.monotonic() < deadline, "the append's round never started"
+                time.sleep(0.001)
+            pinger.sendall(request(p.PING, 2))
+            [pong] = read_frames(pinger, 1)  # (the loop is not waiting for the lock)
+            assert not pong.flags & p.FLAG_ERROR and holder.poll() is None
+            assert holder.stdin is not None
+            holder.stdin.close()
+            assert holder.wait(30) == 0
+            [done] = read_frames(writer, 1)
+            assert not done.flags & p.FLAG_ERROR and done.body["count"] == 1, done.body
+        finally:
+            writer.close()
+            pinger.close()
+        with client.connect(r.address) as c:
+            assert [rec.payload for rec in c.log("held").read_page(0, limit=10)[0]] == [b"warm", b"late"]
+    finally:
+        if holder is not None and holder.poll() is None:
+            holder.kill()
+            holder.wait()
+        r.stop()

@@ -174,11 +174,16 @@ class _Round:
             self.synced.append(shared)
         return d
 
-    def log(self, name: str, log: Any) -> Any:
-        """The ``Tail`` of ``log``, its writer lock held for the rest of the round."""
+    def log(self, name: str, log: Any, held: HeldTails | None = None) -> Any:
+        """The ``Tail`` of ``log``, its writer lock held for the rest of the round: taken
+        already if ``held`` holds it (a round on the loop takes its logs' locks before it runs,
+        without a wait: ``NativeFront.hold_streams``), else taken now."""
         tail = self.tails.get(name)
         if tail is None:
-            tail = self.tails[name] = self.stack.enter_context(log.exclusive(sync=False))
+            tail = held.tail_of(log) if held is not None else None
+            if tail is None:
+                tail = self.stack.enter_context(log.exclusive(sync=False))
+            self.tails[name] = tail
             self.synced.append(log)
         return tail
 
@@ -193,10 +198,22 @@ class NativeFront:
         # RESP door's wake its XREADs (an inotify event would too, a little later).
         self.tails = server.tails
 
-    def hold_streams(self, group: object) -> HeldTails:
-        """Nothing to hold: a round on the loop holds key-value writes only (``_owned_kv_only``:
-        a log's append runs on the committer's thread, ``_Round.log`` takes its lock there)."""
-        return HeldTails()
+    def hold_streams(self, group: list[tuple[Any, list[_Request], Any]]) -> HeldTails | None:
+        """For a commit round on the loop (``Committer._run_group``): the writer lock of every
+        log the group appends to, each taken only if it is free now; None, nothing held, if
+        one is not (another process's handle holds it) or a log is not open (an open may wait):
+        the round then runs on the thread, which may wait. ``_Round.log`` uses them."""
+        held = HeldTails()
+        stores = self.server.stores
+        for _, requests, _ in group:
+            for command, _, body in requests:
+                if command != p.LOG_APPEND:
+                    continue
+                log = stores.opened("logs", body.get("name", ""))
+                if log is None or not held.take_now(log):
+                    held.close()
+                    return None
+        return held
 
 
 class _Writes:
@@ -205,6 +222,7 @@ class _Writes:
     inside the round; it returns the encoded reply frames."""
 
     name: str | None = None  # (kv locks are checked against each request's own ``owner``)
+    tails: HeldTails | None = None  # (set by the Committer: the logs' locks its round holds)
 
     def __init__(self, conn: NativeConnection, requests: list[_Request]) -> None:
         self.conn = conn
@@ -230,7 +248,7 @@ class _Writes:
                     name = _store_name(body)
                     store = stores.log(body) if command == p.LOG_APPEND else stores.kv(body)
                 if command == p.LOG_APPEND:
-                    reply = self._append(round_.log(name, store), body)
+                    reply = self._append(round_.log(name, store, self.tails), body)
                 elif command == p.KV_SET and _plain_set(body):
                     # A plain SET (no option): the handler's call with its defaults, and its
                     # reply encoded once (a fifth of a SET's time in the round went to options).
@@ -725,19 +743,26 @@ class NativeConnection(asyncio.Protocol):
         self._in_flight += len(writes)
         batch = _Writes(self, writes)
         committer = self._committer_any
-        if not (self._owned_kv_only(writes) and committer.gather(batch, writes, batch)):
+        if not (self._loop_ready(writes) and committer.gather(batch, writes, batch)):
             committer.submit(batch, writes, batch)
 
-    def _owned_kv_only(self, writes: list[_Request]) -> bool:
+    def _loop_ready(self, writes: list[_Request]) -> bool:
         """Whether every write is a decision of an open key-value store the daemon owns
-        (``own_kv``): then its round waits for no other process and may run on the loop
-        (``Committer.gather``). A log's append waits for its writer lock, which another
-        process may hold: its rounds run on the committer's thread."""
+        (``own_kv``), or an append to an open log: then its round may run on the loop
+        (``Committer.gather``), which waits for no other process (a log's writer lock, which
+        another process may hold, is taken there only if it is free: ``hold_streams``). A
+        store shared with other processes may make a decision wait for its writer lock: its
+        rounds run on the committer's thread."""
         stores = self.server.stores
         for command, _, body in writes:
+            name = body.get("name", "")
+            if command == p.LOG_APPEND:
+                if stores.opened("logs", name) is None:
+                    return False
+                continue
             if command not in KV_WRITES:
                 return False
-            store = stores.opened("kv", body.get("name", ""))
+            store = stores.opened("kv", name)
             if store is None or not store.single_writer:
                 return False
         return True

@@ -197,6 +197,11 @@ class HeldTails:
         self._held[log.path] = _Held(stack, tail)
         return True
 
+    def tail_of(self, log: Log) -> Tail | None:
+        """The ``Tail`` of ``log`` if its lock is held here (``take_now``), else None."""
+        held = self._held.get(log.path)
+        return None if held is None else held.tail
+
     def add(
         self,
         log: Log,
