@@ -18,7 +18,9 @@ How a connection is served (one ``asyncio.Protocol`` each, ``NativeConnection``)
     after another, in one decision of each kv store and one hold of each log's writer lock
     (``_RoundStores``), then fsyncs each store written once, before any reply of the round is
     sent (group commit); a round runs on the loop itself, as Redis's do, the batches of a turn
-    of the loop together (``Committer.gather``), or on the committer's thread;
+    of the loop together (``Committer.gather``), when its writes are of kv stores the daemon
+    owns (``own_kv``) or appends to open logs whose locks are free (``_loop_ready``,
+    ``NativeFront.hold_streams``), else on the committer's thread;
   * the rest (scans, log reads, job calls, which sync themselves, forwarding, opening a store)
     in the server's thread pool, as before; a LISTEN and a jobs.TAKE with ``wait`` look there
     with no wait, and wait between looks on the event loop (``_changed``, ``_take_waiting``:
