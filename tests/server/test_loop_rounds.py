@@ -124,32 +124,49 @@ log.close()
 """
 
 
+class _LockHolder:
+    """Another process holding the writer lock of the log at ``path`` (a handle opened with
+    ``single_writer``) until ``release()``; ``close()`` kills it if it still runs."""
+
+    def __init__(self, path: Path) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", _HOLD, str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+        )
+        assert self.proc.stdout is not None and self.proc.stdout.readline() == b"held\n"
+
+    def holding(self) -> bool:
+        return self.proc.poll() is None
+
+    def release(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        assert self.proc.wait(30) == 0
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
 def test_a_store_another_process_holds_keeps_its_rounds_off_the_loop(tmp_path: Path) -> None:
     """A store the daemon does not own (the native door's default): while another process
     holds its writer lock, a SET to it waits in its round, on the committer's thread; the loop
     goes on serving, so a PING on another connection is answered meanwhile. Once the lock is
     given back, the SET lands."""
     r = Running(tmp_path / "data", fs=_Fsyncs())
-    holder = None
+    holder: _LockHolder | None = None
     try:
         with client.connect(r.address) as c:
             c.kv("shared").set("warm", 0)
-        holder = subprocess.Popen(
-            [sys.executable, "-c", _HOLD, str(tmp_path / "data" / "kv" / "shared" / "ops")],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-        )
-        assert holder.stdout is not None and holder.stdout.readline() == b"held\n"
+        holder = _LockHolder(tmp_path / "data" / "kv" / "shared" / "ops")
         writer, pinger = connect_raw(r.address), connect_raw(r.address)
         try:
             writer.sendall(request(p.KV_SET, 1, name="shared", key="a", value=b"1"))
             pinger.sendall(request(p.PING, 2))
             [pong] = read_frames(pinger, 1)  # (within its deadline, while the lock is held)
             assert not pong.flags & p.FLAG_ERROR
-            assert holder.poll() is None, "the lock was given back before the PING was answered"
-            assert holder.stdin is not None
-            holder.stdin.close()
-            assert holder.wait(30) == 0
+            assert holder.holding(), "the lock was given back before the PING was answered"
+            holder.release()
             [done] = read_frames(writer, 1)
             assert not done.flags & p.FLAG_ERROR and done.body == {"ok": True}, done.body
         finally:
@@ -158,9 +175,8 @@ def test_a_store_another_process_holds_keeps_its_rounds_off_the_loop(tmp_path: P
         with client.connect(r.address) as c:
             assert c.kv("shared").get("a") == b"1"
     finally:
-        if holder is not None and holder.poll() is None:
-            holder.kill()
-            holder.wait()
+        if holder is not None:
+            holder.close()
         r.stop()
 
 
@@ -267,17 +283,12 @@ def test_an_xadd_to_a_log_another_process_holds_waits_off_the_loop(tmp_path: Pat
     meanwhile (a RESP read waits for the round, as every read waits for a round it may see).
     Once the lock is given back, the XADD lands."""
     r, port = _resp_running(tmp_path, _Fsyncs())
-    holder = None
+    holder: _LockHolder | None = None
     try:
         setup = redis.Redis(port=port, socket_timeout=30)
         setup.xadd("held", {"f": "warm"})
         setup.close()
-        holder = subprocess.Popen(
-            [sys.executable, "-c", _HOLD, str(tmp_path / "data" / "logs" / "held")],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-        )
-        assert holder.stdout is not None and holder.stdout.readline() == b"held\n"
+        holder = _LockHolder(tmp_path / "data" / "logs" / "held")
         resp = r.server.resp
         assert resp is not None and resp.committer is not None
         committer = resp.committer
@@ -296,10 +307,8 @@ def test_an_xadd_to_a_log_another_process_holds_waits_off_the_loop(tmp_path: Pat
             pinger.sendall(request(p.PING, 1))
             [pong] = read_frames(pinger, 1)  # (the loop is not waiting for the lock)
             assert not pong.flags & p.FLAG_ERROR
-            assert adder.is_alive() and holder.poll() is None
-            assert holder.stdin is not None
-            holder.stdin.close()
-            assert holder.wait(30) == 0
+            assert adder.is_alive() and holder.holding()
+            holder.release()
             adder.join(60)
             assert len(added) == 1
             check = redis.Redis(port=port, socket_timeout=30)
@@ -309,9 +318,8 @@ def test_an_xadd_to_a_log_another_process_holds_waits_off_the_loop(tmp_path: Pat
             writer.close()
             pinger.close()
     finally:
-        if holder is not None and holder.poll() is None:
-            holder.kill()
-            holder.wait()
+        if holder is not None:
+            holder.close()
         r.stop()
 
 
@@ -321,7 +329,7 @@ def test_native_appends_share_rounds_on_the_loop_and_a_held_log_waits_off_it(tmp
     lock, an append to it waits in a round on the committer's thread, a PING is answered
     meanwhile, and the append lands once the lock is given back."""
     r = Running(tmp_path / "data", fs=_Fsyncs())
-    holder = None
+    holder: _LockHolder | None = None
     try:
         with client.connect(r.address) as c:
             for name in ("a0", "a1", "held"):
@@ -349,12 +357,7 @@ def test_native_appends_share_rounds_on_the_loop_and_a_held_log_waits_off_it(tmp
                 assert sorted(got[1:]) == sorted(
                     b"%d-%d" % (i, t) for i in range(k, 16, 2) for t in range(20)
                 )
-        holder = subprocess.Popen(
-            [sys.executable, "-c", _HOLD, str(tmp_path / "data" / "logs" / "held")],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-        )
-        assert holder.stdout is not None and holder.stdout.readline() == b"held\n"
+        holder = _LockHolder(tmp_path / "data" / "logs" / "held")
         writer, pinger = connect_raw(r.address), connect_raw(r.address)
         try:
             base = r.server.commit_counters()["rounds"]
@@ -365,10 +368,8 @@ def test_native_appends_share_rounds_on_the_loop_and_a_held_log_waits_off_it(tmp
                 time.sleep(0.001)
             pinger.sendall(request(p.PING, 2))
             [pong] = read_frames(pinger, 1)  # (the loop is not waiting for the lock)
-            assert not pong.flags & p.FLAG_ERROR and holder.poll() is None
-            assert holder.stdin is not None
-            holder.stdin.close()
-            assert holder.wait(30) == 0
+            assert not pong.flags & p.FLAG_ERROR and holder.holding()
+            holder.release()
             [done] = read_frames(writer, 1)
             assert not done.flags & p.FLAG_ERROR and done.body["count"] == 1, done.body
         finally:
@@ -377,7 +378,6 @@ def test_native_appends_share_rounds_on_the_loop_and_a_held_log_waits_off_it(tmp
         with client.connect(r.address) as c:
             assert [rec.payload for rec in c.log("held").read_page(0, limit=10)[0]] == [b"warm", b"late"]
     finally:
-        if holder is not None and holder.poll() is None:
-            holder.kill()
-            holder.wait()
+        if holder is not None:
+            holder.close()
         r.stop()
