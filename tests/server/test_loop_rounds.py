@@ -381,3 +381,58 @@ def test_native_appends_share_rounds_on_the_loop_and_a_held_log_waits_off_it(tmp
         if holder is not None:
             holder.close()
         r.stop()
+
+
+class _GatedFsyncs(_Fsyncs):
+    """``_Fsyncs``, and every fsync waits while ``gate`` is shut (at most 60 s)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = threading.Event()
+        self.gate.set()
+
+    def _sync(self) -> None:
+        super()._sync()
+        assert self.gate.wait(60), "the test never opened the gate"
+
+
+def test_a_redis_read_waits_for_a_native_write_to_be_durable(tmp_path: Path) -> None:
+    """A key of the RESP door's store written through the native door, in a round whose fsync
+    has not returned yet: a GET over RESP does not show the new value before that fsync is done
+    (it waits for every round of both doors, as a native read does)."""
+    fs = _GatedFsyncs()
+    r, port = _resp_running(tmp_path, fs)
+    try:
+        with client.connect(r.address) as c:
+            s = c.kv("default")
+            s.set("k", b"old")
+            fs.slow.set()
+            for i in range(12):  # (slow fsyncs: the native door's rounds move to its thread)
+                s.set(f"slow{i}", i)
+        store = r.server.stores.opened("kv", "default")
+        fs.gate.clear()
+
+        def write_new() -> None:
+            with client.connect(r.address) as c:
+                c.kv("default").set("k", b"new")
+
+        native = threading.Thread(target=write_new)
+        native.start()
+        deadline = time.monotonic() + 30
+        while (entry := store._state.values.get("k")) is None or entry.value != b"new":  # (decided)
+            assert time.monotonic() < deadline, "the native SET was never decided"
+            time.sleep(0.001)
+        got: list[bytes | None] = []
+        reader = redis.Redis(port=port, socket_timeout=60)
+        getter = threading.Thread(target=lambda: got.append(reader.get("k")))
+        getter.start()
+        getter.join(0.5)  # (a GET that answers at once answers within this)
+        assert getter.is_alive() or got != [b"new"], "the GET showed a write whose fsync had not returned"
+        fs.gate.set()
+        getter.join(60)
+        native.join(60)
+        assert got == [b"new"]
+        reader.close()
+    finally:
+        fs.gate.set()
+        r.stop()

@@ -64,7 +64,7 @@ from typing import Any, cast
 from .. import _wire as p
 from .. import errors, limits
 from ..kv import _ops as kv_ops
-from ._resp_commit import Committer, _Batch
+from ._resp_commit import Committer, _Batch, settled_all
 from ._resp_kv import Decision, RedisKV
 from ._resp_streams import HeldTails
 from ._server import (  # (_server imports this module only in Server.start)
@@ -733,11 +733,7 @@ class NativeConnection(asyncio.Protocol):
         door's and the RESP door's (a native read may read the RESP door's store), is durable
         and answered; None if they all are."""
         resp = self.server.resp
-        waits = [c.settled() for c in (self.committer, resp.committer if resp is not None else None) if c]
-        pending = [w for w in waits if w is not None]
-        if not pending:
-            return None
-        return pending[0] if len(pending) == 1 else asyncio.gather(*pending)
+        return settled_all(self.committer, resp.committer if resp is not None else None)
 
     # --- the commit rounds ------------------------------------------------------------------------
     def _commit(self, writes: list[_Request]) -> None:

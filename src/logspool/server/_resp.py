@@ -67,7 +67,7 @@ from ..kv._state import State
 from . import _resp_jobs, _resp_stream_commands, _resp_strings
 from . import _resp_wire as w
 from ._resp_commands import COMMANDS, INLINE, POOL, SET_NAMES, WRITER, Block, _arity_error, places
-from ._resp_commit import Committer, _Batch, sync_writes
+from ._resp_commit import Committer, _Batch, settled_all, sync_writes
 from ._resp_kv import RedisError, RedisKV, View, from_bytes
 from ._resp_streams import STREAM_REPLY_BYTES_MAX, Cursor, Entry, HeldTails, Streams, Tails, entries_reply
 
@@ -223,6 +223,20 @@ class RespFront:
                     return None
         return held
 
+    def answered(self) -> bool:
+        """Whether every commit round started so far, this door's and the native door's (a
+        native write may be to this door's store), is durable and answered: a read may then
+        reply at once. A read on the loop asks before it takes the store's mutex and again once
+        it holds it (a round on the thread may have decided in between: it numbers itself
+        before it takes the mutex)."""
+        c, n = self.committer, self.server._committer
+        return (c is None or c.delivered >= c.rounds) and (n is None or n.delivered >= n.rounds)
+
+    def settled(self) -> asyncio.Future[Any] | None:
+        """After a read: a future done once every commit round started so far, of both doors,
+        is durable and answered; None if they all are."""
+        return settled_all(self.committer, self.server._committer)
+
     def owns_kv(self) -> bool:
         """Whether the daemon holds its key-value store's writer lock (``own_kv``): a decision of
         it then waits for no other process, and its rounds may run on the loop."""
@@ -362,13 +376,13 @@ class _Connection(asyncio.Protocol):
         if not cmds:
             return True  # a command not complete yet: nothing to do until more comes
         committer = self.front.committer
-        if cmds[0][0] in _GET and committer is not None and committer.delivered >= committer.rounds:
+        if cmds[0][0] in _GET and committer is not None and self.front.answered():
             # GETs only (GET -P16), before the dispatch below looks at each command (``gets``
             # answers None, having done nothing, for any other batch).
             mutex = self.front.kv.store._mutex
             if mutex.acquire(blocking=False):
                 try:
-                    got = self.session.gets(cmds)
+                    got = self.session.gets(cmds) if self.front.answered() else None
                 finally:
                     mutex.release()
                 if got is not None:
@@ -394,13 +408,16 @@ class _Connection(asyncio.Protocol):
             if not (on_loop and self.front.owns_kv() and committer.gather(self.session, cmds, self)):
                 committer.submit(self.session, cmds, self)
             return True
-        if where == INLINE and committer is not None and committer.delivered >= committer.rounds:
+        if where == INLINE and committer is not None and self.front.answered():
             mutex = self.front.kv.store._mutex
             if mutex.acquire(blocking=False):
                 try:
-                    batch = self.session.run(cmds, locked=True)
+                    batch = self.session.run(cmds, locked=True) if self.front.answered() else None
                 finally:
                     mutex.release()
+                if batch is None:  # (a round decided meanwhile: the task reads, then waits for it)
+                    self._pending = cmds
+                    return False
                 self._write(b"".join(batch.replies))
                 if not batch.rest and batch.block is None and not batch.close and not self.parser.failed:
                     return True
@@ -432,7 +449,7 @@ class _Connection(asyncio.Protocol):
             return False
         committer = self.front.committer
         session = self.session
-        if committer is None or committer.delivered < committer.rounds or session.multi is not None:
+        if committer is None or not self.front.answered() or session.multi is not None:
             return False
         if not session.authed:
             return False
@@ -440,6 +457,8 @@ class _Connection(asyncio.Protocol):
         if not store._mutex.acquire(blocking=False):
             return False
         try:
+            if not self.front.answered():
+                return False  # (a round decided meanwhile: the parser's path waits for it)
             if keys is not None:
                 reply = session.gets_of(keys)
             else:
@@ -617,7 +636,7 @@ class _Connection(asyncio.Protocol):
                     mutex.release()
         if batch is None:
             batch = await self.server.call(lambda: self.session.run(cmds))
-        settling = committer.settled()  # (what it read is durable before the reply goes out)
+        settling = self.front.settled()  # (what it read is durable before the reply goes out)
         if settling is not None:
             await settling
         return batch
@@ -634,7 +653,7 @@ class _Connection(asyncio.Protocol):
                 got: tuple[bytes | None, float | None] = await self.server.call(block.retry)
                 reply, again_at = got
                 if reply is not None:
-                    settling = self.front.committer.settled() if self.front.committer else None
+                    settling = self.front.settled()
                     if settling is not None:
                         await settling  # (as in _execute: no reply shows a write not yet durable)
                     return reply

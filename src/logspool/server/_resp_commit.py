@@ -78,6 +78,17 @@ def sync_writes(front: RespFront, wrote_kv: bool, logs: dict[str, Any]) -> None:
             front.tails.wake_threadsafe({"logs/" + name for name in logs})
 
 
+def settled_all(*committers: Committer | None) -> asyncio.Future[Any] | None:
+    """After a read: a future done once every round started so far by these committers (both
+    doors': a write of one door may be to a store the other reads) is durable and answered;
+    None if they all are."""
+    waits = [c.settled() for c in committers if c is not None]
+    pending = [w for w in waits if w is not None]
+    if not pending:
+        return None
+    return pending[0] if len(pending) == 1 else asyncio.gather(*pending)
+
+
 # Held while a commit round decides (takes its stores' locks and writes), by every Committer of
 # the process (``Committer._round``).
 _ROUNDS = threading.Lock()
