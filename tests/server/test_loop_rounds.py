@@ -10,11 +10,13 @@ and kill tests of tests/server/)."""
 
 from __future__ import annotations
 
+import errno
 import socket
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import redis
@@ -435,4 +437,90 @@ def test_a_redis_read_waits_for_a_native_write_to_be_durable(tmp_path: Path) -> 
         reader.close()
     finally:
         fs.gate.set()
+        r.stop()
+
+
+def test_an_xadd_to_a_log_a_pool_thread_holds_waits_off_the_loop(tmp_path: Path) -> None:
+    """An XTRIM, in the pool, holds its log's lock in this process while it waits for another
+    process's: an XADD to that stream meanwhile does not wait for it on the loop (its lock is
+    taken there without any wait, the thread's lock included); its round goes to the committer's
+    thread, a native PING is answered meanwhile, and both land once the other process lets go."""
+    r, port = _resp_running(tmp_path, _Fsyncs())
+    holder: _LockHolder | None = None
+    try:
+        setup = redis.Redis(port=port, socket_timeout=30)
+        setup.xadd("held", {"f": "warm"})
+        setup.close()
+        holder = _LockHolder(tmp_path / "data" / "logs" / "held")
+        trimmer = redis.Redis(port=port, socket_timeout=120)
+        trimmed: list[int] = []
+        trim = threading.Thread(target=lambda: trimmed.append(trimmer.xtrim("held", maxlen=5)))
+        trim.start()
+        log = r.server.stores.opened("logs", "held")
+        deadline = time.monotonic() + 30
+        while not log._active.lock.locked():  # (the pool's XTRIM holds it, waiting for the flock)
+            assert time.monotonic() < deadline, "the XTRIM never took its log's lock"
+            time.sleep(0.001)
+        resp = r.server.resp
+        assert resp is not None and resp.committer is not None
+        base = resp.committer.rounds
+        writer = redis.Redis(port=port, socket_timeout=120)
+        added: list[bytes] = []
+        adder = threading.Thread(target=lambda: added.append(writer.xadd("held", {"f": "late"})))
+        adder.start()
+        while resp.committer.rounds == base:  # (its round began, on the thread: it waits)
+            assert time.monotonic() < deadline + 30, "the XADD's round never started"
+            time.sleep(0.001)
+        pinger = connect_raw(r.address)
+        try:
+            pinger.sendall(request(p.PING, 1))
+            [pong] = read_frames(pinger, 1)  # (the loop is not waiting for any lock)
+            assert not pong.flags & p.FLAG_ERROR
+        finally:
+            pinger.close()
+        assert holder.holding() and adder.is_alive() and trim.is_alive()
+        holder.release()
+        trim.join(120)
+        adder.join(120)
+        assert trimmed == [0] and len(added) == 1
+        check = redis.Redis(port=port, socket_timeout=30)
+        assert [fields[b"f"] for _, fields in check.xrange("held")] == [b"warm", b"late"]
+        check.close()
+        trimmer.close()
+        writer.close()
+    finally:
+        if holder is not None:
+            holder.close()
+        r.stop()
+
+
+class _OneLockFault(_Fsyncs):
+    """``_Fsyncs``, and the next flock taken without waiting, once ``armed``, fails with ENOLCK
+    (the kernel's "no locks available")."""
+
+    armed = False
+
+    def lock(self, fd: int, timeout_s: float, idle: Callable[[], bool] | None = None) -> bool:
+        if self.armed and timeout_s == 0:
+            self.armed = False
+            raise OSError(errno.ENOLCK, "no locks available (injected)")
+        return super().lock(fd, timeout_s, idle)
+
+
+def test_a_lock_that_fails_on_the_loop_sends_the_round_to_the_thread(tmp_path: Path) -> None:
+    """Taking a stream's lock on the loop fails with an OS error (ENOLCK through the I/O seam):
+    the round goes to the committer's thread, which takes the lock again and lands the XADD;
+    nothing is left held, and the writes after it are answered as before."""
+    fs = _OneLockFault()
+    r, port = _resp_running(tmp_path, fs)
+    try:
+        c = redis.Redis(port=port, socket_timeout=30)
+        c.xadd("s", {"f": "warm"})
+        fs.armed = True
+        assert c.xadd("s", {"f": "one"})
+        assert not fs.armed, "the loop never took the stream's lock"
+        assert c.set("k", "v") and c.get("k") == b"v"
+        assert [fields[b"f"] for _, fields in c.xrange("s")] == [b"warm", b"one"]
+        c.close()
+    finally:
         r.stop()

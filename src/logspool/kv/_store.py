@@ -424,6 +424,7 @@ class Store(FoldedStore[State, ops.Op], MutableMapping[str, ops.Value]):
             and op.volatile is False
             and type(op.key) is str
             and type(op.value) is bytes
+            and type(op.vtype) is int
             and op.vtype in ops.TYPES
             and type(op.ts) is int
             and type(op.expire_ns) is int

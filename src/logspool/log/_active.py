@@ -272,8 +272,11 @@ class ActiveSegment:
     @contextlib.contextmanager
     def locked(self, timeout_s: float | None, idle: Callable[[], bool] | None = None) -> Iterator[None]:
         """Hold the thread lock and the process flock; the caller catches up inside. ``idle``:
-        as ``FileSystem.lock``."""
-        with self.lock:
+        as ``FileSystem.lock``. ``timeout_s=0``: no wait at all, for the thread lock either
+        (LockedError if another thread holds it: an event loop takes a log's lock so)."""
+        if not self.lock.acquire(blocking=timeout_s != 0):
+            raise LockedError(self._root, 0)
+        try:
             if not self._handle.usable:  # (one flag: check_usable's fork test is a getpid call)
                 self._handle.check_usable()
             if self.single or self.held:  # held for the handle's life, or between writes
@@ -288,6 +291,8 @@ class ActiveSegment:
                 yield
             finally:
                 self._fs.unlock(self.lock_fd)
+        finally:
+            self.lock.release()
 
     # --- holds: the flock kept between writes ----------------------------------------------------
     def take_flock(self, timeout_s: float | None = None, idle: Callable[[], bool] | None = None) -> bool:

@@ -135,7 +135,9 @@ class _RoundStores:
         has none: its batch finds out in the round)."""
         found: dict[int, Any] = {}
         for _, requests, _ in group:
-            for _, _, body in requests:
+            for command, _, body in requests:
+                if command not in KV_WRITES:
+                    continue
                 store = self._stores.opened("kv", body.get("name", ""))
                 if store is not None:
                     found[id(store)] = store._mutex

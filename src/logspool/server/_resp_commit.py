@@ -212,12 +212,13 @@ class Committer:
                 self.loop.call_soon_threadsafe(self._deliver, done, number)
 
     def _round(
-        self, round_: list[_Queued], rounds_held: bool = False, tails: HeldTails | None = None
+        self, round_: list[_Queued], taken: list[Any] | None = None, tails: HeldTails | None = None
     ) -> _Done:
         """Run a round's batches as one decision and make them durable (their outcomes; an
-        error reply for each command if the write or the fsync failed). ``rounds_held``: the
-        caller holds ``_ROUNDS`` (a round on the loop); ``tails``: the streams' writer locks
-        it took for the round (given back, as the round's own, before the fsync)."""
+        error reply for each command if the write or the fsync failed). ``taken``: the locks
+        the caller took for the round, ``_ROUNDS`` first (a round on the loop), given back as
+        the round's own ``_ROUNDS`` is, before the fsync; ``tails``: the streams' writer locks
+        it took (likewise)."""
         self.batches += len(round_)
         done: _Done = []
         wrote_kv = False
@@ -231,7 +232,7 @@ class Committer:
             # takes its stores' locks in the order its commands come (the RESP door's key-value
             # store, then streams; the native door's stores in request order), so two rounds
             # at once could each hold a lock the other waits for. The fsyncs still overlap.
-            if not rounds_held:
+            if taken is None:
                 _ROUNDS.acquire()
             try:
                 with self.front.kv.decide() as d:
@@ -269,8 +270,8 @@ class Committer:
                 try:
                     held.close()  # (before the fsync: every record of the round is written)
                 finally:
-                    if not rounds_held:
-                        _ROUNDS.release()
+                    for lock in reversed(taken) if taken is not None else (_ROUNDS,):
+                        lock.release()
             decided = time.perf_counter()
             sync_writes(self.front, wrote_kv, logs)  # before any reply of the round is sent
             synced = time.perf_counter() - decided
@@ -327,17 +328,22 @@ class Committer:
         self._last_group = len(group)
         # The locks the round takes, taken here without waiting: the rounds' lock (another
         # door's round on its thread may hold it) and each store's mutex (a snapshot's fork, a
-        # read in the pool, may hold one). If one is taken, the group goes to the thread, which
-        # may wait: the loop never does.
-        # The streams' writer locks likewise, once the others are held (``hold_streams``).
+        # read in the pool, may hold one), then the streams' writer locks (``hold_streams``).
+        # If one is taken, or taking one fails, the group goes to the thread, which may wait:
+        # the loop never does. The round gives them all back before its fsync.
         taken: list[Any] = []
         tails: HeldTails | None = None
-        for lock in (_ROUNDS, *self.front.kv.mutexes(group)):
-            if not lock.acquire(blocking=False):
-                break
-            taken.append(lock)
-        else:
-            tails = self.front.hold_streams(group)
+        try:
+            for lock in (_ROUNDS, *self.front.kv.mutexes(group)):
+                if not lock.acquire(blocking=False):
+                    break
+                taken.append(lock)
+            else:
+                tails = self.front.hold_streams(group)
+        except Exception:
+            _logger.exception(
+                "taking a commit round's locks on the loop failed; the round goes to the thread"
+            )
         if tails is None:
             for lock in reversed(taken):
                 lock.release()
@@ -350,10 +356,8 @@ class Committer:
         self.rounds_here += 1
         number = self.rounds
         try:
-            done = self._round(group, rounds_held=True, tails=tails)
+            done = self._round(group, taken, tails)
         finally:
-            for lock in reversed(taken):
-                lock.release()
             with self._cond:
                 self._busy = False
                 if self._queue:

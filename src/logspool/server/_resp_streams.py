@@ -43,7 +43,7 @@ from .._fs import REAL
 from .._reader import Reader
 from .._retention import Retention, _segment_end_ns
 from .._watch import _IN_CLOEXEC, _IN_NONBLOCK, _MASK, _libc
-from ..errors import LogspoolError, PositionError
+from ..errors import PositionError
 from ..log import Log, Tail
 from ..log._directory import list_segments, segment_infos
 from . import _resp_wire as w
@@ -192,7 +192,7 @@ class HeldTails:
         stack = contextlib.ExitStack()
         try:
             tail = stack.enter_context(log.exclusive(timeout_s=0, sync=False))
-        except LogspoolError:
+        except Exception:  # (LockedError; any other failure: the thread's round answers it)
             return False
         self._held[log.path] = _Held(stack, tail)
         return True
