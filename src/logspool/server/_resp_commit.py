@@ -288,9 +288,10 @@ class Committer:
     def gather(self, session: Session, cmds: list[list[bytes]], conn: _Connection) -> bool:
         """On the loop: add a batch to the loop's group, which runs as a round on the loop once
         this turn's reads are done (``_run_group``; see the module docstring). The caller gives
-        only batches that wait for nothing but their own store: decisions of key-value stores
-        the daemon owns (no other process holds their writer lock), never a log's append (its
-        lock may be another process's) or a journal's. False, nothing done, if the round must
+        only batches whose locks the round can take without a wait or fails to (then it goes
+        to the thread): decisions of key-value stores the daemon owns (no other process holds
+        their writer lock) and appends to open logs (``hold_streams`` takes their writer locks
+        only if free), never a journal's call. False, nothing done, if the round must
         run on the thread (``submit``): the thread has rounds queued or running, the daemon is
         stopping, the fsyncs are slow (``LOOP_SYNC_MAX_S``), or the group holds as many batches
         or commands as a round may (``ROUND_BATCHES_MAX``, ``ROUND_COMMANDS_MAX``: the thread
