@@ -370,7 +370,8 @@ class Server:
         return f"{self.host}:{self.port}"
 
     async def start(self) -> Server:
-        from ._native import NativeConnection, make_committer
+        from ._native import NativeConnection
+        from ._native_rounds import make_committer
 
         loop = asyncio.get_running_loop()
         if self.resp is not None:
