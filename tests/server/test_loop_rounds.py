@@ -233,6 +233,14 @@ def _stats(port: int) -> dict[str, int]:
     return {k: int(v) for k, v in info.items() if k.startswith("logspool_commit")}
 
 
+def _held_stream(tmp_path: Path, port: int) -> _LockHolder:
+    """The stream ``held``, one entry in it, its log's writer lock held by another process."""
+    setup = redis.Redis(port=port, socket_timeout=30)
+    setup.xadd("held", {"f": "warm"})
+    setup.close()
+    return _LockHolder(tmp_path / "data" / "logs" / "held")
+
+
 def test_xadds_of_a_turn_of_the_loop_share_a_round_on_the_loop(tmp_path: Path) -> None:
     """16 connections send an XADD each before any reads its reply: their rounds run on the
     loop (each stream's writer lock taken there without a wait), share rounds, and every entry
@@ -287,10 +295,7 @@ def test_an_xadd_to_a_log_another_process_holds_waits_off_the_loop(tmp_path: Pat
     r, port = _resp_running(tmp_path, _Fsyncs())
     holder: _LockHolder | None = None
     try:
-        setup = redis.Redis(port=port, socket_timeout=30)
-        setup.xadd("held", {"f": "warm"})
-        setup.close()
-        holder = _LockHolder(tmp_path / "data" / "logs" / "held")
+        holder = _held_stream(tmp_path, port)
         resp = r.server.resp
         assert resp is not None and resp.committer is not None
         committer = resp.committer
@@ -448,10 +453,7 @@ def test_an_xadd_to_a_log_a_pool_thread_holds_waits_off_the_loop(tmp_path: Path)
     r, port = _resp_running(tmp_path, _Fsyncs())
     holder: _LockHolder | None = None
     try:
-        setup = redis.Redis(port=port, socket_timeout=30)
-        setup.xadd("held", {"f": "warm"})
-        setup.close()
-        holder = _LockHolder(tmp_path / "data" / "logs" / "held")
+        holder = _held_stream(tmp_path, port)
         trimmer = redis.Redis(port=port, socket_timeout=120)
         trimmed: list[int] = []
         trim = threading.Thread(target=lambda: trimmed.append(trimmer.xtrim("held", maxlen=5)))
