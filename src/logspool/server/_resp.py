@@ -26,7 +26,8 @@ How a connection is served (one ``asyncio.Protocol`` each):
   one view of the batch (a read that is one whole GET, without the parser: ``_lone_get``);
   writes go to the committer and its round writes their replies (one ``_deliver`` a round); a
   round runs on the loop itself, every batch of a turn of the loop together, as Redis's do
-  (``Committer.gather``), or on the committer's thread while fsyncs are slow.
+  (``Committer.gather``), or on the committer's thread when it would wait there (a lock held
+  elsewhere, a store shared with other processes) or while fsyncs are slow.
 - Durability: writes are decided without waiting for an fsync, then each store written is synced
   once, *before* any reply of those batches is written: an acknowledged write is on disk with
   ``durability="always"`` (the default), and a round of N SETs costs one fsync.
