@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 import redis
 
 from logspool import _wire as p
@@ -403,10 +404,13 @@ class _GatedFsyncs(_Fsyncs):
         assert self.gate.wait(60), "the test never opened the gate"
 
 
-def test_a_redis_read_waits_for_a_native_write_to_be_durable(tmp_path: Path) -> None:
+@pytest.mark.parametrize("how", ["GET", "MULTI GET EXEC"])
+def test_a_redis_read_waits_for_a_native_write_to_be_durable(tmp_path: Path, how: str) -> None:
     """A key of the RESP door's store written through the native door, in a round whose fsync
     has not returned yet: a GET over RESP does not show the new value before that fsync is done
-    (it waits for every round of both doors, as a native read does)."""
+    (it waits for every round of both doors, as a native read does). So too a GET inside
+    MULTI/EXEC, whose EXEC runs in a round of the RESP door that writes nothing (no fsync of
+    its own to wait for)."""
     fs = _GatedFsyncs()
     r, port = _resp_running(tmp_path, fs)
     try:
@@ -417,6 +421,8 @@ def test_a_redis_read_waits_for_a_native_write_to_be_durable(tmp_path: Path) -> 
             for i in range(12):  # (slow fsyncs: the native door's rounds move to its thread)
                 s.set(f"slow{i}", i)
         store = r.server.stores.opened("kv", "default")
+        reader = redis.Redis(port=port, socket_timeout=60)
+        assert reader.ping()  # (connected before the gate shuts: only the read below may wait)
         fs.gate.clear()
 
         def write_new() -> None:
@@ -430,8 +436,15 @@ def test_a_redis_read_waits_for_a_native_write_to_be_durable(tmp_path: Path) -> 
             assert time.monotonic() < deadline, "the native SET was never decided"
             time.sleep(0.001)
         got: list[bytes | None] = []
-        reader = redis.Redis(port=port, socket_timeout=60)
-        getter = threading.Thread(target=lambda: got.append(reader.get("k")))
+
+        def get() -> None:
+            if how == "GET":
+                got.append(reader.get("k"))
+            else:
+                [value] = reader.pipeline(transaction=True).get("k").execute()
+                got.append(value)
+
+        getter = threading.Thread(target=get)
         getter.start()
         getter.join(0.5)  # (a GET that answers at once answers within this)
         assert getter.is_alive() or got != [b"new"], "the GET showed a write whose fsync had not returned"
@@ -439,6 +452,64 @@ def test_a_redis_read_waits_for_a_native_write_to_be_durable(tmp_path: Path) -> 
         getter.join(60)
         native.join(60)
         assert got == [b"new"]
+        reader.close()
+    finally:
+        fs.gate.set()
+        r.stop()
+
+
+def test_a_redis_transaction_reading_a_stream_waits_for_a_native_append_to_be_durable(
+    tmp_path: Path,
+) -> None:
+    """A log appended to through the native door, in a round whose fsync has not returned yet:
+    an XRANGE of it inside MULTI/EXEC, whose EXEC runs in a round of the RESP door (that round
+    fsyncs the key-value store, not the log), does not show the record before that fsync is
+    done; once it is, it does."""
+    fs = _GatedFsyncs()
+    r, port = _resp_running(tmp_path, fs)
+    try:
+        with client.connect(r.address) as c:
+            c.log("s").append(b"old")
+            fs.slow.set()
+            for i in range(12):  # (slow fsyncs: the native door's rounds move to its thread)
+                c.log("s").append(b"slow%d" % i)
+        log = r.server.stores.opened("logs", "s")
+        assert log is not None
+        reader = redis.Redis(port=port, socket_timeout=60, single_connection_client=True)
+        # MULTI and XRANGE before the gate shuts, each answered (+OK, QUEUED): EXEC comes alone,
+        # as redis-cli sends it, and runs in a commit round (a batch with the XRANGE in it would
+        # run in the pool, and wait there as any read does)
+        reader.set_response_callback("XRANGE", lambda reply, **_: reply)  # (QUEUED, then raw in EXEC)
+        assert reader.execute_command("MULTI") == b"OK"
+        assert reader.execute_command("XRANGE", "s", "-", "+") == b"QUEUED"
+        fs.gate.clear()
+
+        def append_new() -> None:
+            with client.connect(r.address) as c:
+                c.log("s").append(b"new")
+
+        native = threading.Thread(target=append_new)
+        native.start()
+        deadline = time.monotonic() + 30
+        while log.next_lsn < 14:  # (written, its fsync held at the gate)
+            assert time.monotonic() < deadline, "the native append was never written"
+            time.sleep(0.001)
+        got: list[list[bytes]] = []
+
+        def xrange() -> None:
+            [entries] = reader.execute_command("EXEC")
+            got.append([fields[1] for _, fields in entries])
+
+        getter = threading.Thread(target=xrange)
+        getter.start()
+        getter.join(0.5)  # (a reply that goes at once goes within this)
+        assert getter.is_alive() or not got or got[0][-1] != b"new", (
+            "the transaction showed a record whose fsync had not returned"
+        )
+        fs.gate.set()
+        getter.join(60)
+        native.join(60)
+        assert got and got[0][-1] == b"new"
         reader.close()
     finally:
         fs.gate.set()

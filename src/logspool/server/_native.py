@@ -424,8 +424,7 @@ class NativeConnection(asyncio.Protocol):
         """After a read: a future done once every commit round started so far, the native
         door's and the RESP door's (a native read may read the RESP door's store), is durable
         and answered; None if they all are."""
-        resp = self.server.resp
-        return settled_all(self.committer, resp.committer if resp is not None else None)
+        return settled_all(*self._committer_any.front.committers())
 
     # --- the commit rounds ------------------------------------------------------------------------
     def _commit(self, writes: list[_Request]) -> None:

@@ -142,6 +142,11 @@ class NativeFront:
         # RESP door's wake its XREADs (an inotify event would too, a little later).
         self.tails = server.tails
 
+    def committers(self) -> tuple[Committer | None, Committer | None]:
+        """This door's committer and the RESP door's (None where a door has none)."""
+        resp = self.server.resp
+        return self.server._committer, resp.committer if resp is not None else None
+
     def hold_streams(self, group: list[tuple[Any, list[_Request], Any]]) -> HeldTails | None:
         """For a commit round on the loop (``Committer._run_group``): the writer lock of every
         log the group appends to, each taken only if it is free now; None, nothing held, if

@@ -236,7 +236,11 @@ class RespFront:
     def settled(self) -> asyncio.Future[Any] | None:
         """After a read: a future done once every commit round started so far, of both doors,
         is durable and answered; None if they all are."""
-        return settled_all(self.committer, self.server._committer)
+        return settled_all(*self.committers())
+
+    def committers(self) -> tuple[Committer | None, Committer | None]:
+        """This door's committer and the native door's (None where a door has none)."""
+        return self.committer, self.server._committer
 
     def owns_kv(self) -> bool:
         """Whether the daemon holds its key-value store's writer lock (``own_kv``): a decision of

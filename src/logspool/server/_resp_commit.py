@@ -31,12 +31,19 @@ One round at a time runs, wherever it runs (``_busy``), and each gets the next n
 
 Durability: ``_round`` returns only after ``sync_writes``, and every reply of a round is
 delivered after its round returns (``_deliver``). A read that may have seen a round's writes
-waits for that round to be answered (``settled``).
+waits for that round to be answered (``settled``). A round's own commands may read too (an
+EXEC's XRANGE, an INCR): what they read of a store or log the round wrote is made durable by
+its own fsync; what another door's round wrote, decided before it but not yet fsynced, is not.
+So the replies of a round that ran any command but a plain SET wait for every round of the
+other door decided before it (``_Round.waits``, ``Committer.settled_through``). Decisions take
+``_ROUNDS`` one at a time, so "decided before" is one order for both doors: two rounds never
+wait for each other.
 """
 
 from __future__ import annotations
 
 import asyncio
+import bisect
 import collections
 import contextlib
 import itertools
@@ -95,6 +102,9 @@ _ROUNDS = threading.Lock()
 
 _Queued = tuple["Session", list[list[bytes]], "asyncio.Future[_Batch] | _Connection"]
 _Done = list[tuple["asyncio.Future[_Batch] | _Connection", "_Batch | BaseException"]]  # a round's outcomes
+# The rounds of the other door a round's replies wait for: (that committer, its last round
+# decided before this one) each (see the module docstring).
+_Waits = list[tuple["Committer", int]]
 
 
 class Committer:
@@ -125,6 +135,7 @@ class Committer:
         self._cond = threading.Condition()
         self._stopping = False
         self.rounds = 0  # rounds run (each: at most one fsync a store written)
+        self.decided = 0  # the last round that took ``_ROUNDS`` (its decision began)
         self.batches = 0  # batches they held (INFO: batches a round, the group commit's size)
         self.delivered = 0  # the last round whose replies reached the loop
         self._last_round = 0  # batches the last round held
@@ -204,23 +215,29 @@ class Committer:
             self.rounds += 1  # (before the decision: see ``settled``)
             number = self.rounds
             try:
-                done = self._round(round_)
+                done, waits = self._round(round_, number)
             finally:
                 with self._cond:
                     self._busy = False
             with contextlib.suppress(RuntimeError):  # the loop closed
-                self.loop.call_soon_threadsafe(self._deliver, done, number)
+                self.loop.call_soon_threadsafe(self._deliver, done, number, waits)
 
     def _round(
-        self, round_: list[_Queued], taken: list[Any] | None = None, tails: HeldTails | None = None
-    ) -> _Done:
+        self,
+        round_: list[_Queued],
+        number: int,
+        taken: list[Any] | None = None,
+        tails: HeldTails | None = None,
+    ) -> tuple[_Done, _Waits]:
         """Run a round's batches as one decision and make them durable (their outcomes; an
-        error reply for each command if the write or the fsync failed). ``taken``: the locks
-        the caller took for the round, ``_ROUNDS`` first (a round on the loop), given back as
-        the round's own ``_ROUNDS`` is, before the fsync; ``tails``: the streams' writer locks
-        it took (likewise)."""
+        error reply for each command if the write or the fsync failed), and the rounds of the
+        other door its replies wait for (none if it ran plain SETs only; see the module
+        docstring). ``taken``: the locks the caller took for the round, ``_ROUNDS`` first (a
+        round on the loop), given back as the round's own ``_ROUNDS`` is, before the fsync;
+        ``tails``: the streams' writer locks it took (likewise)."""
         self.batches += len(round_)
         done: _Done = []
+        waits: _Waits | None = None
         wrote_kv = False
         logs: dict[str, Any] = {}
         try:
@@ -235,6 +252,7 @@ class Committer:
             if taken is None:
                 _ROUNDS.acquire()
             try:
+                self.decided = number  # (under _ROUNDS: the other door's rounds read it there)
                 with self.front.kv.decide() as d:
                     i = 0
                     while i < len(round_):  # bounded: each turn takes one batch or more
@@ -255,6 +273,8 @@ class Committer:
                                 i += len(plain)
                                 continue
                         i += 1
+                        if waits is None:  # (a command that may read what the other door wrote)
+                            waits = self._decided_before()
                         d.owner = session.name  # (locks are checked against each connection's name)
                         session.round, session.tails = d, held
                         try:
@@ -283,7 +303,18 @@ class Committer:
             _logger.error("RESP commit round failed: %s", err)
             failed = w.error(f"ERR the write failed, the commands may or may not be applied: {err}")
             done = [(fut, _Batch([failed] * len(cmds), [])) for _, cmds, fut in round_]
-        return done
+        return done, waits or []
+
+    def _decided_before(self) -> _Waits:
+        """Under ``_ROUNDS``, in a round's decision: the last round of each other committer of
+        the process (the other door's) that took ``_ROUNDS`` before this one did, if it is not
+        answered yet. (This committer's own rounds run one at a time: its earlier ones are
+        durable already.)"""
+        return [
+            (other, other.decided)
+            for other in self.front.committers()
+            if other is not None and other is not self and other.delivered < other.decided
+        ]
 
     def gather(self, session: Session, cmds: list[list[bytes]], conn: _Connection) -> bool:
         """On the loop: add a batch to the loop's group, which runs as a round on the loop once
@@ -357,17 +388,24 @@ class Committer:
         self.rounds_here += 1
         number = self.rounds
         try:
-            done = self._round(group, taken, tails)
+            done, waits = self._round(group, number, taken, tails)
         finally:
             with self._cond:
                 self._busy = False
                 if self._queue:
                     self._cond.notify()
-        self._deliver(done, number)
+        self._deliver(done, number, waits)
 
-    def _deliver(self, done: _Done, number: int) -> None:
+    def _deliver(self, done: _Done, number: int, waits: _Waits | None = None) -> None:
         """On the loop: the replies of round ``number``, whose writes are durable now (one call
-        a round: the fast path's connections write theirs here, the others' tasks wake)."""
+        a round: the fast path's connections write theirs here, the others' tasks wake); once
+        the other door's rounds in ``waits`` are answered (see the module docstring)."""
+        if waits:
+            pending = [f for f in (c.settled_through(n) for c, n in waits) if f is not None]
+            if pending:
+                both = pending[0] if len(pending) == 1 else asyncio.gather(*pending)
+                both.add_done_callback(lambda _: self._deliver(done, number))
+                return
         # (first: a connection going on below may read on the loop; a thread's round answered
         # after a later round of the loop leaves it as it is)
         self.delivered = max(self.delivered, number)
@@ -391,11 +429,18 @@ class Committer:
         and answered (None if they all are). A reply must wait for it: the read may have seen a
         round's writes, decided but not yet fsynced, and a reply must never show a write that a
         crash could still take back (Redis answers after its fsync too)."""
-        target = self.rounds
+        return self.settled_through(self.rounds)
+
+    def settled_through(self, target: int) -> asyncio.Future[None] | None:
+        """On the loop: a future done once round ``target`` and every round before it are
+        durable and answered (None if they are)."""
         if self.delivered >= target:
             return None
         waiter: asyncio.Future[None] = self.loop.create_future()
-        self._settling.append((target, waiter))
+        if self._settling and self._settling[-1][0] > target:  # (kept in order: _deliver)
+            bisect.insort(self._settling, (target, waiter), key=lambda item: item[0])
+        else:
+            self._settling.append((target, waiter))
         return waiter
 
     def stop(self) -> None:
