@@ -32,6 +32,7 @@ from ._fs import REAL, FileSystem, install_temp, process_alive, replace_file, te
 from ._reader import Reader
 from ._retention import Retention
 from .errors import (
+    AppendError,
     ClosedError,
     CorruptionError,
     DataLossError,
@@ -427,37 +428,48 @@ class FoldedStore(Generic[S, OpT]):
         """The state, current, with the writer lock held: read, decide, write ops that everyone
         will apply in this order. The fsync comes after the locks are released (group commit);
         ``durable=False`` returns without waiting for it (the op rides a later fsync)."""
-        with self._mutex:
-            self._check_open()
-            if self._others_write:
-                # Others wrote before our last decision: fold what they wrote so far before taking
-                # the writer lock, so that this runs while they hold it, not while they wait.
-                self._catch_up()
-            with self._log.exclusive(sync=False, idle=self._catch_up_some) as tail:
-                base, start = tail.end
-                reader = self._reader
-                # Under the writer lock the tail is final: a reader already there has nothing
-                # to read (no pread, no look for a next segment).
-                self._others_write = self._state.next_lsn != tail.next_lsn
-                if reader is None or self._others_write or not reader.at(base, start):
+        try:
+            with self._mutex:
+                self._check_open()
+                if self._others_write:
+                    # Others wrote before our last decision: fold what they wrote so far before taking
+                    # the writer lock, so that this runs while they hold it, not while they wait.
                     self._catch_up()
+                with self._log.exclusive(sync=False, idle=self._catch_up_some) as tail:
                     base, start = tail.end
-                first = tail.next_lsn
-                writer = _Writer(self, tail)
-                try:
-                    yield writer
-                finally:
-                    # One write for the decision's ops. Also after an error in the decision: the
-                    # ops it made before are applied, and stay made, as each was when written.
-                    writer.flush()
-                reader = self._reader
-                end_base, end = tail.end
-                if writer.written and reader is not None and end_base == base:
-                    # The ops just written are applied: the reader need not parse them back.
-                    reader.skip_written(base, start, end, first, tail.next_lsn)
-        if writer.written and self._always and durable:
-            self._log.sync()  # the decision is returned only once its op is durable
-        self._maybe_snapshot()  # outside the writer lock: compaction takes it itself
+                    reader = self._reader
+                    # Under the writer lock the tail is final: a reader already there has nothing
+                    # to read (no pread, no look for a next segment).
+                    self._others_write = self._state.next_lsn != tail.next_lsn
+                    if reader is None or self._others_write or not reader.at(base, start):
+                        self._catch_up()
+                        base, start = tail.end
+                    first = tail.next_lsn
+                    writer = _Writer(self, tail)
+                    try:
+                        yield writer
+                    finally:
+                        # One write for the decision's ops. Also after an error in the decision: the
+                        # ops it made before are applied, and stay made, as each was when written.
+                        writer.flush()
+                    reader = self._reader
+                    end_base, end = tail.end
+                    if writer.written and reader is not None and end_base == base:
+                        # The ops just written are applied: the reader need not parse them back.
+                        reader.skip_written(base, start, end, first, tail.next_lsn)
+            if writer.written and self._always and durable:
+                self._log.sync()  # the decision is returned only once its op is durable
+            self._maybe_snapshot()  # outside the writer lock: compaction takes it itself
+        except AppendError as err:
+            explained = self._append_failed(err)
+            if explained is None:
+                raise
+            raise explained from err
+
+    def _append_failed(self, err: AppendError) -> AppendError | None:
+        """A write of a decision failed: the error to raise instead (a subclass explains what
+        frees space, ``kv.Store``), or None for ``err`` itself."""
+        return None
 
     def _append(self, op: OpT) -> int:
         """Append an op that needs no decision (it is applied by the fold like any other)."""

@@ -611,25 +611,20 @@ class Store(FoldedStore[State, ops.Op], MutableMapping[str, ops.Value]):
         )
 
     # --- deciding ---------------------------------------------------------------------------------
-    @contextlib.contextmanager
-    def _decide(self, *, durable: bool = True) -> Iterator[_Writer[State, ops.Op]]:
-        """``FoldedStore._decide``, with a write that failed for want of space explained: deleting
-        keys cannot help (a delete is an op too); freeing the live state's size and compacting
-        does (docs/KV.md, "Free space to compact")."""
-        try:
-            with super()._decide(durable=durable) as w:
-                yield w
-        except AppendError as err:
-            if not _no_space(err):
-                raise
-            size = self._live_size()
-            raise AppendError(
-                err.path,
-                f"{err.reason}; the key-value store needs free space to compact: free about "
-                f"{_size_text(size)} (its live state, {size} bytes) on the file system, or move "
-                "the store, then call snapshot(), which compacts the op log and returns its "
-                "space; deleting keys does not free space, a delete is an op too",
-            ) from err
+    def _append_failed(self, err: AppendError) -> AppendError | None:
+        """A decision's write that failed for want of space, explained: deleting keys cannot
+        help (a delete is an op too); freeing the live state's size and compacting does
+        (docs/KV.md, "Free space to compact")."""
+        if not _no_space(err):
+            return None
+        size = self._live_size()
+        return AppendError(
+            err.path,
+            f"{err.reason}; the key-value store needs free space to compact: free about "
+            f"{_size_text(size)} (its live state, {size} bytes) on the file system, or move "
+            "the store, then call snapshot(), which compacts the op log and returns its "
+            "space; deleting keys does not free space, a delete is an op too",
+        )
 
     def _live_size(self) -> int:
         """About the bytes of a snapshot of the state now: what compaction needs free."""

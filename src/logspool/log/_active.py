@@ -59,13 +59,12 @@ Invariants:
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import itertools
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import NamedTuple, Protocol, cast
 
 from .. import _format as fmt
@@ -269,30 +268,12 @@ class ActiveSegment:
             fd, self.lock_fd, self.single, self.held = self.lock_fd, -1, False, False
             os.close(fd)
 
-    @contextlib.contextmanager
-    def locked(self, timeout_s: float | None, idle: Callable[[], bool] | None = None) -> Iterator[None]:
-        """Hold the thread lock and the process flock; the caller catches up inside. ``idle``:
-        as ``FileSystem.lock``. ``timeout_s=0``: no wait at all, for the thread lock either
-        (LockedError if another thread holds it: an event loop takes a log's lock so)."""
-        if not self.lock.acquire(blocking=timeout_s != 0):
-            raise LockedError(self._root, 0)
-        try:
-            if not self._handle.usable:  # (one flag: check_usable's fork test is a getpid call)
-                self._handle.check_usable()
-            if self.single or self.held:  # held for the handle's life, or between writes
-                try:
-                    yield
-                finally:
-                    if self.held and self._syncer.writer_lock_wanted():
-                        self.end_hold(pause=True)
-                return
-            self.take_flock(timeout_s, idle)
-            try:
-                yield
-            finally:
-                self._fs.unlock(self.lock_fd)
-        finally:
-            self.lock.release()
+    def locked(self, timeout_s: float | None, idle: Callable[[], bool] | None = None) -> _Locked:
+        """``with a.locked(...)``: hold the thread lock and the process flock; the caller catches
+        up inside. ``idle``: as ``FileSystem.lock``. ``timeout_s=0``: no wait at all, for the
+        thread lock either (LockedError if another thread holds it: an event loop takes a log's
+        lock so)."""
+        return _Locked(self, timeout_s, idle)
 
     # --- holds: the flock kept between writes ----------------------------------------------------
     def take_flock(self, timeout_s: float | None = None, idle: Callable[[], bool] | None = None) -> bool:
@@ -948,3 +929,41 @@ class ActiveSegment:
         finally:
             if not mine:
                 fs.unlock(self.lock_fd)
+
+
+class _Locked:
+    """``ActiveSegment.locked``: a class, not a generator (every write and decision of a log
+    enters one: a generator's context manager cost ~1 us more an entry, in the daemon's commit
+    rounds more, their caches cold after each fsync; benchmarks/RESULTS.md, issue 34)."""
+
+    __slots__ = ("_a", "_flock", "_idle", "_timeout_s")
+
+    def __init__(self, a: ActiveSegment, timeout_s: float | None, idle: Callable[[], bool] | None) -> None:
+        self._a = a
+        self._timeout_s = timeout_s
+        self._idle = idle
+        self._flock = False  # taken for this hold only (else held for the handle's life, or between writes)
+
+    def __enter__(self) -> None:
+        a = self._a
+        if not a.lock.acquire(blocking=self._timeout_s != 0):
+            raise LockedError(a._root, 0)
+        try:
+            if not a._handle.usable:  # (one flag: check_usable's fork test is a getpid call)
+                a._handle.check_usable()
+            if not (a.single or a.held):
+                a.take_flock(self._timeout_s, self._idle)
+                self._flock = True
+        except BaseException:
+            a.lock.release()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        a = self._a
+        try:
+            if self._flock:
+                a._fs.unlock(a.lock_fd)
+            elif a.held and a._syncer.writer_lock_wanted():
+                a.end_hold(pause=True)
+        finally:
+            a.lock.release()

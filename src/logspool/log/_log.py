@@ -56,9 +56,9 @@ done), and any value up to what an fsync proved is safe to write into a record.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
+import sys
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Iterator
@@ -259,11 +259,11 @@ class Log:
         self._writer.sync()
 
     # --- exclusive appends for state machines ------------------------------------------------------
-    @contextlib.contextmanager
     def exclusive(
         self, timeout_s: float | None = None, *, sync: bool = True, idle: Callable[[], bool] | None = None
-    ) -> Iterator[Tail]:
-        """Hold the writer lock: no other thread or process appends until the block ends.
+    ) -> _Exclusive:
+        """``with log.exclusive() as tail``: hold the writer lock: no other thread or process
+        appends until the block ends.
 
         The ``Tail`` says the next lsn; a state machine reads up to it, decides, and appends
         through ``tail.append`` knowing nobody appended in between. Durability as ``append``:
@@ -273,23 +273,7 @@ class Log:
         (True if it did some work, such as reading what that process writes; else the wait
         sleeps a little before it looks again).
         """
-        first = -1
-        writer, active = self._writer, self._active
-        with writer.locked(timeout_s if timeout_s is not None else self._lock_timeout_s, idle):
-            # (a handle that holds the writer flock for its life, or since its last write, is the
-            # only writer: nothing to adopt, as on append's hot path; a read of the end less)
-            if active.needs_recovery or not (active.single or active.held):
-                self._recovery.catch_up()
-            first = active.next_lsn
-            writer.exclusive_owner = threading.get_ident()
-            try:
-                yield Tail(active, writer)
-            finally:
-                writer.exclusive_owner = None
-        if sync and self.durability == "always" and active.next_lsn > first:
-            writer.await_durable(active.written[1])
-        if active.rotated:
-            self._retain_after_rotation()
+        return _Exclusive(self, timeout_s if timeout_s is not None else self._lock_timeout_s, sync, idle)
 
     # --- cutover ----------------------------------------------------------------------------------
     def cutover(self) -> int:
@@ -564,3 +548,46 @@ def open(
 # One signature in two places: open's options are Log's, with the same defaults (checked here, at
 # import, so that an option added to one and not the other fails every test).
 assert open.__kwdefaults__ == Log.__init__.__kwdefaults__, "open() and Log() take other options"
+
+
+class _Exclusive:
+    """``Log.exclusive``: a class, not a generator (a commit round of the daemon enters one;
+    see ``_active._Locked``)."""
+
+    __slots__ = ("_first", "_locked", "_log", "_sync")
+
+    def __init__(
+        self, log: Log, timeout_s: float | None, sync: bool, idle: Callable[[], bool] | None
+    ) -> None:
+        self._log = log
+        self._sync = sync
+        self._first = -1
+        self._locked = log._writer.locked(timeout_s, idle)
+
+    def __enter__(self) -> Tail:
+        log = self._log
+        writer, active = log._writer, log._active
+        self._locked.__enter__()
+        try:
+            # (a handle that holds the writer flock for its life, or since its last write, is the
+            # only writer: nothing to adopt, as on append's hot path; a read of the end less)
+            if active.needs_recovery or not (active.single or active.held):
+                log._recovery.catch_up()
+            self._first = active.next_lsn
+            writer.exclusive_owner = threading.get_ident()
+            return Tail(active, writer)
+        except BaseException:
+            self._locked.__exit__(*sys.exc_info())
+            raise
+
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        log = self._log
+        writer, active = log._writer, log._active
+        writer.exclusive_owner = None
+        self._locked.__exit__(exc_type, *exc)
+        if exc_type is not None:
+            return  # (as the records written: durable with the next fsync)
+        if self._sync and log.durability == "always" and active.next_lsn > self._first:
+            writer.await_durable(active.written[1])
+        if active.rotated:
+            log._retain_after_rotation()

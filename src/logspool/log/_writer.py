@@ -33,13 +33,13 @@ import contextlib
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from .. import _codec, limits
 from .. import _format as fmt
 from .._fs import FileSystem
 from ..errors import AppendError, ClosedError, FailedError, RecordTooLargeError
-from ._active import ActiveSegment, BatchStart, Framed
+from ._active import ActiveSegment, BatchStart, Framed, _Locked
 from ._handle import HandleState
 from ._sync import Syncer
 
@@ -403,14 +403,12 @@ class Writer:
                 items[i], flags[i] = packed, fmt.FLAG_ZSTD
         return flags
 
-    @contextlib.contextmanager
-    def locked(self, timeout_s: float | None, idle: Callable[[], bool] | None = None) -> Iterator[None]:
-        """The writer lock (``ActiveSegment.locked``), refused to the thread inside
-        ``exclusive()``, which holds it already."""
+    def locked(self, timeout_s: float | None, idle: Callable[[], bool] | None = None) -> _Locked:
+        """``with writer.locked(...)``: the writer lock (``ActiveSegment.locked``), refused to the
+        thread inside ``exclusive()``, which holds it already."""
         if self.exclusive_owner is not None:
             self.refuse_inside_exclusive()
-        with self._active.locked(timeout_s, idle):
-            yield
+        return self._active.locked(timeout_s, idle)
 
     def refuse_inside_exclusive(self) -> None:
         if self.exclusive_owner == threading.get_ident():

@@ -36,10 +36,10 @@ decision, ``with store.transaction()``, whose calls join it; issue 34.)
 
 from __future__ import annotations
 
-import contextlib
 import re
 import struct
-from collections.abc import Callable, Iterator
+import sys
+from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
@@ -208,6 +208,29 @@ class Decision(View):
         self.write(ops.Delete(key, self.stamp(key)))
 
 
+class _Deciding:
+    """``RedisKV.decide``: the store's ``_change``, its writer and time given as a ``Decision``.
+    A class, not a generator: every commit round enters one (see ``_active._Locked``)."""
+
+    __slots__ = ("_change", "_owner", "_store")
+
+    def __init__(self, store: kv.Store, owner: str | None) -> None:
+        self._store = store
+        self._owner = owner
+        self._change = store._change(durable=False)
+
+    def __enter__(self) -> Decision:
+        w, now = self._change.__enter__()
+        try:
+            return Decision(self._store, w, now, self._owner)
+        except BaseException:
+            self._change.__exit__(*sys.exc_info())
+            raise
+
+    def __exit__(self, *exc: Any) -> bool | None:
+        return self._change.__exit__(*exc)
+
+
 class RedisKV:
     """The Redis string commands on one store. Shared by every RESP connection (each command is a
     decision or a read under the store's mutex); used from the daemon's pool threads."""
@@ -216,11 +239,10 @@ class RedisKV:
         self.store = store
 
     # --- views and decisions ------------------------------------------------------------------
-    @contextlib.contextmanager
-    def decide(self, owner: str | None = None) -> Iterator[Decision]:
-        """One decision; its fsync is left to ``sync`` (see the module docstring)."""
-        with self.store._change(durable=False) as (w, now):
-            yield Decision(self.store, w, now, owner)
+    def decide(self, owner: str | None = None) -> _Deciding:
+        """``with kv.decide() as d``: one decision; its fsync is left to ``sync`` (see the module
+        docstring)."""
+        return _Deciding(self.store, owner)
 
     def mutexes(self, group: object) -> list[Any]:
         """The locks a commit round of this store takes besides the rounds' own: its mutex
