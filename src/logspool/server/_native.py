@@ -53,7 +53,7 @@ from .. import _wire as p
 from .. import errors, limits
 from ..kv import _ops as kv_ops
 from ._native_rounds import _REPLY_HEADER, KV_WRITES, WRITES, _Request, _Writes, error_frame
-from ._resp_commit import Committer, settled_all
+from ._resp_commit import Committer
 from ._server import (  # (_server imports this module only in Server.start)
     READ_LIMIT_MAX,
     WAIT_S_MAX,
@@ -424,7 +424,7 @@ class NativeConnection(asyncio.Protocol):
         """After a read: a future done once every commit round started so far, the native
         door's and the RESP door's (a native read may read the RESP door's store), is durable
         and answered; None if they all are."""
-        return settled_all(*self._committer_any.front.committers())
+        return self.server.settled()
 
     # --- the commit rounds ------------------------------------------------------------------------
     def _commit(self, writes: list[_Request]) -> None:
@@ -497,10 +497,7 @@ class NativeConnection(asyncio.Protocol):
                 return
             else:
                 handler = server._handlers[command]
-                reply = await server.call(lambda: handler(body))
-                settling = self._settling()  # (as _take_frames: no reply before its round)
-                if settling is not None:
-                    await settling
+                reply = await server.read(lambda: handler(body))  # (no reply before it is durable)
             self._write(self._frame(command, request_id, reply))
         except Exception as err:
             server.counters.errors += 1
@@ -617,7 +614,7 @@ class NativeConnection(asyncio.Protocol):
         for _ in iter(int, 1):  # until something is found, or the LISTEN is cancelled
             fut = tails.register([directory])  # before the look: a change after it wakes us
             try:
-                found = await self.server.call(look)
+                found = await self.server.read(look)  # (no event before what it shows is durable)
                 if found:
                     return found
                 with contextlib.suppress(TimeoutError):

@@ -67,7 +67,17 @@ from ..kv._ops import BYTES, Set
 from ..kv._state import State
 from . import _resp_jobs, _resp_stream_commands, _resp_strings
 from . import _resp_wire as w
-from ._resp_commands import COMMANDS, INLINE, POOL, SET_NAMES, WRITER, Block, _arity_error, places
+from ._resp_commands import (
+    COMMANDS,
+    INLINE,
+    POOL,
+    SET_NAMES,
+    SLOW_WRITES,
+    WRITER,
+    Block,
+    _arity_error,
+    places,
+)
 from ._resp_commit import Committer, _Batch, settled_all, sync_writes
 from ._resp_kv import RedisError, RedisKV, View, from_bytes
 from ._resp_streams import STREAM_REPLY_BYTES_MAX, Cursor, Entry, HeldTails, Streams, Tails, entries_reply
@@ -89,6 +99,26 @@ _SET = SET_NAMES
 # The header of a bulk string reply of each small size (``Session.gets``: no formatting a GET).
 _BULK_HEADS_N = 4096
 _BULK_HEADS = tuple(b"$%d\r\n" % n for n in range(_BULK_HEADS_N))
+
+
+def _apart(cmds: list[list[bytes]]) -> int:
+    """How many of a batch's commands run together: up to the first write after a command of
+    the pool, or the first command of the pool after a write (``_Connection._execute``). A
+    write runs only in a commit round, whose fsync comes before any read sees it: run in the
+    pool with a slow read (``SET k v`` then ``KEYS *``, as a redis-py pipeline sends them), its
+    decision would be seen by other connections' reads before the batch's fsync at its end."""
+    pool = write = False
+    for i, args in enumerate(cmds):
+        place = PLACES.get(args[0].upper(), POOL)
+        if place == POOL:
+            if write:
+                return i
+            pool = True
+        elif place == WRITER:
+            if pool:
+                return i
+            write = True
+    return len(cmds)
 
 
 def _whole_gets(data: bytes) -> list[bytes] | None:
@@ -625,7 +655,17 @@ class _Connection(asyncio.Protocol):
     async def _execute(self, cmds: list[list[bytes]]) -> _Batch:
         """Run a batch where it belongs (``place``): reads on the event loop if the store is free
         right now, writes in a commit round on the committer thread, the rest (scans, ranges)
-        in the pool."""
+        in the pool. A batch with both writes and pool commands runs in turns (``_apart``): a
+        write runs in a commit round only, whose fsync comes before any read can see it."""
+        cut = _apart(cmds)
+        later = cmds[cut:]
+        cmds = cmds[:cut]
+        batch = await self._execute_here(cmds)
+        if later:
+            batch.rest = batch.rest + later
+        return batch
+
+    async def _execute_here(self, cmds: list[list[bytes]]) -> _Batch:
         where = max(PLACES.get(args[0].upper(), POOL) for args in cmds)
         committer = self.front.committer
         assert committer is not None
@@ -639,9 +679,9 @@ class _Connection(asyncio.Protocol):
                     batch = self.session.run(cmds, locked=True)
                 finally:
                     mutex.release()
-        if batch is None:
-            batch = await self.server.call(lambda: self.session.run(cmds))
-        settling = self.front.settled()  # (what it read is durable before the reply goes out)
+        if batch is None:  # (what it read is durable before the reply goes out)
+            return await self.server.read(lambda: self.session.run(cmds))  # type: ignore[no-any-return]
+        settling = self.front.settled()  # (likewise)
         if settling is not None:
             await settling
         return batch
@@ -655,12 +695,10 @@ class _Connection(asyncio.Protocol):
             fut = tails.register(block.watch)  # before the look: a change after it wakes us
             self._block = fut
             try:
-                got: tuple[bytes | None, float | None] = await self.server.call(block.retry)
+                # (as in _execute: no reply shows a write not yet durable)
+                got: tuple[bytes | None, float | None] = await self.server.read(block.retry)
                 reply, again_at = got
                 if reply is not None:
-                    settling = self.front.settled()
-                    if settling is not None:
-                        await settling  # (as in _execute: no reply shows a write not yet durable)
                     return reply
                 now = time.monotonic()
                 timeout = None if block.deadline is None else block.deadline - now
@@ -1034,6 +1072,6 @@ PLACES = places()
 # (``Committer.gather``); but an XADD with no option, whose stream's lock the round on the loop
 # takes without waiting (``RespFront.hold_streams``).
 _THREAD_WRITES = frozenset(
-    n for n, place in PLACES.items() if place == WRITER and COMMANDS[n].kind != "write"
+    n for n, place in PLACES.items() if place == WRITER and (COMMANDS[n].kind != "write" or n in SLOW_WRITES)
 )
 _COMMAND_MODULES = (_resp_jobs, _resp_stream_commands, _resp_strings)

@@ -61,7 +61,9 @@ SET_NAMES = (b"SET", b"set")  # a plain SET's spellings on its fast paths (anoth
 # Reads that take the store's state as it is, with no disk but a catch-up with the op log: run
 # on the event loop. Commands that may take long (a scan of every key, a range of a log, a
 # blocking read) run in the pool; every other write runs in a commit round (``_resp_commit.py``).
-_SLOW = {b"SCAN", b"KEYS", b"FLUSHDB", b"FLUSHALL", b"XLEN", b"XRANGE", b"XREVRANGE", b"XREAD"}
+_SLOW = {b"SCAN", b"KEYS", b"XLEN", b"XRANGE", b"XREVRANGE", b"XREAD"}
+# Writes that may take long (every key deleted): in a commit round, on the committer's thread.
+SLOW_WRITES = frozenset({b"FLUSHDB", b"FLUSHALL"})
 
 
 def places() -> dict[bytes, int]:

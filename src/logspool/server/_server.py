@@ -49,7 +49,7 @@ from .._fs import REAL, FileSystem
 from ..log import Log
 from ._resp import RespFront, RespOptions
 from ._resp import _Connection as _RespConnection
-from ._resp_commit import Committer
+from ._resp_commit import Committer, settled_all
 from ._resp_streams import Tails
 
 if TYPE_CHECKING:
@@ -238,6 +238,18 @@ class Stores:
 
     def kv(self, body: dict[str, Any]) -> kv.Store:
         return self.get("kv", _name(body))  # type: ignore[no-any-return]
+
+    def settle(self) -> None:
+        """Return once what every open store has written so far is durable (with durability
+        "always"; an fsync under way is waited for, else one is led): after a read in the pool,
+        before its reply. A write in the pool (a job's put, a forwarded append) fsyncs after it
+        lets go of its locks, as a commit round does; a read meanwhile may see it, and its reply
+        must not show a write a crash could still take back."""
+        with self._lock:
+            logs = [store if isinstance(store, Log) else store._log for store in self._open.values()]
+        for log in logs:
+            if log.durability == "always":
+                log.sync()
 
     def listing(self) -> dict[str, list[str]]:
         with self._lock:
@@ -485,6 +497,27 @@ class Server:
 
     async def call(self, fn: Callable[[], Any]) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self._pool, fn)
+
+    async def read(self, fn: Callable[[], Any]) -> Any:
+        """``call`` for a read whose result goes into a reply: returned once everything it may
+        show is durable, the writes of the pool (``Stores.settle``) and every commit round of
+        both doors started so far (``settled_all``)."""
+
+        def run() -> Any:
+            found = fn()
+            self.stores.settle()
+            return found
+
+        found = await self.call(run)
+        settling = self.settled()
+        if settling is not None:
+            await settling
+        return found
+
+    def settled(self) -> asyncio.Future[Any] | None:
+        """A future done once every commit round of both doors started so far is durable and
+        answered; None if they all are."""
+        return settled_all(self._committer, self.resp.committer if self.resp is not None else None)
 
     def check_token(self, token: object) -> bool:
         if self._token is None:

@@ -1,0 +1,218 @@
+"""No reply, on either door, shows a write whose fsync has not returned (durability "always"):
+a crash could still take it back, and Redis's ``appendfsync always`` answers after its fsync
+too. The writes here are the ones that do not go through a commit round's fsync before their
+locks are let go, and the reads that could see them meanwhile: a RESP batch holding a write and
+a slow read, a job put, a forwarded append, and the events of a native LISTEN. Each write's
+fsync is held at a gate (the file system of the test, through the I/O seam); a read of another
+connection, sent meanwhile, gets no reply until the gate opens, then the new data. (A reply
+that would go at once goes within the half second the test waits; on a machine too loaded to
+send it by then, the check holds anyway, and the read's reply after the gate is still checked.)
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from logspool import _wire as p
+from logspool import client
+from tests.server.conftest import Running
+from tests.server.test_loop_rounds import _GatedFsyncs, _resp_running
+from tests.server.test_native import connect_raw, read_frames, request
+
+
+class _LogGatedFsyncs(_GatedFsyncs):
+    """``_GatedFsyncs``, and while ``only`` is set, only the fsyncs of files whose path holds it
+    wait at the gate (a forward's own table, a key-value store beside the log, is fsynced at
+    once: its append comes after)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.only: str | None = None
+
+    def _gated(self, fd: int) -> None:
+        if self.only is not None and self.only not in os.readlink(f"/proc/self/fd/{fd}"):
+            return
+        self._sync()
+
+    def fsync(self, fd: int) -> None:
+        self._gated(fd)
+
+    def fdatasync(self, fd: int) -> None:
+        self._gated(fd)
+
+
+def _until(cond: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + 30
+    while not cond():
+        assert time.monotonic() < deadline, f"never: {what}"
+        time.sleep(0.001)
+
+
+class _Read:
+    """``fn`` in a thread; ``held()``: no result within half a second, or not ``new`` yet."""
+
+    def __init__(self, fn: Callable[[], Any]) -> None:
+        self.got: list[Any] = []
+        self.thread = threading.Thread(target=lambda: self.got.append(fn()), daemon=True)
+        self.thread.start()
+
+    def waited(self, shows_new: Callable[[Any], bool]) -> bool:
+        self.thread.join(0.5)
+        return self.thread.is_alive() or not shows_new(self.got[0])
+
+    def result(self) -> Any:
+        self.thread.join(60)
+        assert not self.thread.is_alive(), "the read never answered once the gate opened"
+        return self.got[0]
+
+
+def test_a_batch_of_a_write_and_a_slow_read_shows_nothing_before_its_fsync(tmp_path: Path) -> None:
+    """One read holding ``SET k new`` then ``KEYS *`` (a redis-py pipeline sends such batches;
+    KEYS runs in the pool): the SET runs in a commit round, whose fsync comes first; a GET of
+    another connection meanwhile waits for it, over RESP and over the native door."""
+    fs = _GatedFsyncs()
+    r, port = _resp_running(tmp_path, fs)
+    try:
+        other = redis.Redis(port=port, socket_timeout=60)
+        other.set("k", b"old")
+        store = r.server.stores.opened("kv", "default")
+        sock = socket.create_connection(("127.0.0.1", port), timeout=60)
+        fs.gate.clear()
+        sock.sendall(b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$3\r\nnew\r\n*2\r\n$4\r\nKEYS\r\n$1\r\n*\r\n")
+        _until(lambda: (e := store._state.values.get("k")) is not None and e.value == b"new", "SET decided")
+        resp_get = _Read(lambda: other.get("k"))
+
+        def native_get() -> Any:
+            with client.connect(r.address) as c:
+                return c.kv("default").get("k")
+
+        native = _Read(native_get)
+        assert resp_get.waited(lambda v: v == b"new"), "a RESP GET showed a SET before its fsync"
+        assert native.waited(lambda v: v == b"new"), "a native GET showed a SET before its fsync"
+        fs.gate.set()
+        assert resp_get.result() == b"new" and native.result() == b"new"
+        got = b""
+        while got.count(b"\r\n") < 3:  # +OK, then KEYS's array of one key
+            got += sock.recv(4096)
+        assert got == b"+OK\r\n*1\r\n$1\r\nk\r\n"
+        sock.close()
+        other.close()
+    finally:
+        fs.gate.set()
+        r.stop()
+
+
+def test_a_job_put_is_not_counted_or_shown_before_its_fsync(tmp_path: Path) -> None:
+    """An ADDJOB, in the pool, fsyncs after it lets go of the journal: QLEN and QPEEK over RESP
+    and jobs.STATS over the native door, sent meanwhile, wait for that fsync."""
+    fs = _GatedFsyncs()
+    r, port = _resp_running(tmp_path, fs)
+    try:
+        a = redis.Redis(port=port, socket_timeout=60)
+        b = redis.Redis(port=port, socket_timeout=60)
+        a.execute_command("ADDJOB", "q", "first", 0)
+        journal = r.server.stores.opened("jobs", "q")
+        before = journal._log.next_lsn
+        fs.gate.clear()
+        put = _Read(lambda: a.execute_command("ADDJOB", "q", "second", 0))
+        _until(lambda: journal._log.next_lsn > before, "the put written")
+        qlen = _Read(lambda: b.execute_command("QLEN", "q"))
+        qpeek = _Read(lambda: b.execute_command("QPEEK", "q", 10))
+
+        def stats() -> Any:
+            with client.connect(r.address) as c:
+                return c.jobs("q").stats()
+
+        native = _Read(stats)
+        assert qlen.waited(lambda n: n == 2), "QLEN counted a job before its fsync"
+        assert qpeek.waited(lambda jobs: len(jobs) == 2), "QPEEK showed a job before its fsync"
+        assert native.waited(lambda s: s["pending"] == 2 if isinstance(s, dict) else s.pending == 2)
+        fs.gate.set()
+        assert put.result()
+        assert qlen.result() == 2 and len(qpeek.result()) == 2
+        a.close()
+        b.close()
+    finally:
+        fs.gate.set()
+        r.stop()
+
+
+def test_a_forwarded_record_is_not_read_before_its_fsync(tmp_path: Path) -> None:
+    """A log.FORWARD appends in the pool and fsyncs after it lets go of the log: an XRANGE over
+    RESP and a log.READ over the native door, sent meanwhile, wait for that fsync."""
+    fs = _LogGatedFsyncs()
+    fs.only = f"{os.sep}logs{os.sep}s{os.sep}"
+    r, port = _resp_running(tmp_path, fs)
+    try:
+        with client.connect(r.address) as c:
+            c.log("s").append(b"old")
+        log = r.server.stores.opened("logs", "s")
+        sock = connect_raw(r.address)
+        sock.sendall(request(p.LOG_FORWARD, 1, name="s", producer="p", first=0, records=[b"warm"]))
+        assert read_frames(sock, 1)[0].body["appended"] == 1
+        before = log.next_lsn
+        fs.gate.clear()
+        sock.sendall(request(p.LOG_FORWARD, 2, name="s", producer="p", first=1, records=[b"forwarded"]))
+        _until(lambda: log.next_lsn > before, "the forwarded record written")
+        rc = redis.Redis(port=port, socket_timeout=60)
+        xrange = _Read(lambda: [fields[b"payload"] for _, fields in rc.xrange("s")])
+
+        def native_read() -> list[bytes]:
+            s2 = connect_raw(r.address)
+            s2.sendall(request(p.LOG_READ, 3, name="s", start=0))
+            records = [rec[2] for rec in read_frames(s2, 1)[0].body["records"]]
+            s2.close()
+            return records
+
+        native = _Read(native_read)
+        assert xrange.waited(lambda got: b"forwarded" in got), "XRANGE showed a record before its fsync"
+        assert native.waited(lambda got: b"forwarded" in got), "log.READ showed a record before its fsync"
+        fs.gate.set()
+        assert xrange.result()[-1] == b"forwarded" and native.result()[-1] == b"forwarded"
+        assert read_frames(sock, 1)[0].body["appended"] == 1
+        sock.close()
+        rc.close()
+    finally:
+        fs.gate.set()
+        r.stop()
+
+
+def test_a_listen_event_waits_for_the_fsync_of_what_it_shows(tmp_path: Path) -> None:
+    """A native LISTEN of a log: the event of a record forwarded into it is sent once the
+    record's fsync has returned, not when the record is written (its look runs on a change in
+    the log's directory, which comes before the fsync)."""
+    fs = _LogGatedFsyncs()
+    fs.only = f"{os.sep}logs{os.sep}s{os.sep}"
+    r = Running(tmp_path / "data", fs=fs)
+    try:
+        with client.connect(r.address) as c:
+            c.log("s").append(b"old")
+        log = r.server.stores.opened("logs", "s")
+        listener = connect_raw(r.address)
+        listener.sendall(request(p.LISTEN, 7, kind="log", name="s", start="latest"))
+        [ok] = read_frames(listener, 1)
+        assert ok.body == {"ok": True}
+        writer = connect_raw(r.address)
+        before = log.next_lsn
+        fs.gate.clear()
+        writer.sendall(request(p.LOG_FORWARD, 1, name="s", producer="p", first=0, records=[b"new"]))
+        _until(lambda: log.next_lsn > before, "the forwarded record written")
+        event = _Read(lambda: read_frames(listener, 1)[0].body)
+        assert event.waited(lambda body: bool(body.get("records"))), (
+            "an event showed a record before its fsync"
+        )
+        fs.gate.set()
+        assert [rec[2] for rec in event.result()["records"]] == [b"new"]
+        listener.close()
+        writer.close()
+    finally:
+        fs.gate.set()
+        r.stop()
