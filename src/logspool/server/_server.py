@@ -244,11 +244,12 @@ class Stores:
         "always"; an fsync under way is waited for, else one is led): after a read in the pool,
         before its reply. A write in the pool (a job's put, a forwarded append) fsyncs after it
         lets go of its locks, as a commit round does; a read meanwhile may see it, and its reply
-        must not show a write a crash could still take back."""
+        must not show a write a crash could still take back. (A store whose handle failed, its
+        fsync refused, is passed over: its own calls say so; the others' reads go on.)"""
         with self._lock:
             logs = [store if isinstance(store, Log) else store._log for store in self._open.values()]
         for log in logs:
-            if log.durability == "always":
+            if log.durability == "always" and log._state.usable:
                 log.sync()
 
     def listing(self) -> dict[str, list[str]]:
