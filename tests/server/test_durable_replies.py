@@ -11,6 +11,7 @@ send it by then, the check holds anyway, and the read's reply after the gate is 
 
 from __future__ import annotations
 
+import errno
 import os
 import socket
 import threading
@@ -19,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 import redis
 
 from logspool import _wire as p
@@ -216,3 +218,56 @@ def test_a_listen_event_waits_for_the_fsync_of_what_it_shows(tmp_path: Path) -> 
     finally:
         fs.gate.set()
         r.stop()
+
+
+class _FailingFsyncs(_GatedFsyncs):
+    """``_GatedFsyncs``, and while ``failing`` is set, every fsync fails with EIO (a disk that
+    refuses it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failing = threading.Event()
+
+    def _sync(self) -> None:
+        super()._sync()
+        if self.failing.is_set():
+            raise OSError(errno.EIO, "injected: the disk refused the fsync")
+
+
+def test_a_failed_fsync_stops_the_daemon_before_any_reply_can_show_its_write(tmp_path: Path) -> None:
+    """A SET whose fsync fails: its value is in the store's memory, and maybe in the page cache,
+    but nothing says it is on the disk (fsyncgate). As redis-server exits when an ``appendfsync
+    always`` fsync fails, the daemon sends no reply from then on (the SET's connection and every
+    other is closed: a GET could show the value) and stops. A restart recovers what the disk
+    holds, the old value or the new one, and serves again."""
+    fs = _FailingFsyncs()
+    r, port = _resp_running(tmp_path, fs)
+    try:
+        reader = redis.Redis(port=port, socket_timeout=60, single_connection_client=True)
+        reader.set("k", b"old")
+        native = connect_raw(r.address)
+        writer = redis.Redis(port=port, socket_timeout=60, single_connection_client=True)
+        assert writer.ping()
+        fs.failing.set()
+        with pytest.raises(redis.ConnectionError):  # (no reply: not even the error's)
+            writer.set("k", b"new")
+        fs.failing.clear()
+        with pytest.raises(redis.ConnectionError):
+            reader.get("k")
+        native.sendall(request(p.KV_GET, 1, name="default", key="k"))
+        assert native.recv(4096) == b"", "the native connection answered after the failed fsync"
+        r.thread.join(30)
+        assert not r.thread.is_alive(), "the daemon went on serving after a failed fsync"
+        assert r.server.failure is not None
+        native.close()
+    finally:
+        fs.failing.clear()
+        r.stop()
+    again, port = _resp_running(tmp_path, _GatedFsyncs())
+    try:
+        client_again = redis.Redis(port=port, socket_timeout=60)
+        assert client_again.get("k") in (b"old", b"new")
+        assert client_again.set("k2", b"v") and client_again.get("k2") == b"v"
+        client_again.close()
+    finally:
+        again.stop()

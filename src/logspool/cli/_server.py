@@ -81,7 +81,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     _open_files_limit(limits.connections_max, limits.stores_max)
 
-    async def run() -> None:
+    async def run() -> int:
         server = Server(conf["data"], host=host, port=port if native else None, token=token,
                         ssl_context=context, limits=limits, durability=conf.get("durability", "always"),
                         resp=resp, own_kv=bool(conf.get("own_kv", False)))  # fmt: skip
@@ -100,11 +100,15 @@ def _cmd_serve(args: argparse.Namespace) -> int:
             print(f"logspool serve: RESP on {o.host}:{o.port} (key-value store {o.kv!r}, data {server.data})",
                   flush=True)  # fmt: skip
         await server.wait_stopped()
+        if server.failure is not None:
+            print(f"logspool serve: stopped: an fsync failed ({server.failure}); restart the daemon to "
+                  "recover what the disk holds", file=sys.stderr, flush=True)  # fmt: skip
+            return 1
         print("logspool serve: stopped", flush=True)
+        return 0
 
     with asyncio.Runner(loop_factory=_loop_factory(conf.get("event_loop", "auto"))) as runner:
-        runner.run(run())
-    return 0
+        return int(runner.run(run()))
 
 
 FDS_A_STORE = 8  # files a served store holds open (a key-value store 7: its op log's 5, snapshots)

@@ -13,6 +13,7 @@ Invariants:
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 from ..errors import ClosedError, FailedError, ReadOnlyError
 
@@ -20,7 +21,7 @@ from ..errors import ClosedError, FailedError, ReadOnlyError
 class HandleState:
     """The life of one handle; shared by the parts of the log that write. Any thread."""
 
-    __slots__ = ("closed", "failure", "path", "pid", "readonly", "usable")
+    __slots__ = ("closed", "failure", "on_fail", "path", "pid", "readonly", "usable")
 
     def __init__(self, path: str, *, readonly: bool) -> None:
         self.path = path
@@ -29,12 +30,18 @@ class HandleState:
         self.closed = False
         self.failure: BaseException | None = None
         self.usable = not readonly
+        # Told of the failure, once, on the thread that met it (the daemon stops: see
+        # ``server.Stores.get``); None: nobody.
+        self.on_fail: Callable[[str, BaseException], None] | None = None
 
     def fail(self, err: BaseException) -> None:
         """Stop this handle for good (fsyncgate: never retry an fsync, never ack past it)."""
-        if self.failure is None:
+        first = self.failure is None
+        if first:
             self.failure = err
         self.usable = False
+        if first and self.on_fail is not None:
+            self.on_fail(self.path, err)
 
     def failure_now(self) -> BaseException | None:
         return self.failure

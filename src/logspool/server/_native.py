@@ -509,6 +509,10 @@ class NativeConnection(asyncio.Protocol):
     def _write(self, data: bytes) -> None:
         if self._closed or self.transport is None or not data:
             return
+        if self.server.failure is not None:  # (a store's fsync failed: no reply from now on)
+            self._lost = True
+            self.transport.abort()
+            return
         self.server.counters.bytes_out += len(data)
         self.transport.write(data)
 

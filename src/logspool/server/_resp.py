@@ -586,6 +586,10 @@ class _Connection(asyncio.Protocol):
         transport = self.transport
         if transport is None or self._lost or not data:
             return
+        if self.server.failure is not None:  # (a store's fsync failed: no reply from now on)
+            self._lost = True
+            transport.abort()
+            return
         self.server.counters.bytes_out += len(data)
         transport.write(data)
         if transport.get_write_buffer_size() > self.front.options.output_size_max:

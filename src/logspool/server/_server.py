@@ -181,6 +181,8 @@ class Stores:
         self.stores_max = stores_max
         self.own_kv = own_kv  # every key-value store opened is owned (``Server``'s ``own_kv``)
         self.fs = fs  # the I/O seam of every store opened (None: the real one; tests fault it)
+        # Told when a store's log handle fails (an fsync refused: ``Server._store_failed``).
+        self.on_fail: Callable[[str, BaseException], None] | None = None
         self._open: dict[tuple[str, str], Any] = {}
         self._locks: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
@@ -216,6 +218,9 @@ class Stores:
                 if self.fs is not None:
                     owned["fs"] = self.fs
                 found = opener(path, durability=self.durability, **owned)
+                if self.durability == "always":  # (a promise a failed fsync breaks: see on_fail)
+                    log = found if isinstance(found, Log) else found._log
+                    log._state.on_fail = self.on_fail
                 self._open[(kind, name)] = found
             return found
 
@@ -359,6 +364,11 @@ class Server:
         self._ssl = ssl_context
         self.limits = limits or Limits()
         self.stores = Stores(self.data, durability, self.limits.stores_max, fs, own_kv=own_kv)
+        self.stores.on_fail = self._store_failed
+        # A store's fsync failed ("always"): no reply goes out after it, the daemon stops
+        # (``_store_failed``); set on the thread that met it, read by every connection's write.
+        self.failure: BaseException | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         self.counters = Counters()
         self.started = time.time()
         self._pool = concurrent.futures.ThreadPoolExecutor(self.limits.threads, thread_name_prefix="logspool")
@@ -386,7 +396,7 @@ class Server:
         from ._native import NativeConnection
         from ._native_rounds import make_committer
 
-        loop = asyncio.get_running_loop()
+        loop = self._loop = asyncio.get_running_loop()
         if self.resp is not None:
             await self.resp.start()
         if self._listen:
@@ -438,6 +448,27 @@ class Server:
 
     async def wait_stopped(self) -> None:
         await self._stopped.wait()
+
+    def _store_failed(self, path: str, err: BaseException) -> None:
+        """A store's log handle failed (an fsync refused, durability "always"): what its memory
+        and the page cache hold may not be on the disk, and nothing tells which (fsyncgate). As
+        redis-server exits when an ``appendfsync always`` fsync fails, the daemon stops: from now
+        on no connection sends a reply (``failure``, checked by every write to a client: a reply
+        could show such a write), and it stops serving; a restart recovers what the disk holds.
+        Any thread."""
+        if self.failure is not None:
+            return
+        self.failure = err
+        _logger.critical(
+            "%s: fsync failed (%s): the daemon stops; no reply is sent from now on (one could show a "
+            "write the disk may not hold); restart it to recover what the disk holds",
+            path,
+            err,
+        )
+        loop = self._loop
+        if loop is not None:
+            with contextlib.suppress(RuntimeError):  # (the loop closed: stopped already)
+                loop.call_soon_threadsafe(lambda: asyncio.ensure_future(self.stop(timeout_s=1.0)))
 
     async def stop(self, timeout_s: float = 30.0) -> None:
         """Stop accepting, stop reading requests, let those in flight reply, close the stores."""
