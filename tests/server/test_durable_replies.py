@@ -271,3 +271,117 @@ def test_a_failed_fsync_stops_the_daemon_before_any_reply_can_show_its_write(tmp
         client_again.close()
     finally:
         again.stop()
+
+
+def test_a_transaction_does_not_show_a_job_put_or_a_forwarded_record_before_its_fsync(tmp_path: Path) -> None:
+    """An EXEC runs in a commit round; what its queued reads read was written outside any round
+    (a job's put, a forwarded append: in the pool, fsynced after they let go of their locks):
+    its reply waits for their fsyncs too."""
+    fs = _LogGatedFsyncs()
+    r, port = _resp_running(tmp_path, fs)
+    try:
+        rc = redis.Redis(port=port, socket_timeout=60, single_connection_client=True)
+        for name in ("QLEN", "XRANGE", "SET", "EXEC"):
+            rc.set_response_callback(name, lambda reply, **_: reply)
+        a = redis.Redis(port=port, socket_timeout=60)
+        a.execute_command("ADDJOB", "q", "first", 0)
+        journal = r.server.stores.opened("jobs", "q")
+        assert rc.execute_command("MULTI") == b"OK"
+        assert rc.execute_command("QLEN", "q") == b"QUEUED"
+        assert rc.execute_command("SET", "y", "1") == b"QUEUED"
+        before = journal._log.next_lsn
+        fs.only = f"{os.sep}jobs{os.sep}q{os.sep}"
+        fs.gate.clear()
+        put = _Read(lambda: a.execute_command("ADDJOB", "q", "second", 0))
+        _until(lambda: journal._log.next_lsn > before, "the put written")
+        exec_ = _Read(lambda: rc.execute_command("EXEC"))
+        assert exec_.waited(lambda reply: reply[0] == 2), "EXEC counted a job before its fsync"
+        fs.gate.set()
+        assert exec_.result() == [2, b"OK"] and put.result()
+
+        with client.connect(r.address) as c:
+            c.log("s").append(b"old")
+        log = r.server.stores.opened("logs", "s")
+        sock = connect_raw(r.address)
+        sock.sendall(request(p.LOG_FORWARD, 1, name="s", producer="p", first=0, records=[b"warm"]))
+        assert read_frames(sock, 1)[0].body["appended"] == 1
+        assert rc.execute_command("MULTI") == b"OK"
+        assert rc.execute_command("XRANGE", "s", "-", "+") == b"QUEUED"
+        assert rc.execute_command("SET", "x", "1") == b"QUEUED"
+        before = log.next_lsn
+        fs.only = f"{os.sep}logs{os.sep}s{os.sep}"
+        fs.gate.clear()
+        sock.sendall(request(p.LOG_FORWARD, 2, name="s", producer="p", first=1, records=[b"forwarded"]))
+        _until(lambda: log.next_lsn > before, "the forwarded record written")
+        exec_ = _Read(lambda: rc.execute_command("EXEC"))
+        assert exec_.waited(lambda reply: reply[0][-1][1][-1] == b"forwarded"), (
+            "EXEC showed a record before its fsync"
+        )
+        fs.gate.set()
+        entries, ok = exec_.result()
+        assert entries[-1][1][-1] == b"forwarded" and ok == b"OK"
+        assert read_frames(sock, 1)[0].body["appended"] == 1
+        sock.close()
+        rc.close()
+        a.close()
+    finally:
+        fs.gate.set()
+        r.stop()
+
+
+def test_an_error_reply_does_not_tell_of_a_write_before_its_fsync(tmp_path: Path) -> None:
+    """A job acked by one connection, its fsync held: a second ack of it, by another, is told
+    the job is gone only once the first ack is durable (an error's reply shows a write too)."""
+    fs = _LogGatedFsyncs()
+    r = Running(tmp_path / "data", fs=fs)
+    try:
+        with client.connect(r.address) as c:
+            c.jobs("q").put("k", b"payload")
+        taker = connect_raw(r.address)
+        taker.sendall(request(p.JOB_TAKE, 1, name="q", lease=60.0))
+        job = read_frames(taker, 1)[0].body["job"]
+        journal = r.server.stores.opened("jobs", "q")
+        before = journal._log.next_lsn
+        fs.only = f"{os.sep}jobs{os.sep}q{os.sep}"
+        fs.gate.clear()
+        first, second = connect_raw(r.address), connect_raw(r.address)
+        first.sendall(request(p.JOB_ACK, 2, name="q", id=job["id"], token=job["token"]))
+        _until(lambda: journal._log.next_lsn > before, "the first ack written")
+        second.sendall(request(p.JOB_ACK, 3, name="q", id=job["id"], token=job["token"]))
+        again = _Read(lambda: read_frames(second, 1)[0])
+        assert again.waited(lambda frame: bool(frame.flags & p.FLAG_ERROR)), (
+            "an error told of an ack before its fsync"
+        )
+        fs.gate.set()
+        assert again.result().flags & p.FLAG_ERROR
+        assert not read_frames(first, 1)[0].flags & p.FLAG_ERROR
+        for sock in (taker, first, second):
+            sock.close()
+    finally:
+        fs.gate.set()
+        r.stop()
+
+
+def test_a_failed_fsync_of_a_consumer_group_stops_the_daemon(tmp_path: Path) -> None:
+    """A consumer group's store (beside its stream) is the daemon's too: an XREADGROUP whose
+    group op's fsync fails stops the daemon as any store's does; no reply goes out after it."""
+    fs = _FailingFsyncs()
+    r, port = _resp_running(tmp_path, fs)
+    try:
+        rc = redis.Redis(port=port, socket_timeout=60, single_connection_client=True)
+        other = redis.Redis(port=port, socket_timeout=60, single_connection_client=True)
+        rc.set("k", "v")
+        rc.xgroup_create("s", "g", id="0", mkstream=True)
+        rc.xadd("s", {"f": "1"})
+        assert other.ping()
+        fs.failing.set()
+        with pytest.raises(redis.ConnectionError):
+            rc.xreadgroup("g", "c", {"s": ">"})
+        fs.failing.clear()
+        with pytest.raises(redis.ConnectionError):
+            other.get("k")
+        r.thread.join(30)
+        assert not r.thread.is_alive(), "the daemon went on serving after a group's fsync failed"
+    finally:
+        fs.failing.clear()
+        r.stop()

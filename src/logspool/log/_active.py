@@ -951,6 +951,9 @@ class _Locked:
         try:
             if not a._handle.usable:  # (one flag: check_usable's fork test is a getpid call)
                 a._handle.check_usable()
+            hook = a._handle.on_write
+            if hook is not None:
+                hook()
             if not (a.single or a.held):
                 a.take_flock(self._timeout_s, self._idle)
                 self._flock = True

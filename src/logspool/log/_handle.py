@@ -21,7 +21,7 @@ from ..errors import ClosedError, FailedError, ReadOnlyError
 class HandleState:
     """The life of one handle; shared by the parts of the log that write. Any thread."""
 
-    __slots__ = ("closed", "failure", "on_fail", "path", "pid", "readonly", "usable")
+    __slots__ = ("closed", "failure", "on_fail", "on_write", "path", "pid", "readonly", "usable")
 
     def __init__(self, path: str, *, readonly: bool) -> None:
         self.path = path
@@ -33,15 +33,19 @@ class HandleState:
         # Told of the failure, once, on the thread that met it (the daemon stops: see
         # ``server.Stores.get``); None: nobody.
         self.on_fail: Callable[[str, BaseException], None] | None = None
+        # Called by a writer once it holds the writer lock, before it writes a byte (the
+        # daemon's ``Stores.settle`` knows so which logs a read may have seen written); None:
+        # nobody.
+        self.on_write: Callable[[], None] | None = None
 
     def fail(self, err: BaseException) -> None:
         """Stop this handle for good (fsyncgate: never retry an fsync, never ack past it)."""
         first = self.failure is None
         if first:
             self.failure = err
+            if self.on_fail is not None:  # (before ``usable`` falls: see Stores.settle)
+                self.on_fail(self.path, err)
         self.usable = False
-        if first and self.on_fail is not None:
-            self.on_fail(self.path, err)
 
     def failure_now(self) -> BaseException | None:
         return self.failure

@@ -183,8 +183,11 @@ class Writer:
         plain record in the middle of a segment (a rotation, an index entry, a batch) goes the
         long way.
         """
-        if not self._handle.usable:
-            self._handle.check_usable()
+        handle = self._handle
+        if not handle.usable:
+            handle.check_usable()
+        if handle.on_write is not None:  # (as ``ActiveSegment.locked`` does)
+            handle.on_write()
         fs = self._fs
         a = self._active
         single = a.single

@@ -564,7 +564,7 @@ class NativeConnection(asyncio.Protocol):
         for _ in range(1 << 30):  # bounded by the deadline: each turn waits or returns
             fut = tails.register(watch)  # before the look: a change after it wakes this wait
             try:
-                reply: dict[str, Any] = await server.call(functools.partial(handler, look))
+                reply: dict[str, Any] = await server.read(functools.partial(handler, look))
                 look = {**look, "ack": []}  # (the first look acked them, all or none)
                 left = deadline - time.monotonic()
                 if reply.get("job") is not None or reply.get("jobs") or left <= 0:

@@ -35,7 +35,9 @@ waits for that round to be answered (``settled``). A round's own commands may re
 EXEC's XRANGE, an INCR): what they read of a store or log the round wrote is made durable by
 its own fsync; what another door's round wrote, decided before it but not yet fsynced, is not.
 So the replies of a round that ran any command but a plain SET wait for every round of the
-other door decided before it (``_Round.waits``, ``Committer.settled_through``). Decisions take
+other door decided before it (``_decided_before``, ``Committer.settled_through``), and, on the
+committer's thread, once every log written outside a round is durable (``Stores.settle``: a job's
+put, a forwarded append). Decisions take
 ``_ROUNDS`` one at a time, so "decided before" is one order for both doors: two rounds never
 wait for each other.
 """
@@ -216,6 +218,8 @@ class Committer:
             number = self.rounds
             try:
                 done, waits = self._round(round_, number)
+                if waits is not None:  # (it ran more than plain SETs: it may have read the pool's writes)
+                    self._settle_pool_writes(done)
             finally:
                 with self._cond:
                     self._busy = False
@@ -228,7 +232,7 @@ class Committer:
         number: int,
         taken: list[Any] | None = None,
         tails: HeldTails | None = None,
-    ) -> tuple[_Done, _Waits]:
+    ) -> tuple[_Done, _Waits | None]:
         """Run a round's batches as one decision and make them durable (their outcomes; an
         error reply for each command if the write or the fsync failed), and the rounds of the
         other door its replies wait for (none if it ran plain SETs only; see the module
@@ -237,7 +241,7 @@ class Committer:
         ``tails``: the streams' writer locks it took (likewise)."""
         self.batches += len(round_)
         done: _Done = []
-        waits: _Waits | None = None
+        waits: _Waits | None = None  # (None: the round ran plain SETs only)
         wrote_kv = False
         logs: dict[str, Any] = {}
         try:
@@ -303,7 +307,23 @@ class Committer:
             _logger.error("RESP commit round failed: %s", err)
             failed = w.error(f"ERR the write failed, the commands may or may not be applied: {err}")
             done = [(fut, _Batch([failed] * len(cmds), [])) for _, cmds, fut in round_]
-        return done, waits or []
+        return done, waits
+
+    def _settle_pool_writes(self, done: _Done) -> None:
+        """On the committer's thread, after a round that ran more than plain SETs (an EXEC with
+        an XRANGE or a QLEN in it): every log written outside a round, in the pool (a job's put,
+        a forwarded append), durable before the round's replies go (``Stores.settle``). A round
+        on the loop needs none: it holds key-value writes of a store the daemon owns and plain
+        XADDs, whose replies show only what the round wrote and fsynced itself."""
+        try:
+            self.front.server.stores.settle()
+        except Exception as err:  # (a store's fsync failed: the daemon stops, no reply goes)
+            _logger.error("commit round: making the pool's writes durable failed: %s", err)
+            failed = w.error(f"ERR the write failed, the commands may or may not be applied: {err}")
+            done[:] = [
+                (fut, _Batch([failed] * len(o.replies), []) if isinstance(o, _Batch) else o)
+                for fut, o in done
+            ]
 
     def _decided_before(self) -> _Waits:
         """Under ``_ROUNDS``, in a round's decision: the last round of each other committer of
@@ -388,7 +408,7 @@ class Committer:
         self.rounds_here += 1
         number = self.rounds
         try:
-            done, waits = self._round(group, number, taken, tails)
+            done, waits = self._round(group, number, taken, tails)  # (no settle: see _settle_pool_writes)
         finally:
             with self._cond:
                 self._busy = False

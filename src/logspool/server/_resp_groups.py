@@ -56,7 +56,7 @@ import logging
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from .. import limits
@@ -637,9 +637,17 @@ class Groups:
     """The group stores of the daemon's streams, opened on first use (at most
     ``STORES_OPEN_MAX``). Any thread."""
 
-    def __init__(self, data: str, durability: Durability) -> None:
+    def __init__(
+        self,
+        data: str,
+        durability: Durability,
+        adopt: Callable[[Log], None] | None = None,
+        fs: FileSystem | None = None,
+    ) -> None:
         self.data = data
         self.durability = durability
+        self._fs = fs  # the I/O seam (the daemon's: tests fault it)
+        self._adopt = adopt  # (the daemon's ``Stores.adopt``: each store's log watched as theirs)
         self._open: dict[str, GroupStore] = {}
         self._lock = threading.Lock()
         self.readers = KeptReaders()  # (shared by the stores: one bound for the daemon)
@@ -660,7 +668,11 @@ class Groups:
             if not os.path.isdir(root):
                 os.makedirs(root, exist_ok=True)
                 REAL.fsync_dir(self.data)  # the new directory's name must survive a power cut
-            found = self._open[name] = GroupStore(path, log, self.durability, readers=self.readers)
+            found = self._open[name] = GroupStore(
+                path, log, self.durability, fs=self._fs, readers=self.readers
+            )
+            if self._adopt is not None:
+                self._adopt(found._log)
             return found
 
     def close(self) -> None:

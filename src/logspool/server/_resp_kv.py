@@ -36,6 +36,7 @@ decision, ``with store.transaction()``, whose calls join it; issue 34.)
 
 from __future__ import annotations
 
+import itertools
 import re
 import struct
 import sys
@@ -462,7 +463,7 @@ class RedisKV:
 
     def flush(self, d: Decision, count: int) -> int:
         """Delete up to ``count`` keys (FLUSHDB runs decisions of this until none is left)."""
-        keys = list(d.state.values)[:count]
+        keys = list(itertools.islice(d.state.values, count))
         for key in keys:
             d.unlocked(key)
             d.delete(key)

@@ -183,6 +183,10 @@ class Stores:
         self.fs = fs  # the I/O seam of every store opened (None: the real one; tests fault it)
         # Told when a store's log handle fails (an fsync refused: ``Server._store_failed``).
         self.on_fail: Callable[[str, BaseException], None] | None = None
+        # The logs written since a read last made them durable (``settle``): each with a count
+        # of its writes, raised by a writer once it holds the log's writer lock (``adopt``).
+        self._written: dict[Log, int] = {}
+        self._written_lock = threading.Lock()
         self._open: dict[tuple[str, str], Any] = {}
         self._locks: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
@@ -218,9 +222,7 @@ class Stores:
                 if self.fs is not None:
                     owned["fs"] = self.fs
                 found = opener(path, durability=self.durability, **owned)
-                if self.durability == "always":  # (a promise a failed fsync breaks: see on_fail)
-                    log = found if isinstance(found, Log) else found._log
-                    log._state.on_fail = self.on_fail
+                self.adopt(found if isinstance(found, Log) else found._log)
                 self._open[(kind, name)] = found
             return found
 
@@ -244,18 +246,39 @@ class Stores:
     def kv(self, body: dict[str, Any]) -> kv.Store:
         return self.get("kv", _name(body))  # type: ignore[no-any-return]
 
+    def adopt(self, log: Log) -> None:
+        """Watch a log of the daemon (a store's, or a consumer group store's), with durability
+        "always": its writes for ``settle``, its failure for ``on_fail``."""
+        if self.durability != "always":
+            return
+        log._state.on_fail = self.on_fail
+        log._state.on_write = lambda: self._wrote(log)
+
+    def _wrote(self, log: Log) -> None:
+        with self._written_lock:
+            self._written[log] = self._written.get(log, 0) + 1
+
     def settle(self) -> None:
-        """Return once what every open store has written so far is durable (with durability
-        "always"; an fsync under way is waited for, else one is led): after a read in the pool,
-        before its reply. A write in the pool (a job's put, a forwarded append) fsyncs after it
-        lets go of its locks, as a commit round does; a read meanwhile may see it, and its reply
-        must not show a write a crash could still take back. (A store whose handle failed, its
-        fsync refused, is passed over: its own calls say so; the others' reads go on.)"""
-        with self._lock:
-            logs = [store if isinstance(store, Log) else store._log for store in self._open.values()]
-        for log in logs:
-            if log.durability == "always" and log._state.usable:
+        """Return once what every log of the daemon has written so far is durable (with
+        durability "always"; an fsync under way is waited for, else one is led): after a read
+        in the pool, before its reply. A write in the pool (a job's put, a forwarded append)
+        fsyncs after it lets go of its locks, as a commit round does; a read meanwhile may see
+        it, and its reply must not show a write a crash could still take back. Only the logs
+        written since they were last settled are looked at (``_written``); each one's writer
+        lock is taken and given back first: a write under way may be read already (its bytes
+        are in the file before the handle counts them written), and its end must be in the
+        fsync. A log whose handle failed (its fsync refused: the daemon stops) or closed is
+        passed over."""
+        with self._written_lock:
+            marked = list(self._written.items())
+        for log, count in marked:
+            if log._state.usable:
+                with log._active.lock:  # (a writer that holds it has written, or will)
+                    pass
                 log.sync()
+            with self._written_lock:
+                if self._written.get(log) == count:  # (else written again since: kept)
+                    del self._written[log]
 
     def listing(self) -> dict[str, list[str]]:
         with self._lock:
@@ -536,15 +559,17 @@ class Server:
         both doors started so far (``settled_all``)."""
 
         def run() -> Any:
-            found = fn()
-            self.stores.settle()
-            return found
+            try:
+                return fn()
+            finally:  # (an error's reply may show a write too: "the job is gone, acked")
+                self.stores.settle()
 
-        found = await self.call(run)
-        settling = self.settled()
-        if settling is not None:
-            await settling
-        return found
+        try:
+            return await self.call(run)
+        finally:
+            settling = self.settled()
+            if settling is not None:
+                await settling
 
     def settled(self) -> asyncio.Future[Any] | None:
         """A future done once every commit round of both doors started so far is durable and
