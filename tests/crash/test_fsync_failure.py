@@ -118,3 +118,52 @@ def test_a_log_reopened_after_the_failure_in_the_same_boot_leaves_no_hole(fast_d
         with logspool.open(work / "after" / "log") as log:
             assert [r.lsn for r in log.read()] == list(range(log.info().next_lsn))
         assert logspool.verify(work / "after" / "log").ok
+
+
+def _rotating_appends(path: Path, fs: FaultFS) -> list[bytes]:
+    """``appends``, with records of 200 KB into segments of 1 MiB: a new segment every fifth
+    record; an append that fails without failing the log (not acknowledged) goes on to the next."""
+    acked: list[bytes] = []
+    try:
+        log = logspool.open(path, fs=fs, durability="always", segment_size_max=1 << 20)
+    except (logspool.FailedError, OSError):
+        return acked  # (creating the log failed, its meta or its first segment: never opened)
+    with log:
+        for i in range(20):
+            big = payload(i) + b"r" * 200_000
+            try:
+                log.append(big)
+            except logspool.FailedError:
+                break
+            except logspool.AppendError:
+                continue
+            acked.append(big)
+    return acked
+
+
+def test_a_failed_fsync_of_a_new_segment_or_its_directory_fails_the_log(fast_dir: Path) -> None:
+    """Each fsync a rotation makes to create the next segment (its file, then its directory)
+    fails in turn: the log fails stop, and after a power failure nothing acknowledged is missing.
+    (Before, a failed directory fsync was an append's error only: the next append found the new
+    segment there, wrote into it and was acknowledged, and the power failure took the segment's
+    name with its records.)"""
+    (fast_dir / "count").mkdir()
+    counting = FaultFS(str(fast_dir / "count"))
+    _rotating_appends(fast_dir / "count" / "log", counting)
+    counting.release()
+    kinds = counting.kinds
+    # a new segment's fsyncs: the fsync of its file just before the directory's, and that one
+    creating = [n + 1 for n, kind in enumerate(kinds) if kind == "fsync_dir"]
+    creating += [n for n in creating if kinds[n - 2] == "fsync"]
+    assert len(creating) >= 4, f"the workload rotated too little: {kinds}"
+    for n in sorted(creating):
+        kind = kinds[n - 1]
+        work = fast_dir / f"rotate{n}"
+        work.mkdir()
+        fs = FaultFS(str(work), fault=Fault(n, errno.EIO, ops=(kind,)), fsyncgate=True)
+        acked = _rotating_appends(work / "log", fs)
+        assert fs.faults_raised == 1, f"the {kind} at operation {n} was not reached"
+        if not acked:  # (the log was never created: nothing to lose)
+            fs.release()
+            continue
+        assert lost_after_power_failure(fs, work, acked) == [], f"{kind} at operation {n} failed"

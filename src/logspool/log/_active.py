@@ -378,7 +378,7 @@ class ActiveSegment:
             # Always fsynced, whatever the durability: other handles of the log may be "always"
             # and rely on every segment before theirs being durable (the sync mark). (The new
             # size, zeros included, is made durable by the same fsync.)
-            self._fs.fsync(fd)  # crash before: a segment without header, rewritten on open
+            self._created_sync(lambda: self._fs.fsync(fd))  # crash before: no header, rewritten on open
         finally:
             self._fs.close(fd)
         idx = self._fs.open(index_path(self._root, base), os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND)
@@ -386,8 +386,20 @@ class ActiveSegment:
             self._fs.write(idx, fmt.encode_index_header(base, self.index_interval))
         finally:
             self._fs.close(idx)
-        self._fs.fsync_dir(self._root)  # without this the new segment's name can be lost
+        self._created_sync(lambda: self._fs.fsync_dir(self._root))  # else the new name can be lost
         return True
+
+    def _created_sync(self, sync: Callable[[], None]) -> None:
+        """An fsync of a segment's creation; if it fails, the handle fails for good, as for any
+        fsync (fsyncgate): the segment exists, and a retry would find it (``create_segment``
+        answers False) and append into it, acknowledging records whose segment's name may never
+        reach the disk (a failed directory fsync, then a power cut: acknowledged records lost,
+        found by tests/crash/test_fsync_failure.py)."""
+        try:
+            sync()
+        except OSError as err:
+            self._handle.fail(err)
+            raise FailedError(self._root, f"fsync failed while creating a segment: {err}") from err
 
     def set_deadline(self, created_ns: int) -> None:
         age = self._age_max_ns
