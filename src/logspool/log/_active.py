@@ -963,13 +963,15 @@ class _Locked:
         try:
             if not a._handle.usable:  # (one flag: check_usable's fork test is a getpid call)
                 a._handle.check_usable()
-            hook = a._handle.on_write
-            if hook is not None:
-                hook()
             if not (a.single or a.held):
                 a.take_flock(self._timeout_s, self._idle)
                 self._flock = True
+            hook = a._handle.on_write  # (once the write may go on: not while it waits a flock)
+            if hook is not None:
+                hook()
         except BaseException:
+            if self._flock:
+                a._fs.unlock(a.lock_fd)
             a.lock.release()
             raise
 

@@ -186,8 +186,6 @@ class Writer:
         handle = self._handle
         if not handle.usable:
             handle.check_usable()
-        if handle.on_write is not None:  # (as ``ActiveSegment.locked`` does)
-            handle.on_write()
         fs = self._fs
         a = self._active
         single = a.single
@@ -195,6 +193,8 @@ class Writer:
         mine = single or held  # the flock is this handle's already: nobody else wrote
         waited = False if mine else a.take_flock()
         try:
+            if handle.on_write is not None:  # (as ``ActiveSegment.locked`` does, once the flock is held)
+                handle.on_write()
             if a.needs_recovery:
                 self._catch_up(None)
             elif not mine:
