@@ -51,6 +51,18 @@ class _LogGatedFsyncs(_GatedFsyncs):
         self._gated(fd)
 
 
+def _forwarding(r: Running) -> tuple[Any, socket.socket]:
+    """The log ``s`` (one record), and a native connection that has forwarded one record into
+    it (the forward's own table beside the log opened: later forwards append at once)."""
+    with client.connect(r.address) as c:
+        c.log("s").append(b"old")
+    log = r.server.stores.opened("logs", "s")
+    sock = connect_raw(r.address)
+    sock.sendall(request(p.LOG_FORWARD, 1, name="s", producer="p", first=0, records=[b"warm"]))
+    assert read_frames(sock, 1)[0].body["appended"] == 1
+    return log, sock
+
+
 def _until(cond: Callable[[], bool], what: str) -> None:
     deadline = time.monotonic() + 30
     while not cond():
@@ -154,12 +166,7 @@ def test_a_forwarded_record_is_not_read_before_its_fsync(tmp_path: Path) -> None
     fs.only = f"{os.sep}logs{os.sep}s{os.sep}"
     r, port = _resp_running(tmp_path, fs)
     try:
-        with client.connect(r.address) as c:
-            c.log("s").append(b"old")
-        log = r.server.stores.opened("logs", "s")
-        sock = connect_raw(r.address)
-        sock.sendall(request(p.LOG_FORWARD, 1, name="s", producer="p", first=0, records=[b"warm"]))
-        assert read_frames(sock, 1)[0].body["appended"] == 1
+        log, sock = _forwarding(r)
         before = log.next_lsn
         fs.gate.clear()
         sock.sendall(request(p.LOG_FORWARD, 2, name="s", producer="p", first=1, records=[b"forwarded"]))
@@ -299,12 +306,7 @@ def test_a_transaction_does_not_show_a_job_put_or_a_forwarded_record_before_its_
         fs.gate.set()
         assert exec_.result() == [2, b"OK"] and put.result()
 
-        with client.connect(r.address) as c:
-            c.log("s").append(b"old")
-        log = r.server.stores.opened("logs", "s")
-        sock = connect_raw(r.address)
-        sock.sendall(request(p.LOG_FORWARD, 1, name="s", producer="p", first=0, records=[b"warm"]))
-        assert read_frames(sock, 1)[0].body["appended"] == 1
+        log, sock = _forwarding(r)
         assert rc.execute_command("MULTI") == b"OK"
         assert rc.execute_command("XRANGE", "s", "-", "+") == b"QUEUED"
         assert rc.execute_command("SET", "x", "1") == b"QUEUED"
