@@ -11,6 +11,7 @@ and kill tests of tests/server/)."""
 from __future__ import annotations
 
 import errno
+import mmap
 import socket
 import subprocess
 import sys
@@ -22,6 +23,8 @@ from pathlib import Path
 import pytest
 import redis
 
+import logspool
+from logspool import _format as fmt
 from logspool import _wire as p
 from logspool import client
 from logspool._fs import FileSystem
@@ -597,3 +600,71 @@ def test_a_lock_that_fails_on_the_loop_sends_the_round_to_the_thread(tmp_path: P
         c.close()
     finally:
         r.stop()
+
+
+class _CountedGates(FileSystem):
+    """fsyncs of 1 ms (above the cost at which a syncer leaves a gathering hint,
+    ``limits.GATHER_FSYNC_S_MIN``), and a count of the gates taken: a syncer takes one only
+    when it may wait to gather other writers' records (``Syncer.sync_segment_through``)."""
+
+    def __init__(self) -> None:
+        self.gates = 0
+
+    def fsync(self, fd: int) -> None:
+        time.sleep(0.001)  # (the simulated disk's cost, not a wait for anything)
+
+    fdatasync = fsync
+
+    def try_gate(self, fd: int, byte: int) -> bool:
+        self.gates += 1
+        return super().try_gate(fd, byte)
+
+
+def _gather_target(log_dir: Path) -> int:
+    """The gathering hint the last fsync of the log left: the lsn its next syncer waits for."""
+    with open(log_dir / fmt.SYNC_NAME, "rb") as f:
+        view = mmap.mmap(f.fileno(), fmt.SYNC_FILE_SIZE_TAIL, access=mmap.ACCESS_READ)
+        try:
+            return fmt.read_sync_gather(view)[1]
+        finally:
+            view.close()
+
+
+def test_a_commit_round_never_waits_to_gather_records_only_it_could_write(tmp_path: Path) -> None:
+    """A round that writes 16 records leaves, with its fsync, the hint that the next syncer of
+    the log wait for 16 more (the writers it covered, appending again: other processes' way
+    of sharing an fsync). The daemon's next round is smaller, and its records' writers are the
+    clients waiting for its replies: it must fsync at once, never take the gathering gate. A
+    library handle in the same place does wait for them (the count sees a gate)."""
+    fs = _CountedGates()
+    r, port = _resp_running(tmp_path, fs)
+    try:
+        c = redis.Redis(port=port, socket_timeout=30)
+        native = connect_raw(r.address)
+        for turn in range(3):
+            pipe = c.pipeline(transaction=False)  # (one read: one batch, one round of 16 records)
+            for i in range(16):
+                pipe.xadd("s", {"f": f"{turn}.{i}"})
+            pipe.execute()
+            assert _gather_target(tmp_path / "data" / "logs" / "s") > 0, "no hint left to ignore"
+            assert c.xadd("s", {"f": f"{turn}.lone"})  # (a smaller round: below the hint)
+            # The native door's key-value store, shared with other processes (the default):
+            native.sendall(
+                b"".join(request(p.KV_SET, i, name="k", key=f"{turn}.{i}", value=b"v") for i in range(16))
+            )
+            assert all(not f.flags & p.FLAG_ERROR for f in read_frames(native, 16))
+            assert _gather_target(tmp_path / "data" / "kv" / "k" / "ops") > 0, "no hint left to ignore"
+            native.sendall(request(p.KV_SET, 99, name="k", key=f"{turn}.lone", value=b"v"))
+            assert not read_frames(native, 1)[0].flags & p.FLAG_ERROR
+        assert fs.gates == 0, f"the daemon's rounds took the gathering gate {fs.gates} times"
+        assert len(c.xrange("s")) == 3 * 17
+        native.close()
+        c.close()
+    finally:
+        r.stop()
+    control = _CountedGates()
+    with logspool.open(tmp_path / "data" / "logs" / "s", durability="always", fs=control) as log:
+        log.append_many([b"x"] * 16)
+        assert _gather_target(tmp_path / "data" / "logs" / "s") > 0
+        log.append(b"y")
+    assert control.gates > 0, "the library's syncer did not gather: the count above proves nothing"

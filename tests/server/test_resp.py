@@ -34,9 +34,10 @@ from redis.retry import Retry
 
 import logspool
 from logspool import client, kv
+from logspool._fs import FileSystem
 from logspool.errors import LockedError
 from logspool.server import Limits, RespOptions, _resp
-from logspool.server._resp_kv import RedisKV, glob_match
+from logspool.server._resp_kv import glob_match
 from logspool.server._resp_wire import RespLimits, RespParser, RespProtocolError
 from tests.server.conftest import Daemon, Running, free_port
 
@@ -606,39 +607,49 @@ def test_xread_block_wakes_on_another_process_append(daemon: Daemon) -> None:
 
 
 # --- no reply shows a write before it is durable ----------------------------------------------------
-def test_a_read_never_shows_a_write_before_its_fsync(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+class _HeldKvFsyncs(FileSystem):
+    """Once ``hold`` is set, every fsync of the default key-value store's op log says it began
+    (``syncing``) and waits until ``release`` (at most 30 s)."""
+
+    def __init__(self) -> None:
+        self.hold = threading.Event()
+        self.syncing = threading.Event()
+        self.release = threading.Event()
+
+    def fdatasync(self, fd: int) -> None:
+        if self.hold.is_set() and "kv/default/ops" in os.readlink(f"/proc/self/fd/{fd}"):
+            self.syncing.set()
+            self.release.wait(30)
+        super().fdatasync(fd)
+
+    fsync = fdatasync
+
+
+def test_a_read_never_shows_a_write_before_its_fsync(tmp_path: Path) -> None:
     """A SET whose fsync is held back: a GET from another connection may read the value, but its
     reply waits until that fsync is done and the SET answered (as Redis answers after its fsync)."""
-    release = threading.Event()
-    syncing = threading.Event()
-    real_sync = RedisKV.sync
-
-    def held_sync(self: RedisKV) -> None:
-        syncing.set()
-        release.wait(30)
-        real_sync(self)
-
-    running = Running(tmp_path / "data", resp=RespOptions(port=0))
+    fs = _HeldKvFsyncs()
+    running = Running(tmp_path / "data", resp=RespOptions(port=0), fs=fs)
     try:
         port = running.server.resp.options.port  # type: ignore[union-attr]
         writer, reader = raw_conn(port), raw_conn(port)
         writer.sendall(b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$3\r\nold\r\n")
         assert writer.recv(100) == b"+OK\r\n"
-        monkeypatch.setattr(RedisKV, "sync", held_sync)
+        fs.hold.set()
         writer.sendall(b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$3\r\nnew\r\n")
-        assert syncing.wait(10)  # decided, applied, its fsync held back
+        assert fs.syncing.wait(10)  # decided, applied, its fsync held back
         reader.sendall(b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n")
         reader.settimeout(0.3)  # (a bound for a reply that must not come)
         with pytest.raises(TimeoutError):
             reader.recv(100)
-        release.set()
+        fs.release.set()
         reader.settimeout(10)
         assert writer.recv(100) == b"+OK\r\n"
         assert reader.recv(100) == b"$3\r\nnew\r\n"
         writer.close()
         reader.close()
     finally:
-        release.set()
+        fs.release.set()
         running.stop()
 
 

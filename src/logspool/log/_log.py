@@ -252,11 +252,19 @@ class Log:
         """
         return self._writer.append_many(payloads)
 
-    def sync(self) -> None:
-        """Make every record this handle has written durable (fsync). Any thread."""
+    def sync(self, *, gather: bool = True) -> None:
+        """Make every record this handle has written durable (fsync). Any thread.
+
+        ``gather``: with durability ``"always"``, the fsync may first wait, at most about the
+        cost of one fsync, for the records of the writers the last fsync covered (other
+        processes and threads appending again), so that one fsync covers them too (docs/DESIGN.md,
+        "gathering across processes"). False for a caller that writes nothing while it waits
+        and wants its own records durable at once: a single thread that writes batches and
+        then syncs them (a daemon's commit round) would otherwise wait, after each batch smaller
+        than the one before, for records only it could write."""
         if self.readonly:
             return
-        self._writer.sync()
+        self._writer.sync(gather)
 
     # --- exclusive appends for state machines ------------------------------------------------------
     def exclusive(

@@ -418,26 +418,30 @@ class Writer:
             raise RuntimeError("append through the Tail given by exclusive(), not the Log, inside it")
 
     # --- group commit -----------------------------------------------------------------------------
-    def await_durable(self, end: int) -> None:
+    def await_durable(self, end: int, gather: bool = True) -> None:
         """Return once every lsn below ``end`` is fsynced, leading an fsync if none is under way.
 
         The leader reads what has been written *after* it takes the lead, so its fsync covers
         every write that completed before; followers that were covered return without an fsync.
+        ``gather``: as ``Log.sync``'s (for the fsync this thread leads, if it leads one).
         """
         if not self._syncer.await_durable(end, self._handle.failure_now):
             return
-        self._lead_sync()
+        self._lead_sync(gather)
         if self._syncer.synced_next < end:  # set by this thread in _lead_sync; only ever grows
             raise FailedError(self._path, f"log handle failed: {self._handle.failure}")
 
-    def _lead_sync(self) -> None:
-        """Make everything written so far durable. Call with the sync role taken by the caller."""
+    def _lead_sync(self, gather: bool = True) -> None:
+        """Make everything written so far durable. Call with the sync role taken by the caller.
+        ``gather``: the fsync may first wait for the other writers' records (``Log.sync``)."""
         fd, written, base, end = self._active.written
         synced = 0
         try:
             if fd >= 0:
                 single = self._active.single
-                self._syncer.sync_through(fd, base, end, written, single=single, gather=self._queued)
+                self._syncer.sync_through(
+                    fd, base, end, written, single=single, gather=gather and self._queued
+                )
             synced = written
         except OSError as err:
             self._handle.fail(err)
@@ -447,11 +451,11 @@ class Writer:
         if failure is not None:
             raise FailedError(self._path, f"fsync failed: {failure}") from failure
 
-    def sync(self) -> None:
+    def sync(self, gather: bool = True) -> None:
         """``Log.sync``: every record this handle has written, durable on return."""
         if not self._handle.usable:  # (one flag: check_usable's fork test is a getpid call)
             self._handle.check_usable()
-        self.await_durable(self._active.written[1])
+        self.await_durable(self._active.written[1], gather)
 
     # --- the flush thread ("interval") -----------------------------------------------------------
     def start_flusher(self) -> None:

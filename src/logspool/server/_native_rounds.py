@@ -90,10 +90,11 @@ class _RoundStores:
             yield round_
         self._synced = round_.synced
 
-    def sync(self) -> None:
+    def sync(self, *, gather: bool = False) -> None:
+        """fsync each store the last round wrote, once (``gather``: as ``Log.sync``'s)."""
         synced, self._synced = self._synced, []
         for store in synced:
-            store.sync()  # (a log or a RedisKV: each fsyncs only if its durability is "always")
+            store.sync(gather=gather)  # (a log or a RedisKV: each fsyncs only if "always")
 
 
 class _Round:

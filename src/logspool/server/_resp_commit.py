@@ -76,13 +76,16 @@ class _Batch:
 
 def sync_writes(front: RespFront, wrote_kv: bool, logs: dict[str, Any]) -> None:
     """fsync what batches wrote (one fsync a store, shared by them all) and wake the XREADs
-    waiting on the logs appended to."""
+    waiting on the logs appended to. No fsync here waits to gather other writers' records
+    (``Log.sync``'s ``gather``): the records a round's fsync covered are its own, and their
+    writers are waiting for its replies, so such a wait, after every round smaller than the
+    one before, could only time out, on the loop itself for a round run there."""
     if wrote_kv:
-        front.kv.sync()
+        front.kv.sync(gather=False)
     if logs:
         for log in logs.values():
             if log.durability == "always":
-                log.sync()
+                log.sync(gather=False)
         if front.tails is not None:
             front.tails.wake_threadsafe({"logs/" + name for name in logs})
 

@@ -250,11 +250,12 @@ class RedisKV:
         (``Committer._run_group`` takes them without waiting, on the loop)."""
         return [self.store._mutex]
 
-    def sync(self) -> None:
+    def sync(self, *, gather: bool = False) -> None:
         """Make every decision made so far durable (with ``durability="always"``). Any thread;
-        threads that call it at once share one fsync."""
+        threads that call it at once share one fsync. ``gather``: as ``Log.sync``'s; off, as a
+        commit round wants it (see ``sync_writes``)."""
         if self.store._always:
-            self.store._log.sync()
+            self.store._log.sync(gather=gather)
 
     # --- reads --------------------------------------------------------------------------------
     def get(self, v: View, key: str) -> bytes | None:

@@ -275,7 +275,7 @@ class Stores:
             if log._state.usable:
                 with log._active.lock:  # (a writer that holds it has written, or will)
                     pass
-                log.sync()
+                log.sync(gather=False)  # (what was written, durable now: no wait for more)
             with self._written_lock:
                 if self._written.get(log) == count:  # (else written again since: kept)
                     del self._written[log]
