@@ -240,6 +240,11 @@ def _seconds(value: object, what: str) -> float:
     return float(value)
 
 
+class _SpaceExplained(AppendError):
+    """``Store._append_failed``'s explanation of a write that failed for want of space (a
+    decision inside another explains it once)."""
+
+
 def _no_space(err: BaseException) -> bool:
     """Whether ``err`` (or an error that caused it) is ENOSPC: the file system is full."""
     seen: BaseException | None = err
@@ -615,10 +620,10 @@ class Store(FoldedStore[State, ops.Op], MutableMapping[str, ops.Value]):
         """A decision's write that failed for want of space, explained: deleting keys cannot
         help (a delete is an op too); freeing the live state's size and compacting does
         (docs/KV.md, "Free space to compact")."""
-        if not _no_space(err):
-            return None
+        if not _no_space(err) or isinstance(err, _SpaceExplained):
+            return None  # (not for want of space; or explained already, by an inner decision)
         size = self._live_size()
-        return AppendError(
+        return _SpaceExplained(
             err.path,
             f"{err.reason}; the key-value store needs free space to compact: free about "
             f"{_size_text(size)} (its live state, {size} bytes) on the file system, or move "
