@@ -25,6 +25,7 @@ import redis
 
 from logspool import _wire as p
 from logspool import client
+from logspool._fs import FileSystem
 from tests.server.conftest import Running
 from tests.server.test_loop_rounds import _GatedFsyncs, _resp_running
 from tests.server.test_native import connect_raw, read_frames, request
@@ -386,4 +387,70 @@ def test_a_failed_fsync_of_a_consumer_group_stops_the_daemon(tmp_path: Path) -> 
         assert not r.thread.is_alive(), "the daemon went on serving after a group's fsync failed"
     finally:
         fs.failing.clear()
+        r.stop()
+
+
+class _OneStoreFull(FileSystem):
+    """Once ``armed``, the next write into a segment of a path holding ``full`` fails with
+    ENOSPC (that store's disk space ran out: its write fails, the daemon goes on); every fsync
+    is counted by path."""
+
+    def __init__(self, full: str) -> None:
+        self.full = full
+        self.armed = False
+        self.fsyncs: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def synced(self, part: str) -> int:
+        with self._lock:
+            return sum(n for path, n in self.fsyncs.items() if part in path)
+
+    def fdatasync(self, fd: int) -> None:
+        path = os.readlink(f"/proc/self/fd/{fd}")
+        with self._lock:
+            self.fsyncs[path] = self.fsyncs.get(path, 0) + 1
+        super().fdatasync(fd)
+
+    fsync = fdatasync
+
+    def pwrite(self, fd: int, data: bytes, offset: int) -> None:
+        path = os.readlink(f"/proc/self/fd/{fd}")
+        if self.armed and self.full in path and path.endswith(".seg"):
+            self.armed = False
+            raise OSError(errno.ENOSPC, "no space left on device (injected)")
+        super().pwrite(fd, data, offset)
+
+
+@pytest.mark.parametrize("own_kv", [True, False], ids=["round-on-the-loop", "round-on-the-thread"])
+def test_a_round_whose_write_failed_makes_the_other_stores_writes_durable(
+    tmp_path: Path, own_kv: bool
+) -> None:
+    """One batch sets a key in store ``a`` and one in store ``b``: one commit round, whose write
+    to ``b`` fails (its disk full). ``a``'s op is written and applied all the same (each store's
+    ops are written when its decision ends), so a read may show it: the round makes it durable
+    before its error replies go, as before any read counts the round answered."""
+    fs = _OneStoreFull("/kv/b/")
+    r = Running(tmp_path / "data", fs=fs, own_kv=own_kv)
+    try:
+        with client.connect(r.address) as c:
+            for name in ("a", "b"):
+                c.kv(name).set("k", b"old")
+        sock = connect_raw(r.address)
+        before = fs.synced("/kv/a/")
+        fs.armed = True
+        sock.sendall(
+            request(p.KV_SET, 1, name="a", key="k", value=b"new")
+            + request(p.KV_SET, 2, name="b", key="k", value=b"new")
+        )
+        replies = read_frames(sock, 2)
+        assert not fs.armed, "the write to b never failed"
+        assert all(f.flags & p.FLAG_ERROR for f in replies), [f.body for f in replies]
+        # (the store's advice about space, once: the SET's decision inside the round's)
+        assert all(f.body["message"].count("a delete is an op too") == 1 for f in replies), replies[0].body
+        assert fs.synced("/kv/a/") > before, "the error replies went with a's write not fsynced"
+        with client.connect(r.address) as c:
+            assert c.kv("a").get("k") == b"new"  # (applied: shown, and durable)
+            assert c.kv("b").set("k2", b"after")  # (the store takes writes again)
+        sock.close()
+    finally:
         r.stop()

@@ -308,9 +308,21 @@ class Committer:
                 self._sync_mean += (synced - self._sync_mean) * self._SYNC_WEIGHT
         except Exception as err:  # the write or the fsync failed: nothing here is acknowledged
             _logger.error("RESP commit round failed: %s", err)
+            self._settle_failed_round()
             failed = w.error(f"ERR the write failed, the commands may or may not be applied: {err}")
             done = [(fut, _Batch([failed] * len(cmds), [])) for _, cmds, fut in round_]
         return done, waits
+
+    def _settle_failed_round(self) -> None:
+        """A round whose write failed may have written other stores and logs first (each
+        store's ops are written when its decision ends, also when the round fails): they are
+        applied, and a read may show them once the round is answered. Make them durable before
+        its error replies go (``Stores.settle``: every log written since its last fsync). A
+        failed fsync here fails its log, which stops the daemon (``Stores``' on_fail)."""
+        try:
+            self.front.server.stores.settle()
+        except Exception as err:
+            _logger.error("commit round: making a failed round's other writes durable failed: %s", err)
 
     def _settle_pool_writes(self, done: _Done) -> None:
         """On the committer's thread, after a round that ran more than plain SETs (an EXEC with
