@@ -454,3 +454,64 @@ def test_a_round_whose_write_failed_makes_the_other_stores_writes_durable(
         sock.close()
     finally:
         r.stop()
+
+
+class _DataDirFsyncFails(FileSystem):
+    """Once ``armed``, the next fsync of the directory ``path`` fails with EIO."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = str(path)
+        self.armed = False
+
+    def fsync_dir(self, path: str) -> None:
+        if self.armed and os.path.realpath(path) == os.path.realpath(self.path):
+            self.armed = False
+            raise OSError(errno.EIO, "input/output error (injected)")
+        super().fsync_dir(path)
+
+
+def test_a_failed_fsync_of_the_data_directory_stops_the_daemon(tmp_path: Path) -> None:
+    """The first key-value store makes DATA/kv; the fsync of DATA that makes it durable fails.
+    The daemon stops with no reply (a store created in that directory could be lost whole by a
+    power cut, and the next call would find the directory and not fsync it again); a restart
+    serves the store."""
+    fs = _DataDirFsyncFails(tmp_path / "data")
+    r = Running(tmp_path / "data", fs=fs)
+    try:
+        sock = connect_raw(r.address)
+        fs.armed = True
+        sock.sendall(request(p.KV_SET, 1, name="first", key="k", value=b"v"))
+        assert sock.recv(4096) == b"", "the daemon answered after the failed fsync"
+        assert not fs.armed, "the data directory's fsync was never made"
+        r.thread.join(30)
+        assert not r.thread.is_alive(), "the daemon went on serving after a failed fsync"
+        assert r.server.failure is not None
+        sock.close()
+    finally:
+        fs.armed = False
+        r.stop()
+    again = Running(tmp_path / "data", fs=FileSystem())
+    try:
+        with client.connect(again.address) as c:
+            assert c.kv("first").set("k", b"v") and c.kv("first").get("k") == b"v"
+    finally:
+        again.stop()
+
+
+def test_a_failed_fsync_of_the_data_directory_for_consumer_groups_stops_the_daemon(tmp_path: Path) -> None:
+    """The same for DATA/groups, made by the first XGROUP CREATE (through the I/O seam too)."""
+    fs = _DataDirFsyncFails(tmp_path / "data")
+    r, port = _resp_running(tmp_path, fs)
+    try:
+        c = redis.Redis(port=port, socket_timeout=60, single_connection_client=True)
+        c.xadd("s", {"f": "v"})
+        fs.armed = True
+        with pytest.raises(redis.ConnectionError):  # (no reply: not even the error's)
+            c.xgroup_create("s", "g", id="0")
+        assert not fs.armed, "the data directory's fsync was never made"
+        r.thread.join(30)
+        assert not r.thread.is_alive(), "the daemon went on serving after a failed fsync"
+        c.close()
+    finally:
+        fs.armed = False
+        r.stop()

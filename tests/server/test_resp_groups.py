@@ -41,6 +41,7 @@ from logspool._fs import REAL
 from logspool._subscribers import Checkpoints
 from logspool.server._resp_group_commands import _position
 from logspool.server._resp_groups import READERS_KEPT_MAX, Groups, GroupStore
+from logspool.server._server import Stores
 from tests.crash.faultfs import FaultFS, PowerLoss, materialize
 from tests.server.conftest import Daemon
 
@@ -613,8 +614,8 @@ def test_readers_kept_for_groups_are_bounded_over_the_daemon(tmp_path: Path) -> 
     of the process; the bound is the daemon's: readers past it are closed, least recent first,
     and a group whose reader was closed reads on where it was."""
     data = tmp_path / "data"
-    (data / "groups").mkdir(parents=True)
-    groups = Groups(str(data), "os")
+    data.mkdir()
+    groups = Groups(str(data), "os", Stores(str(data), "os", 10).make_dir)
     logs = [logspool.open(data / "logs" / f"s{i}", durability="os") for i in range(5)]
     try:
         for log in logs:

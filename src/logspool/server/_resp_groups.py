@@ -61,7 +61,7 @@ from typing import Any
 
 from .. import limits
 from .._fold import MARKER, FoldedStore
-from .._fs import REAL, FileSystem
+from .._fs import FileSystem
 from .._reader import Reader
 from .._subscribers import Checkpoints
 from ..errors import CorruptionError, FailedError, PositionError, SubscriberNotFoundError
@@ -641,6 +641,7 @@ class Groups:
         self,
         data: str,
         durability: Durability,
+        make_dir: Callable[[str], None],
         adopt: Callable[[Log], None] | None = None,
         fs: FileSystem | None = None,
     ) -> None:
@@ -648,6 +649,7 @@ class Groups:
         self.durability = durability
         self._fs = fs  # the I/O seam (the daemon's: tests fault it)
         self._adopt = adopt  # (the daemon's ``Stores.adopt``: each store's log watched as theirs)
+        self._make_dir = make_dir  # (``Stores.make_dir``: DATA/groups made durable, or the daemon stops)
         self._open: dict[str, GroupStore] = {}
         self._lock = threading.Lock()
         self.readers = KeptReaders()  # (shared by the stores: one bound for the daemon)
@@ -665,9 +667,7 @@ class Groups:
                 return None
             if len(self._open) >= STORES_OPEN_MAX:
                 raise RedisError(f"ERR {STORES_OPEN_MAX} streams' consumer groups are open already")
-            if not os.path.isdir(root):
-                os.makedirs(root, exist_ok=True)
-                REAL.fsync_dir(self.data)  # the new directory's name must survive a power cut
+            self._make_dir(root)
             found = self._open[name] = GroupStore(
                 path, log, self.durability, fs=self._fs, readers=self.readers
             )

@@ -267,7 +267,7 @@ class Streams:
         self.data = data
         from ._resp_groups import Groups  # (here: it reads logs with this module's functions)
 
-        self.groups = Groups(data, stores.durability, stores.adopt, stores.fs)  # type: ignore[attr-defined]
+        self.groups = Groups(data, stores.durability, stores.make_dir, stores.adopt, stores.fs)  # type: ignore[attr-defined]
         self._sealed_last: dict[tuple[str, int], Id] = {}  # (log, next base): a sealed segment's last id
         self._sealed_lock = threading.Lock()
 

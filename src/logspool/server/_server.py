@@ -201,14 +201,7 @@ class Stores:
                 if len(self._open) >= self.stores_max:
                     raise ValueError(f"{self.stores_max} stores are open already (--stores-max)")
                 path = os.path.join(self.data, kind, name)
-                kind_dir = os.path.dirname(path)
-                if not os.path.isdir(kind_dir):
-                    fs = self.fs or REAL
-                    fs.mkdir(kind_dir)
-                    # The kind's directory must survive a power cut before any store in it
-                    # matters: a store fsyncs the directory it is created in, not this one's
-                    # parent (without it a power cut could take every store of the kind with it).
-                    fs.fsync_dir(self.data)
+                self.make_dir(os.path.dirname(path))
                 openers: dict[str, Callable[..., Any]] = {"logs": Log, "jobs": jobs.open, "kv": kv.open,
                                                           "forward": kv.open}  # fmt: skip
                 opener = openers[kind]
@@ -225,6 +218,24 @@ class Stores:
                 self.adopt(found if isinstance(found, Log) else found._log)
                 self._open[(kind, name)] = found
             return found
+
+    def make_dir(self, path: str) -> None:
+        """Make ``path``, a directory of DATA (a kind's, the consumer groups'), if it is not
+        there: durable before any store is made in it (a store fsyncs the directory it is made
+        in, not that one's parent: without this a power cut could take every store in it). A
+        failed fsync stops the daemon, as a store's does (``on_fail``): it is not to be tried
+        again (the next call would find the directory and make a store in it)."""
+        if os.path.isdir(path):
+            return
+        fs = self.fs or REAL
+        with contextlib.suppress(FileExistsError):  # (another process made it: fsynced below too)
+            fs.mkdir(path)
+        try:
+            fs.fsync_dir(self.data)
+        except OSError as err:
+            if self.on_fail is not None:
+                self.on_fail(self.data, err)
+            raise
 
     def opened(self, kind: str, name: object) -> Any:
         """The store ``kind``/``name`` if it is open, else None; never opens one (the event loop
