@@ -515,3 +515,36 @@ def test_a_failed_fsync_of_the_data_directory_for_consumer_groups_stops_the_daem
     finally:
         fs.armed = False
         r.stop()
+
+
+def test_a_get_that_extends_a_touch_ttl_answers_after_the_touch_is_durable(tmp_path: Path) -> None:
+    """A GET of a key with a touch TTL writes its extension (a TOUCH op, as Redis's GETEX
+    writes): it runs in the pool, never on the loop, and answers once that op is fsynced; a
+    PING on another connection is answered meanwhile, and PTTL afterwards shows the new TTL."""
+    fs = _LogGatedFsyncs()
+    r, port = _resp_running(tmp_path, fs)
+    try:
+        with client.connect(r.address) as c:
+            c.kv("default").set("sess", b"v", touch=30)
+        reader = redis.Redis(port=port, socket_timeout=60, single_connection_client=True)
+        pinger = redis.Redis(port=port, socket_timeout=60, single_connection_client=True)
+        assert pinger.ping()
+        time.sleep(0.35)  # (a read records a touch once it moves the expiry by 1% of the TTL)
+        expiry_before = time.time() * 1000 + reader.pttl("sess")
+        fs.only = "kv/default"
+        fs.gate.clear()
+        got: list[object] = []
+        t = threading.Thread(target=lambda: got.append(reader.get("sess")))
+        t.start()
+        assert pinger.ping()  # (the loop is free: the touch waits in the pool)
+        t.join(0.5)
+        assert not got, "the GET answered before its touch was fsynced"
+        fs.gate.set()
+        t.join(30)
+        assert got == [b"v"]
+        assert time.time() * 1000 + reader.pttl("sess") > expiry_before + 200  # (moved by 350 ms or more)
+        reader.close()
+        pinger.close()
+    finally:
+        fs.gate.set()
+        r.stop()

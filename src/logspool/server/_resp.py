@@ -79,7 +79,7 @@ from ._resp_commands import (
     places,
 )
 from ._resp_commit import Committer, _Batch, settled_all, sync_writes
-from ._resp_kv import RedisError, RedisKV, View, from_bytes
+from ._resp_kv import NotHere, RedisError, RedisKV, View, from_bytes
 from ._resp_streams import STREAM_REPLY_BYTES_MAX, Cursor, Entry, HeldTails, Streams, Tails, entries_reply
 
 if TYPE_CHECKING:
@@ -448,9 +448,11 @@ class _Connection(asyncio.Protocol):
             if mutex.acquire(blocking=False):
                 try:
                     batch = self.session.run(cmds, locked=True) if self.front.answered() else None
+                except NotHere:
+                    batch = None
                 finally:
                     mutex.release()
-                if batch is None:  # (a round decided meanwhile: the task reads, then waits for it)
+                if batch is None:  # (a round decided meanwhile, or a read would write: the task's)
                     self._pending = cmds
                     return False
                 self._write(b"".join(batch.replies))
@@ -681,6 +683,8 @@ class _Connection(asyncio.Protocol):
             if mutex.acquire(blocking=False):  # never wait on the loop (a decision holds it)
                 try:
                     batch = self.session.run(cmds, locked=True)
+                except NotHere:
+                    batch = None  # (a read that would write: in the pool)
                 finally:
                     mutex.release()
         if batch is None:  # (what it read is durable before the reply goes out)
@@ -751,7 +755,9 @@ class _Reading:
             if not s._caught_up:
                 store._current()
                 s._caught_up = True
-            return View(store, store._clock(), s.name)
+            view = View(store, store._clock(), s.name)
+            view.on_loop = s.on_loop
+            return view
         except BaseException:
             self._mutex = None
             mutex.release()
@@ -783,6 +789,7 @@ class Session:
         self._wrote_kv = False
         self._wrote_logs: dict[str, Any] = {}
         self._caught_up = False  # the store was caught up with its op log in this batch
+        self.on_loop = False  # a batch of reads runs on the event loop (``run(locked=True)``)
         self.closing = False
 
     # --- running a batch --------------------------------------------------------------------------
@@ -798,6 +805,7 @@ class Session:
         self._caught_up = False
         view: View | None = None
         gets = sets = 0
+        self.on_loop = locked  # (its reads never write: ``NotHere``)
         try:
             for i, args in enumerate(cmds):
                 if size > BATCH_REPLY_SIZE_MAX:
@@ -828,6 +836,7 @@ class Session:
                     batch.close = True
                     break
         finally:
+            self.on_loop = False
             if gets:
                 self.front.requests[b"GET"] += gets
             if sets:
@@ -1009,6 +1018,8 @@ class Session:
             if spec.kind == "write":
                 self._wrote_kv = True
             return spec.handler(self, args)
+        except NotHere:
+            raise  # (not an error: the batch runs again in the pool, ``run``'s callers on the loop)
         except RedisError as err:
             self.front.server.counters.errors += 1
             return w.error(str(err))

@@ -143,9 +143,18 @@ def _python_to_bytes(value: ops.Value) -> bytes:
     return to_bytes(vtype, raw)
 
 
+class NotHere(Exception):
+    """A read run on the event loop met what would make it write (a touch TTL's extension is
+    an op, and a decision may wait for another process's writer lock): its batch runs in the
+    pool instead (``Server.read``: durable before the reply goes). Raised before anything of
+    the batch is written."""
+
+
 class View:
     """The store's state, current, for one command (or a transaction): under the store's mutex.
     A ``Decision`` also holds the writer lock and can write."""
+
+    on_loop = False  # (a read of a batch run on the event loop: it never writes, ``NotHere``)
 
     def __init__(self, store: kv.Store, now: int, owner: str | None) -> None:
         self.store = store
@@ -263,7 +272,10 @@ class RedisKV:
         if entry is None:
             return None
         if entry.touch_ns and not isinstance(v, Decision):
-            # A touch TTL: the store's own read records the extension (Touch rule, docs/KV.md).
+            # A touch TTL: the store's own read records the extension (Touch rule, docs/KV.md),
+            # in the pool, never on the loop.
+            if v.on_loop:
+                raise NotHere
             found = self.store.entry(key)
             return None if found is None else _python_to_bytes(found.value)
         v.state.used(entry, v.now)
