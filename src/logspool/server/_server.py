@@ -208,8 +208,8 @@ class Stores:
                 owned: dict[str, Any] = (
                     {"single_writer": True, "compact_in_background": True}
                     if kind == "kv" and (own or self.own_kv)
-                    else {"compact_in_background": True}  # (no call waits for a snapshot)
-                    if kind == "jobs"
+                    else {"compact_in_background": True}  # (no call, no commit round, waits for a snapshot)
+                    if kind in ("jobs", "kv")
                     else {}
                 )
                 if self.fs is not None:
@@ -390,7 +390,14 @@ class Server:
         op log before each read batch and decision, no cross-process fsync protocol (same run:
         kv.GET x1 7,250 -> 19,400/s, SET x16 9,640 -> 12,570/s); ``kv.open`` of a served store
         in another process then waits for the daemon to stop (or LockedError). Off by default:
-        embedded processes share the stores the daemon serves."""
+        embedded processes share the stores the daemon serves. ``own_kv`` with a RESP door whose
+        store is shared (``RespOptions(own_kv=False)``) is refused: one of the two would be
+        ignored."""
+        if own_kv and resp is not None and not resp.own_kv:
+            raise ValueError(
+                "own_kv (every key-value store owned) contradicts RespOptions(own_kv=False) "
+                "(--own-kv with --resp-shared-kv): choose one"
+            )
         self.data = os.fspath(data)
         os.makedirs(self.data, exist_ok=True)
         self.host, self.port = host, port
