@@ -62,6 +62,11 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         resp = RespOptions(resp_host, resp_port, kv=conf.get("resp_kv", "default"),
                            flushdb=bool(conf.get("resp_flushdb", False)),
                            own_kv=not conf.get("resp_shared_kv", False))  # fmt: skip
+        if conf.get("resp_shared_kv") and conf.get("own_kv"):
+            raise SystemExit(
+                "logspool serve: --own-kv (every key-value store owned by the daemon) and "
+                "--resp-shared-kv (the RESP door's store shared) contradict each other: choose one"
+            )
     token = conf.get("token")
     if conf.get("token_file"):
         with open(conf["token_file"]) as f:
