@@ -15,6 +15,7 @@ Disque, every ADDJOB adds a job.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 import uuid
@@ -125,10 +126,15 @@ def _addjob(s: Session, args: list[bytes]) -> bytes:
         i += 2
     journal = _journal(s, queue, create=True)
     assert journal is not None
-    if maxlen is not None and journal.stats().pending >= maxlen:
-        raise RedisError("MAXLEN Queue is already longer than the specified MAXLEN count")
     key = key if key is not None else f"{queue}/{uuid.uuid4().hex}"
-    put = journal.put(key, body, priority=priority, delay=delay or None, ttl=ttl or None)
+    # MAXLEN's look at the queue and the put are one step among the daemon's clients (ADDJOBs
+    # run in the pool: without the lock, 16 at once on an empty queue all found it empty).
+    with (
+        s.front.server.stores.lock_for(f"maxlen/{queue}") if maxlen is not None else contextlib.nullcontext()
+    ):
+        if maxlen is not None and journal.stats().pending >= maxlen:
+            raise RedisError("MAXLEN Queue is already longer than the specified MAXLEN count")
+        put = journal.put(key, body, priority=priority, delay=delay or None, ttl=ttl or None)
     pending = [j for j in journal.get(key) if j.state == "pending"]
     found = pending[-1] if pending else None
     return w.bulk(f"D-{found.id if found else put}-0-{queue}".encode())
@@ -194,6 +200,8 @@ def _getjob(s: Session, args: list[bytes]) -> bytes | Block:
 
 
 def _settle(s: Session, args: list[bytes], how: str) -> bytes:
+    for raw in args[1:]:
+        _parse_id(raw)  # (every id checked before any job is acked or nacked: -BADID changes nothing)
     done = 0
     for raw in args[1:]:
         found = _leased_ref(s, raw)
