@@ -596,6 +596,29 @@ def test_streams_are_logs(r: redis.Redis, daemon: Daemon) -> None:
     assert r.xread({"events": "$"}, block=50) == []  # times out: nil
 
 
+def test_xread_count_0_is_no_count(r: redis.Redis) -> None:
+    for i in range(3):
+        r.xadd("counted", {"f": str(i)})
+    for count in (0, -1):  # (redis-py refuses them itself: sent as they are)
+        reply = r.execute_command("XREAD", "COUNT", count, "STREAMS", "counted", "0")
+        entries = reply[b"counted"][0] if isinstance(reply, dict) else reply[0][1]  # (RESP3, RESP2)
+        assert len(entries) == 3
+    [[_, entries]] = r.xread({"counted": "0"}, count=2)  # type: ignore[misc]
+    assert len(entries) == 2
+
+
+def test_an_xadd_refused_for_a_new_stream_makes_no_stream(r: redis.Redis, daemon: Daemon) -> None:
+    """An explicit id before now for a stream that does not exist (a new log is stamped from its
+    creation): refused before the log is made, so the key stays free (no stream, no log)."""
+    with pytest.raises(redis.ResponseError, match="before this log's creation"):
+        r.xadd("never", {"f": "v"}, id="1-0")
+    assert r.type("never") == b"none" and not (daemon.data / "logs" / "never").exists()
+    with pytest.raises(redis.ResponseError, match="requires the key to exist"):
+        r.xgroup_create("never", "g", id="0")
+    later = f"{time.time_ns() // 1_000_000 + 60_000}-0"  # (a minute ahead: taken)
+    assert r.xadd("never", {"f": "v"}, id=later) == later.encode()
+
+
 def test_xread_block_wakes_on_another_process_append(daemon: Daemon) -> None:
     r = redis.Redis(port=daemon.resp_port, socket_timeout=30)
     r.xadd("tail", {"payload": "before"})
@@ -701,6 +724,52 @@ def test_disque_commands_on_a_job_journal(r: redis.Redis, daemon: Daemon) -> Non
         disque(r, "ADDJOB", "../escape", "x", 0)
     with pytest.raises(redis.ResponseError, match="BADID"):
         disque(r, "ACKJOB", "not-an-id")
+
+
+def test_ackjob_and_nack_check_every_id_before_acting_on_any(r: redis.Redis) -> None:
+    """An ACKJOB or NACK with one id that is not a job id answers -BADID and changes nothing:
+    the valid ids before it are not acked (the client, told of an error, would retry them)."""
+    disque(r, "ADDJOB", "checked", "a", 0)
+    [[_, leased, _]] = disque(r, "GETJOB", "NOHANG", "FROM", "checked")  # type: ignore[misc]
+    queued = disque(r, "ADDJOB", "checked", "b", 0)
+    for command, bad in (("ACKJOB", b"garbage"), ("NACK", b"D-1-0-../escape")):
+        with pytest.raises(redis.ResponseError, match=r"BADID|queue names"):
+            disque(r, command, leased, queued, bad)
+        assert disque(r, "QLEN", "checked") == 1  # (b still queued: not removed by the ACKJOB)
+        fields = disque(r, "SHOW", leased)
+        shown = fields if isinstance(fields, dict) else dict(zip(fields[::2], fields[1::2], strict=True))  # type: ignore[index]
+        assert shown[b"state"] == b"active"  # (still leased: neither acked nor given back)
+    assert disque(r, "ACKJOB", leased, queued) == 2 and disque(r, "QLEN", "checked") == 0
+
+
+def test_addjob_maxlen_admits_no_more_than_maxlen_at_once(daemon: Daemon) -> None:
+    """16 connections send ``ADDJOB q body 0 MAXLEN 1`` together to an empty queue: one job is
+    admitted, the others answer -MAXLEN (the look at the queue and the put are one step)."""
+    clients = [redis.Redis(port=daemon.resp_port, socket_timeout=30) for _ in range(16)]
+    try:
+        assert all(c.ping() for c in clients)
+        go = threading.Barrier(16)
+        outcomes: list[object] = []
+
+        def add(c: redis.Redis) -> None:
+            go.wait(30)
+            try:
+                outcomes.append(disque(c, "ADDJOB", "bounded", "x", 0, "MAXLEN", 1))
+            except redis.ResponseError as err:
+                outcomes.append(err)
+
+        threads = [threading.Thread(target=add, args=(c,)) for c in clients]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        added = [o for o in outcomes if isinstance(o, bytes)]
+        refused = [o for o in outcomes if isinstance(o, redis.ResponseError) and str(o).startswith("MAXLEN")]
+        assert len(added) == 1 and len(refused) == 15, outcomes
+        assert disque(clients[0], "QLEN", "bounded") == 1
+    finally:
+        for c in clients:
+            c.close()
 
 
 def test_getjob_blocks_without_a_thread_until_a_job_comes(daemon: Daemon) -> None:

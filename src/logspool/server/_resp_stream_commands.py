@@ -32,9 +32,13 @@ def _xadd(s: Session, args: list[bytes]) -> bytes:
         raise _arity_error(b"xadd")
     if wanted == (0, 0):
         raise RedisError("ERR The ID specified in XADD must be greater than 0-0")
-    if wanted is not None and wanted[1] not in (None, 0) and not s.front.streams.exists(name):
-        # (a new log's first lsn is 0: refused before the log is created, as Redis does for 0-0)
-        raise RedisError(f"ERR the sequence of this stream's next id is its next lsn, 0 {_ID_RULE}")
+    if wanted is not None and not s.front.streams.exists(name):
+        # Refused before the log is created (as Redis refuses 0-0): a new log's first lsn is 0,
+        # and no entry may be stamped before the log's creation, now.
+        if wanted[1] not in (None, 0):
+            raise RedisError(f"ERR the sequence of this stream's next id is its next lsn, 0 {_ID_RULE}")
+        if wanted[0] < time.time_ns() // 1_000_000:
+            raise RedisError(f"ERR logspool cannot stamp an entry before this log's creation, now {_ID_RULE}")
     log = s.front.streams.log(name, create=not nomkstream)
     if log is None:
         return s.nil()
@@ -199,7 +203,8 @@ def _xread(s: Session, args: list[bytes]) -> bytes | Block:
     while i < len(args) and args[i].upper() != b"STREAMS":
         option = args[i].upper()
         if option == b"COUNT" and i + 1 < len(args):
-            count = min(max(_int(args[i + 1]), 1), STREAM_REPLY_COUNT_MAX)
+            wanted = _int(args[i + 1])  # (0 or less: no count, as Redis takes it)
+            count = STREAM_REPLY_COUNT_MAX if wanted <= 0 else min(wanted, STREAM_REPLY_COUNT_MAX)
         elif option == b"BLOCK" and i + 1 < len(args):
             block_ms = _int(args[i + 1])
             if block_ms < 0:
