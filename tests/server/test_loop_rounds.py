@@ -702,3 +702,25 @@ def test_a_touch_get_on_a_store_another_process_holds_does_not_stop_the_loop(tmp
         if holder is not None:
             holder.close()
         r.stop()
+
+
+def test_an_xadd_does_not_wait_for_the_shared_stores_writer_lock(tmp_path: Path) -> None:
+    """The RESP door's store shared with other processes, its writer lock held by another
+    process: an XADD's round opens no decision of that store, so it is answered meanwhile."""
+    r = Running(tmp_path / "data", fs=_Fsyncs(), resp=RespOptions(host="127.0.0.1", port=0, own_kv=False))
+    holder: _LockHolder | None = None
+    try:
+        assert r.server.resp is not None
+        c = redis.Redis(port=r.server.resp.options.port, socket_timeout=60)
+        c.set("warm", 1)  # (the store open)
+        c.xadd("s", {"f": "warm"})
+        holder = _LockHolder(tmp_path / "data" / "kv" / "default" / "ops")
+        assert c.xadd("s", {"f": "while held"})
+        assert [fields[b"f"] for _, fields in c.xrange("s")] == [b"warm", b"while held"]
+        assert holder.holding()
+        holder.release()
+        c.close()
+    finally:
+        if holder is not None:
+            holder.close()
+        r.stop()

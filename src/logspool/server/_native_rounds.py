@@ -143,6 +143,11 @@ class NativeFront:
         # RESP door's wake its XREADs (an inotify event would too, a little later).
         self.tails = server.tails
 
+    def decides_kv(self, round_: object) -> bool:
+        """A round's decision (``_RoundStores.decide``) opens each store's when a batch first
+        writes it: always entered."""
+        return True
+
     def committers(self) -> tuple[Committer | None, Committer | None]:
         """This door's committer and the RESP door's (None where a door has none)."""
         resp = self.server.resp

@@ -272,6 +272,11 @@ class RespFront:
         """This door's committer and the native door's (None where a door has none)."""
         return self.committer, self.server._committer
 
+    def decides_kv(self, round_: Sequence[tuple[Any, list[list[bytes]], Any]]) -> bool:
+        """Whether a commit round of these batches opens a decision of the store: not for one
+        of XADDs only (each stream's lock is the round's own: ``hold_streams``)."""
+        return not all(args[0].upper() == b"XADD" for _, cmds, _ in round_ for args in cmds)
+
     def owns_kv(self) -> bool:
         """Whether the daemon holds its key-value store's writer lock (``own_kv``): a decision of
         it then waits for no other process, and its rounds may run on the loop."""

@@ -260,7 +260,12 @@ class Committer:
                 _ROUNDS.acquire()
             try:
                 self.decided = number  # (under _ROUNDS: the other door's rounds read it there)
-                with self.front.kv.decide() as d:
+                # (a round of XADDs only opens no decision of the key-value store: with the store
+                # shared, it would wait for another process's writer lock for nothing)
+                deciding = (
+                    self.front.kv.decide() if self.front.decides_kv(round_) else contextlib.nullcontext()
+                )
+                with deciding as d:
                     i = 0
                     while i < len(round_):  # bounded: each turn takes one batch or more
                         session, cmds, fut = round_[i]
@@ -282,7 +287,8 @@ class Committer:
                         i += 1
                         if waits is None:  # (a command that may read what the other door wrote)
                             waits = self._decided_before()
-                        d.owner = session.name  # (locks are checked against each connection's name)
+                        if d is not None:
+                            d.owner = session.name  # (locks are checked against each connection's name)
                         session.round, session.tails = d, held
                         try:
                             done.append((fut, session.run(cmds, sync=False)))
