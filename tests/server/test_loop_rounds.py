@@ -641,23 +641,29 @@ def test_a_commit_round_never_waits_to_gather_records_only_it_could_write(tmp_pa
     try:
         c = redis.Redis(port=port, socket_timeout=30)
         native = connect_raw(r.address)
-        for turn in range(3):
-            pipe = c.pipeline(transaction=False)  # (one read: one batch, one round of 16 records)
+        hinted = {"logs/s": 0, "kv/k/ops": 0}  # (turns whose batch of 16 left a hint to ignore)
+        turns = 0
+        for turn in range(20):  # bounded: until each store had 3 such turns (a batch may be split)
+            if min(hinted.values()) >= 3:
+                break
+            turns += 1
+            pipe = c.pipeline(transaction=False)  # (one read, usually: one batch of 16 records)
             for i in range(16):
                 pipe.xadd("s", {"f": f"{turn}.{i}"})
             pipe.execute()
-            assert _gather_target(tmp_path / "data" / "logs" / "s") > 0, "no hint left to ignore"
+            hinted["logs/s"] += _gather_target(tmp_path / "data" / "logs" / "s") > 0
             assert c.xadd("s", {"f": f"{turn}.lone"})  # (a smaller round: below the hint)
             # The native door's key-value store, shared with other processes (the default):
             native.sendall(
                 b"".join(request(p.KV_SET, i, name="k", key=f"{turn}.{i}", value=b"v") for i in range(16))
             )
             assert all(not f.flags & p.FLAG_ERROR for f in read_frames(native, 16))
-            assert _gather_target(tmp_path / "data" / "kv" / "k" / "ops") > 0, "no hint left to ignore"
+            hinted["kv/k/ops"] += _gather_target(tmp_path / "data" / "kv" / "k" / "ops") > 0
             native.sendall(request(p.KV_SET, 99, name="k", key=f"{turn}.lone", value=b"v"))
             assert not read_frames(native, 1)[0].flags & p.FLAG_ERROR
+        assert min(hinted.values()) >= 3, f"too few hints to ignore: {hinted}"
         assert fs.gates == 0, f"the daemon's rounds took the gathering gate {fs.gates} times"
-        assert len(c.xrange("s")) == 3 * 17
+        assert len(c.xrange("s")) == turns * 17
         native.close()
         c.close()
     finally:
@@ -690,8 +696,7 @@ def test_a_touch_get_on_a_store_another_process_holds_does_not_stop_the_loop(tmp
         got: list[object] = []
         t = threading.Thread(target=lambda: got.append(reader.get("sess")))
         t.start()
-        assert pinger.ping()
-        assert pinger.get("plain") is None  # (a read without a touch, on the loop)
+        assert pinger.ping()  # (the store's own reads wait behind the touch: docs/RESP.md)
         assert holder.holding() and not got
         holder.release()
         t.join(60)

@@ -380,9 +380,11 @@ def test_xadd_takes_the_ids_the_log_would_give(r: redis.Redis, daemon: Daemon) -
         r.xadd("explicit", {"payload": "d"}, id=f"{ahead}-7")
     with pytest.raises(redis.ResponseError, match="greater than 0-0"):
         r.xadd("explicit", {"payload": "d"}, id="0-0")
-    # no entry can be stamped before the log's newest time (here, that of its newest segment)
-    with pytest.raises(redis.ResponseError, match="before this log's newest time"):
+    # no entry can be stamped before the log's newest time (a new log's: its creation, now;
+    # refused before the log is made)
+    with pytest.raises(redis.ResponseError, match="before this log's creation"):
         r.xadd("explicit-past", {"payload": "old"}, id="5-0")
+    assert r.type("explicit-past") == b"none"
     # timestamps never decrease: the next '*' id is not below the explicit time
     later = r.xadd("explicit", {"payload": "d"})
     assert later == f"{ahead}-3".encode()
