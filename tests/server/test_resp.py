@@ -613,6 +613,7 @@ def test_an_xadd_refused_for_a_new_stream_makes_no_stream(r: redis.Redis, daemon
     with pytest.raises(redis.ResponseError, match="before this log's creation"):
         r.xadd("never", {"f": "v"}, id="1-0")
     assert r.type("never") == b"none" and not (daemon.data / "logs" / "never").exists()
+    assert r.xadd("never", {"f": "v"}, id="1-0", nomkstream=True) is None  # (as Redis: nil, whatever the id)
     with pytest.raises(redis.ResponseError, match="requires the key to exist"):
         r.xgroup_create("never", "g", id="0")
     later = f"{time.time_ns() // 1_000_000 + 60_000}-0"  # (a minute ahead: taken)

@@ -33,6 +33,8 @@ def _xadd(s: Session, args: list[bytes]) -> bytes:
     if wanted == (0, 0):
         raise RedisError("ERR The ID specified in XADD must be greater than 0-0")
     if wanted is not None and not s.front.streams.exists(name):
+        if nomkstream:
+            return s.nil()  # (no stream, none made: nil, as Redis answers, whatever the id)
         # Refused before the log is created (as Redis refuses 0-0): a new log's first lsn is 0,
         # and no entry may be stamped before the log's creation, now.
         if wanted[1] not in (None, 0):
