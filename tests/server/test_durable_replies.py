@@ -517,34 +517,71 @@ def test_a_failed_fsync_of_the_data_directory_for_consumer_groups_stops_the_daem
         r.stop()
 
 
+def _requests(r: Running, command: bytes) -> int:
+    """How many ``command`` the RESP door has run (counted as each runs)."""
+    assert r.server.resp is not None
+    return r.server.resp.requests[command]
+
+
+def _until(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + 30
+    while not condition():  # bounded by the deadline
+        assert time.monotonic() < deadline, what
+        time.sleep(0.005)
+
+
 def test_a_get_that_extends_a_touch_ttl_answers_after_the_touch_is_durable(tmp_path: Path) -> None:
     """A GET of a key with a touch TTL writes its extension (a TOUCH op, as Redis's GETEX
-    writes): it runs in the pool, never on the loop, and answers once that op is fsynced; a
-    PING on another connection is answered meanwhile, and PTTL afterwards shows the new TTL."""
+    writes): it runs in the pool, never on the loop, and answers once that op is fsynced; the
+    loop answers meanwhile (a native PING), and a PTTL of another connection, which would show
+    the new expiry, waits for that fsync too (the store's mutex is held through it).
+    A batch whose GET goes to the pool so runs each command before it once (MULTI's state)."""
     fs = _LogGatedFsyncs()
     r, port = _resp_running(tmp_path, fs)
     try:
         with client.connect(r.address) as c:
             c.kv("default").set("sess", b"v", touch=30)
         reader = redis.Redis(port=port, socket_timeout=60, single_connection_client=True)
-        pinger = redis.Redis(port=port, socket_timeout=60, single_connection_client=True)
-        assert pinger.ping()
+        watcher = redis.Redis(port=port, socket_timeout=60, single_connection_client=True)
+        assert watcher.ping()
+        pinger = connect_raw(r.address)
         time.sleep(0.35)  # (a read records a touch once it moves the expiry by 1% of the TTL)
         expiry_before = time.time() * 1000 + reader.pttl("sess")
         fs.only = "kv/default"
         fs.gate.clear()
         got: list[object] = []
+        gets = _requests(r, b"GET")
         t = threading.Thread(target=lambda: got.append(reader.get("sess")))
         t.start()
-        assert pinger.ping()  # (the loop is free: the touch waits in the pool)
+        _until(lambda: _requests(r, b"GET") > gets, "the GET never ran")  # (in the pool, at its fsync)
+        pinger.sendall(request(p.PING, 1))
+        assert (
+            not read_frames(pinger, 1)[0].flags & p.FLAG_ERROR
+        )  # (the loop is free: the touch waits in the pool)
+        seen: list[object] = []
+        w = threading.Thread(target=lambda: seen.append(watcher.pttl("sess")))
+        w.start()
         t.join(0.5)
+        w.join(0.01)
         assert not got, "the GET answered before its touch was fsynced"
+        assert not seen, "a PTTL showed the touch before it was fsynced"
         fs.gate.set()
         t.join(30)
+        w.join(30)
         assert got == [b"v"]
         assert time.time() * 1000 + reader.pttl("sess") > expiry_before + 200  # (moved by 350 ms or more)
+        # MULTI, then in one read: a GET (queued), DISCARD, and a GET that writes its touch
+        time.sleep(0.35)
+        assert reader.execute_command("MULTI") == b"OK"
+        pipe = reader.connection
+        assert pipe is not None
+        pipe.send_packed_command(
+            [b"*2\r\n$3\r\nGET\r\n$1\r\na\r\n*1\r\n$7\r\nDISCARD\r\n*2\r\n$3\r\nGET\r\n$4\r\nsess\r\n"]
+        )
+        assert [pipe.read_response() for _ in range(3)] == [b"QUEUED", b"OK", b"v"]
         reader.close()
         pinger.close()
+        watcher.close()
     finally:
         fs.gate.set()
         r.stop()

@@ -453,11 +453,9 @@ class _Connection(asyncio.Protocol):
             if mutex.acquire(blocking=False):
                 try:
                     batch = self.session.run(cmds, locked=True) if self.front.answered() else None
-                except NotHere:
-                    batch = None
                 finally:
                     mutex.release()
-                if batch is None:  # (a round decided meanwhile, or a read would write: the task's)
+                if batch is None:  # (a round decided meanwhile: the task reads, then waits for it)
                     self._pending = cmds
                     return False
                 self._write(b"".join(batch.replies))
@@ -688,10 +686,10 @@ class _Connection(asyncio.Protocol):
             if mutex.acquire(blocking=False):  # never wait on the loop (a decision holds it)
                 try:
                     batch = self.session.run(cmds, locked=True)
-                except NotHere:
-                    batch = None  # (a read that would write: in the pool)
                 finally:
                     mutex.release()
+                if batch.pool and not batch.replies:  # (its first read would write: in the pool)
+                    batch = None
         if batch is None:  # (what it read is durable before the reply goes out)
             return await self.server.read(lambda: self.session.run(cmds))  # type: ignore[no-any-return]
         settling = self.front.settled()  # (likewise)
@@ -830,7 +828,13 @@ class Session:
                     replies.append(w.OK)
                     size += 5
                     continue
-                reply = self.execute(args)
+                try:
+                    reply = self.execute(args)
+                except NotHere:
+                    # (on the loop: this command and the rest go to the pool; the replies
+                    # before it stand, their commands are not run again)
+                    batch.rest, batch.pool = cmds[i:], True
+                    break
                 if isinstance(reply, Block):
                     batch.block = reply
                     batch.rest = cmds[i + 1 :]
@@ -1024,7 +1028,8 @@ class Session:
                 self._wrote_kv = True
             return spec.handler(self, args)
         except NotHere:
-            raise  # (not an error: the batch runs again in the pool, ``run``'s callers on the loop)
+            self.front.requests[name] -= 1  # (counted when it runs, in the pool)
+            raise  # (not an error: ``run`` leaves it and the rest to the pool)
         except RedisError as err:
             self.front.server.counters.errors += 1
             return w.error(str(err))

@@ -72,6 +72,7 @@ class _Batch:
     rest: list[list[bytes]]  # commands not run yet (the batch stopped early)
     block: Block | None = None
     close: bool = False  # QUIT
+    pool: bool = False  # ``rest`` starts with a read that would write: it runs in the pool (``NotHere``)
 
 
 def sync_writes(front: RespFront, wrote_kv: bool, logs: dict[str, Any]) -> None:

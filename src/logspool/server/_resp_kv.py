@@ -150,6 +150,20 @@ class NotHere(Exception):
     the batch is written."""
 
 
+def durable_entry(store: kv.Store, key: str, *, data: bool = True, touch: bool = True) -> kv.Value | None:
+    """``store.entry``, for a daemon's read in its pool: a touch TTL's extension that the read
+    records (a TOUCH op, written without waiting for its fsync) is durable before the store's
+    mutex is let go, so no read of the store, on the event loop (which takes the mutex only
+    when it is free) or in the pool, shows the new expiry before a crash could no longer take
+    it back; and the read's own reply follows it. One fsync a touch recorded (Redis's GETEX
+    costs one too)."""
+    with store._mutex:
+        found = store.entry(key, data=data, touch=touch)
+        if touch and found is not None and found.touch and store._always:
+            store._log.sync(gather=False)  # (nothing to do if no touch was written: at once)
+        return found
+
+
 class View:
     """The store's state, current, for one command (or a transaction): under the store's mutex.
     A ``Decision`` also holds the writer lock and can write."""
@@ -276,7 +290,7 @@ class RedisKV:
             # in the pool, never on the loop.
             if v.on_loop:
                 raise NotHere
-            found = self.store.entry(key)
+            found = durable_entry(self.store, key)
             return None if found is None else _python_to_bytes(found.value)
         v.state.used(entry, v.now)
         return v.value(entry)

@@ -50,6 +50,7 @@ from ..log import Log
 from ._resp import RespFront, RespOptions
 from ._resp import _Connection as _RespConnection
 from ._resp_commit import Committer, settled_all
+from ._resp_kv import durable_entry
 from ._resp_streams import Tails
 
 if TYPE_CHECKING:
@@ -613,7 +614,7 @@ class Server:
             return {"ok": ok}
 
         def kv_get(b: dict[str, Any]) -> dict[str, Any]:
-            got = s.kv(b).entry(_need(b, "key", str), data=_get(b, "data", bool, True),
+            got = durable_entry(s.kv(b), _need(b, "key", str), data=_get(b, "data", bool, True),
                                 touch=_get(b, "touch", bool, True))  # fmt: skip
             if _get(b, "value_only", bool, False):  # (protocol 1, later: PROTOCOL.md kv.GET)
                 return {"found": False} if got is None else {"found": True, "value": got.value}
