@@ -679,29 +679,38 @@ def test_a_commit_round_never_waits_to_gather_records_only_it_could_write(tmp_pa
 def test_a_touch_get_on_a_store_another_process_holds_does_not_stop_the_loop(tmp_path: Path) -> None:
     """The RESP door's store shared with other processes (``own_kv=False``): while another
     process holds its writer lock, a GET of a key with a touch TTL (a write: its extension)
-    waits in the pool, not on the loop; a PING on another connection is answered meanwhile,
-    and the GET once the lock is given back."""
+    waits in the pool, not on the loop: once it is running there, a native PING (answered on
+    the loop) and an XADD are answered meanwhile, and the GET once the lock is given back."""
     r = Running(tmp_path / "data", fs=_Fsyncs(), resp=RespOptions(host="127.0.0.1", port=0, own_kv=False))
     holder: _LockHolder | None = None
     try:
         assert r.server.resp is not None
-        port = r.server.resp.options.port
+        resp = r.server.resp
         with client.connect(r.address) as c:
             c.kv("default").set("sess", b"v", touch=30)
-        reader = redis.Redis(port=port, socket_timeout=60, single_connection_client=True)
-        pinger = redis.Redis(port=port, socket_timeout=60, single_connection_client=True)
-        assert pinger.ping() and reader.ping()
+        reader = redis.Redis(port=resp.options.port, socket_timeout=60, single_connection_client=True)
+        streams = redis.Redis(port=resp.options.port, socket_timeout=60, single_connection_client=True)
+        assert reader.ping() and streams.xadd("s", {"f": "warm"})
+        pinger = connect_raw(r.address)
         time.sleep(0.35)  # (a read records a touch once it moves the expiry by 1% of the TTL)
         holder = _LockHolder(tmp_path / "data" / "kv" / "default" / "ops")
         got: list[object] = []
+        gets = resp.requests[b"GET"]
         t = threading.Thread(target=lambda: got.append(reader.get("sess")))
         t.start()
-        assert pinger.ping()  # (the store's own reads wait behind the touch: docs/RESP.md)
+        deadline = time.monotonic() + 30
+        while resp.requests[b"GET"] <= gets:  # bounded: until the GET runs (in the pool, waiting)
+            assert time.monotonic() < deadline, "the GET never ran"
+            time.sleep(0.005)
+        pinger.sendall(request(p.PING, 1))
+        assert not read_frames(pinger, 1)[0].flags & p.FLAG_ERROR
+        assert streams.xadd("s", {"f": "while held"})
         assert holder.holding() and not got
         holder.release()
         t.join(60)
         assert got == [b"v"]
         reader.close()
+        streams.close()
         pinger.close()
     finally:
         if holder is not None:
