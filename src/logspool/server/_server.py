@@ -224,8 +224,9 @@ class Stores:
         """Make ``path``, a directory of DATA (a kind's, the consumer groups'), if it is not
         there: durable before any store is made in it (a store fsyncs the directory it is made
         in, not that one's parent: without this a power cut could take every store in it). A
-        failed fsync stops the daemon, as a store's does (``on_fail``): it is not to be tried
-        again (the next call would find the directory and make a store in it)."""
+        failed fsync stops a daemon of durability "always", as a store's does (``on_fail``): it
+        is not to be tried again (the next call would find the directory and make a store in
+        it)."""
         if os.path.isdir(path):
             return
         fs = self.fs or REAL
@@ -234,7 +235,7 @@ class Stores:
         try:
             fs.fsync_dir(self.data)
         except OSError as err:
-            if self.on_fail is not None:
+            if self.on_fail is not None and self.durability == "always":  # (as ``adopt`` wires it)
                 self.on_fail(self.data, err)
             raise
 
