@@ -203,6 +203,14 @@ class FileSystem:
         holding this one converts it (not atomically: others may get in between)."""
         fcntl.flock(fd, fcntl.LOCK_SH)
 
+    def try_lock_shared(self, fd: int) -> bool:
+        """Take a shared flock if no exclusive one is held now; False, nothing taken, if one is."""
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        return True
+
     def unlock(self, fd: int) -> None:
         fcntl.flock(fd, fcntl.LOCK_UN)
 

@@ -10,6 +10,7 @@ each other exactly as two processes' do.
 from __future__ import annotations
 
 import errno
+import fcntl
 import mmap
 import os
 import threading
@@ -255,3 +256,57 @@ def test_a_wrong_gathering_hint_costs_at_most_one_bounded_wait(log_dir: str) -> 
     assert waited < 30, f"{waited:.3f} s"
     assert (covered, epoch) == (2, 6)  # the fsync's own: through lsn 1, the epoch moved on
     assert target in (0, 3)  # no writer, or this one, expected back
+
+
+class GatedSyncTracker(SyncTracker):
+    """A SyncTracker whose segment fsyncs wait while ``gate`` is shut (at most 60 s), telling
+    ``inside`` when one does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = threading.Event()
+        self.gate.set()
+        self.inside = threading.Event()
+
+    def fsync(self, fd: int) -> None:
+        if fmt.parse_segment_name(os.path.basename(self.paths[fd])) is not None and not self.gate.is_set():
+            self.inside.set()
+            assert self.gate.wait(60), "the test never opened the gate"
+        super().fsync(fd)
+
+    fdatasync = fsync
+
+
+def test_a_sync_that_must_not_wait_returns_false_while_another_fsync_is_under_way(log_dir: str) -> None:
+    """``Log.sync(wait=False)`` (a daemon's event loop): while another process holds the sync
+    file's lock (as it does through its fsync), or another thread of the handle is fsyncing, it
+    returns False at once, its records not claimed durable; with neither, True, and an fsync
+    covered them. A ``sync()`` that may wait then finds them durable."""
+    tracker = GatedSyncTracker()
+    with logspool.open(log_dir, durability="os", fs=tracker) as log:
+        log.append(b"first")
+        seg_path, end = _record_ends(log_dir)[0]
+        held = os.open(os.path.join(log_dir, fmt.SYNC_NAME), os.O_RDWR)  # (its own description:
+        try:  # its flock excludes the handle's as another process's would)
+            fcntl.flock(held, fcntl.LOCK_EX)
+            assert log.sync(wait=False) is False
+            assert tracker.snapshot().get(seg_path, 0) < end, "an fsync ran under another's lock"
+            fcntl.flock(held, fcntl.LOCK_UN)
+        finally:
+            os.close(held)
+        assert log.sync(wait=False) is True
+        assert tracker.snapshot()[seg_path] >= end
+
+        log.append(b"second")
+        seg_path, end = _record_ends(log_dir)[1]
+        tracker.gate.clear()
+        syncer = threading.Thread(target=log.sync)
+        syncer.start()
+        try:
+            assert tracker.inside.wait(60), "the other thread's fsync never began"
+            assert log.sync(wait=False) is False  # (that thread holds the handle's sync role)
+        finally:
+            tracker.gate.set()
+            syncer.join(60)
+        assert log.sync(wait=False) is True
+        assert tracker.snapshot()[seg_path] >= end

@@ -738,3 +738,90 @@ def test_an_xadd_does_not_wait_for_the_shared_stores_writer_lock(tmp_path: Path)
         if holder is not None:
             holder.close()
         r.stop()
+
+
+_HOLD_SYNC = """
+import fcntl, os, sys
+fd = os.open(sys.argv[1], os.O_RDWR)
+fcntl.flock(fd, fcntl.LOCK_EX)  # as another process holds it through each of its fsyncs
+print("held", flush=True)
+sys.stdin.read()
+os.close(fd)
+"""
+
+
+@pytest.mark.parametrize("door", ["resp", "native"])
+def test_a_round_whose_fsync_would_wait_for_another_process_is_finished_off_the_loop(
+    tmp_path: Path, door: str
+) -> None:
+    """A log the daemon shares with other processes: each of them holds its sync file's lock
+    (``DIR/sync``) through its own fsync. While another process holds it, a round on the loop
+    that appended to the log (an XADD; a native log.APPEND) is handed to the committer's thread
+    for its fsync: the loop goes on serving (a PING is answered; writes and reads wait for the
+    round, as behind any round on the thread), the append is not answered until the lock is
+    given back, then it is, and it is there; and writes go on after it."""
+    r, port = _resp_running(tmp_path, _Fsyncs())
+    holder: subprocess.Popen[bytes] | None = None
+    try:
+        resp = r.server.resp
+        assert resp is not None and resp.committer is not None
+        committer = resp.committer if door == "resp" else r.server._committer
+        setup = redis.Redis(port=port, socket_timeout=30)
+        setup.xadd("shared", {"f": "warm"})
+        with client.connect(r.address) as c:
+            c.log("shared").append(b"warm")
+        assert committer is not None
+        handed = committer.handed
+        sync_file = tmp_path / "data" / "logs" / "shared" / fmt.SYNC_NAME
+        holder = subprocess.Popen(
+            [sys.executable, "-c", _HOLD_SYNC, str(sync_file)], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+        )
+        assert holder.stdout is not None and holder.stdout.readline() == b"held\n"
+        writer = redis.Redis(port=port, socket_timeout=60)
+        added: list[object] = []
+        native = connect_raw(r.address)
+        adder: threading.Thread | None = None
+        try:
+            if door == "resp":
+                adder = threading.Thread(target=lambda: added.append(writer.xadd("shared", {"f": "late"})))
+                adder.start()
+            else:
+                native.sendall(request(p.LOG_APPEND, 1, name="shared", records=[b"late"]))
+            deadline = time.monotonic() + 30
+            while committer.handed == handed:  # bounded: until the round is handed to the thread
+                assert time.monotonic() < deadline, "the round was never handed to the thread"
+                time.sleep(0.001)
+            pinger = connect_raw(r.address)
+            try:
+                pinger.sendall(request(p.PING, 2))
+                [pong] = read_frames(pinger, 1)  # (the loop is not waiting for the lock)
+                assert not pong.flags & p.FLAG_ERROR
+            finally:
+                pinger.close()
+            assert holder.poll() is None and not added, "the append was answered while the lock was held"
+            assert holder.stdin is not None
+            holder.stdin.close()
+            assert holder.wait(30) == 0
+            if adder is not None:
+                adder.join(60)
+                assert len(added) == 1
+            else:
+                [done] = read_frames(native, 1)
+                assert not done.flags & p.FLAG_ERROR and done.body["count"] == 1, done.body
+        finally:
+            writer.close()
+            native.close()
+        if door == "resp":
+            entries = setup.xrange("shared")  # (the native door's append: no stream entry's fields)
+            assert len(entries) == 3 and entries[-1][1] == {b"f": b"late"}
+        else:
+            with client.connect(r.address) as c:
+                got = [rec.payload for rec in c.log("shared").read_page(0, limit=10)[0]]
+                assert got[-1] == b"late" and len(got) == 3
+        assert setup.set("other", "v") and setup.get("other") == b"v"
+        setup.close()
+    finally:
+        if holder is not None and holder.poll() is None:
+            holder.kill()
+            holder.wait()
+        r.stop()

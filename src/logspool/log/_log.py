@@ -252,8 +252,9 @@ class Log:
         """
         return self._writer.append_many(payloads)
 
-    def sync(self, *, gather: bool = True) -> None:
-        """Make every record this handle has written durable (fsync). Any thread.
+    def sync(self, *, gather: bool = True, wait: bool = True) -> bool:
+        """Make every record this handle has written durable (fsync). Any thread. True on
+        return: durable.
 
         ``gather``: with durability ``"always"``, the fsync may first wait, at most about the
         cost of one fsync, for the records of the writers the last fsync covered (other
@@ -261,10 +262,16 @@ class Log:
         "gathering across processes"). False for a caller that writes nothing while it waits
         and wants its own records durable at once: a single thread that writes batches and
         then syncs them (a daemon's commit round) would otherwise wait, after each batch smaller
-        than the one before, for records only it could write."""
+        than the one before, for records only it could write.
+
+        ``wait=False``: for a caller that must never wait for another thread or process (a
+        daemon's event loop). If another thread of this handle is fsyncing, or another process
+        holds the sync file's lock (its fsync under way), return False at once, nothing done:
+        call ``sync()`` from a thread that may wait. (It still does its own fsync, and ignores
+        ``gather``.)"""
         if self.readonly:
-            return
-        self._writer.sync(gather)
+            return True
+        return self._writer.sync(gather, wait)
 
     # --- exclusive appends for state machines ------------------------------------------------------
     def exclusive(

@@ -266,11 +266,14 @@ class Syncer:
             self._wait_while_syncing()
             yield
 
-    def await_durable(self, end: int, failure: Callable[[], BaseException | None]) -> bool:
+    def await_durable(
+        self, end: int, failure: Callable[[], BaseException | None], wait: bool = True
+    ) -> bool | None:
         """Wait until every lsn below ``end`` is known durable, or until no fsync of this handle
         is under way. False: durable. True: the caller now holds the role and leads an fsync
         (then ``leave_role``). ``failure()``: the handle's failure; FailedError once it is set
-        (checked before each wait)."""
+        (checked before each wait). ``wait=False``: None instead of a wait (another thread of
+        the handle has the role)."""
         with self._cond:
             for _ in range(1 << 30):  # bounded: each wait ends with an fsync finishing
                 err = failure()
@@ -281,6 +284,8 @@ class Syncer:
                 if not self._running:
                     self._running = True
                     return True
+                if not wait:
+                    return None
                 self._wait_for_sync()
             raise AssertionError("an fsync never finished")
 
@@ -420,21 +425,30 @@ class Syncer:
             fmt.clear_sync_tail(self._map)
 
     # --- fsync across processes -------------------------------------------------------------------
-    def sync_through(self, fd: int, base: int, end: int, lsn: int, *, single: bool, gather: bool) -> None:
+    def sync_through(
+        self, fd: int, base: int, end: int, lsn: int, *, single: bool, gather: bool, wait: bool = True
+    ) -> bool:
         """With the role: make segment ``base`` (open as ``fd``) durable to offset ``end``
         (where the record of ``lsn`` goes), unless another process's fsync already did; and the
-        mark durable if this handle has not made it so for limits.SYNC_MARK_PERSIST_S."""
-        self.sync_segment_through(fd, base, end, lsn, single=single, gather=gather)
+        mark durable if this handle has not made it so for limits.SYNC_MARK_PERSIST_S. False
+        only with ``wait=False`` (``sync_segment_through``'s)."""
+        if not self.sync_segment_through(fd, base, end, lsn, single=single, gather=gather, wait=wait):
+            return False
         if time.monotonic() - self._persisted_s >= limits.SYNC_MARK_PERSIST_S:
             self.persist()
+        return True
 
     def sync_segment_through(
-        self, fd: int, base: int, end: int, lsn: int, *fds: int, single: bool, gather: bool
-    ) -> None:
+        self, fd: int, base: int, end: int, lsn: int, *fds: int, single: bool, gather: bool, wait: bool = True
+    ) -> bool:
         """With the role: make segment ``base`` (open as ``fd``) durable to offset ``end``
         (where the record of ``lsn`` goes), unless another process's fsync already did. ``fds``:
         more files to fsync with it. ``single``: this handle holds the writer lock for its life;
         ``gather``: its appends wait for their fsync (durability "always"), so it may gather.
+        ``wait=False``: for a caller that must not wait for another process (a daemon's event
+        loop): False, nothing done, if the sync flock or the gate is held by another process
+        now (its fsync is under way: the caller hands this call to a thread that may wait).
+        True: durable.
 
         The mark is read under a shared flock of DIR/sync and changed under the exclusive one,
         which the fsyncing process holds until its fsync is done. So the processes waiting for
@@ -451,6 +465,8 @@ class Syncer:
             # fsync can have covered these bytes, and the mark is raised to ``end``, this handle's
             # own last write, not to the size (so a cut can never be under it). The sync lock is
             # taken only to change the mark, for a writer handle opened before this one.
+            # (Even with ``wait=False`` the flock is waited for: no other writer fsyncs under it,
+            # so only a moment's reading of the mark, ``read_mark``, can hold it.)
             self._timed_fsync(fd)
             for other in fds:
                 fs.fdatasync(other)  # (the index: appended to; fdatasync makes its size durable)
@@ -460,12 +476,15 @@ class Syncer:
                     fmt.write_sync_mark(sync_map, base, end)
             finally:
                 fs.unlock(self._fd)
-            return
+            return True
         for _ in range(1 << 30):  # bounded: each turn ends with another process's fsync done
-            fs.lock_shared(self._fd)
+            if wait:
+                fs.lock_shared(self._fd)
+            elif not fs.try_lock_shared(self._fd):
+                return False
             try:
                 if fmt.read_sync_mark(sync_map) >= (base, end):
-                    return
+                    return True
                 gather_covered, gather_target, epoch = fmt.read_sync_gather(sync_map)
             finally:
                 fs.unlock(self._fd)
@@ -479,6 +498,8 @@ class Syncer:
             gate = epoch & 1 if gather_target and gather else -1
             if gate < 0 or fs.try_gate(self._fd, gate):
                 break
+            if not wait:
+                return False
             fs.lock_gate(self._fd, gate, fcntl.F_RDLCK)
             fs.lock_gate(self._fd, gate, fcntl.F_UNLCK)
         else:
@@ -486,11 +507,14 @@ class Syncer:
         try:
             if lsn < gather_target and gate >= 0:
                 self._gather_processes(fd, end, lsn, gather_target)
-            fs.lock_blocking(self._fd)
+            if wait:
+                fs.lock_blocking(self._fd)
+            elif not fs.lock(self._fd, 0.0):
+                return False
             try:
                 mark = fmt.read_sync_mark(sync_map)
                 if mark >= (base, end):
-                    return
+                    return True
                 gather_covered, gather_target, epoch = fmt.read_sync_gather(sync_map)
                 fmt.write_sync_gather(sync_map, gather_covered, gather_target, epoch + 1)
                 # Everything written by anyone up to now is covered: the records others wrote
@@ -518,6 +542,7 @@ class Syncer:
         finally:
             if gate >= 0:
                 fs.lock_gate(self._fd, gate, fcntl.F_UNLCK)
+        return True
 
     def _timed_fsync(self, fd: int) -> None:
         """fsync the segment's data (``fdatasync``), keeping the recent cost of one, which bounds

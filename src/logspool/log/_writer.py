@@ -418,31 +418,41 @@ class Writer:
             raise RuntimeError("append through the Tail given by exclusive(), not the Log, inside it")
 
     # --- group commit -----------------------------------------------------------------------------
-    def await_durable(self, end: int, gather: bool = True) -> None:
+    def await_durable(self, end: int, gather: bool = True, wait: bool = True) -> bool:
         """Return once every lsn below ``end`` is fsynced, leading an fsync if none is under way.
 
         The leader reads what has been written *after* it takes the lead, so its fsync covers
         every write that completed before; followers that were covered return without an fsync.
         ``gather``: as ``Log.sync``'s (for the fsync this thread leads, if it leads one).
+        ``wait=False``: False instead of waiting for another thread's fsync or another
+        process's (``Log.sync``); True: durable.
         """
-        if not self._syncer.await_durable(end, self._handle.failure_now):
-            return
-        self._lead_sync(gather)
+        lead = self._syncer.await_durable(end, self._handle.failure_now, wait)
+        if lead is None:
+            return False
+        if not lead:
+            return True
+        if not self._lead_sync(gather and wait, wait):
+            return False
         if self._syncer.synced_next < end:  # set by this thread in _lead_sync; only ever grows
             raise FailedError(self._path, f"log handle failed: {self._handle.failure}")
+        return True
 
-    def _lead_sync(self, gather: bool = True) -> None:
+    def _lead_sync(self, gather: bool = True, wait: bool = True) -> bool:
         """Make everything written so far durable. Call with the sync role taken by the caller.
-        ``gather``: the fsync may first wait for the other writers' records (``Log.sync``)."""
+        ``gather``: the fsync may first wait for the other writers' records (``Log.sync``).
+        False, nothing done, only with ``wait=False`` (another process's fsync is under way)."""
         fd, written, base, end = self._active.written
         synced = 0
+        done = True
         try:
             if fd >= 0:
                 single = self._active.single
-                self._syncer.sync_through(
-                    fd, base, end, written, single=single, gather=gather and self._queued
+                done = self._syncer.sync_through(
+                    fd, base, end, written, single=single, gather=gather and self._queued, wait=wait
                 )
-            synced = written
+            if done:
+                synced = written
         except OSError as err:
             self._handle.fail(err)
         finally:
@@ -450,12 +460,14 @@ class Writer:
         failure = self._handle.failure
         if failure is not None:
             raise FailedError(self._path, f"fsync failed: {failure}") from failure
+        return done
 
-    def sync(self, gather: bool = True) -> None:
-        """``Log.sync``: every record this handle has written, durable on return."""
+    def sync(self, gather: bool = True, wait: bool = True) -> bool:
+        """``Log.sync``: every record this handle has written, durable on return (True), or,
+        with ``wait=False``, False if that would wait for another thread or process."""
         if not self._handle.usable:  # (one flag: check_usable's fork test is a getpid call)
             self._handle.check_usable()
-        self.await_durable(self._active.written[1], gather)
+        return self.await_durable(self._active.written[1], gather, wait)
 
     # --- the flush thread ("interval") -----------------------------------------------------------
     def start_flusher(self) -> None:

@@ -90,11 +90,17 @@ class _RoundStores:
             yield round_
         self._synced = round_.synced
 
-    def sync(self, *, gather: bool = False) -> None:
-        """fsync each store the last round wrote, once (``gather``: as ``Log.sync``'s)."""
-        synced, self._synced = self._synced, []
-        for store in synced:
-            store.sync(gather=gather)  # (a log or a RedisKV: each fsyncs only if "always")
+    def sync(self, *, gather: bool = False, wait: bool = True) -> bool:
+        """fsync each store the last round wrote, once (``gather``, ``wait``: as ``Log.sync``'s).
+        False only with ``wait=False``: the stores not yet durable are kept for the next call
+        (the round's, on a thread that may wait: ``Committer._run_group``)."""
+        synced = self._synced
+        while synced:  # bounded: each turn syncs one store, or returns
+            # (a log or a RedisKV: each fsyncs only if "always")
+            if not synced[0].sync(gather=gather, wait=wait):
+                return False
+            synced.pop(0)
+        return True
 
 
 class _Round:

@@ -18,7 +18,10 @@ Where a round runs:
   writer lock held for the daemon's life: no other process can hold it) are gathered; the round
   takes the rounds' lock and each store's mutex without waiting, and if one is taken (a
   snapshot's fork, a read in the pool, the other door's round), hands the group to the thread:
-  the loop never waits for a lock.
+  the loop never waits for a lock. Nor for another's fsync: the round's fsync takes a log's
+  sync role and its sync file's flock (held by another process through each of its fsyncs)
+  only if they are free (``Log.sync(wait=False)``); if one is not, the thread finishes the
+  round, decided and written: its fsync and its replies (``_finish``).
 - **On the committer thread** (``submit``): a batch that the loop cannot take (the connection's
   task path, a stream's XADD or a log's append, whose writer lock another process may hold, a
   store the daemon does not own, a batch arriving while the thread has rounds queued or
@@ -75,20 +78,24 @@ class _Batch:
     pool: bool = False  # ``rest`` starts with a read that would write: it runs in the pool (``NotHere``)
 
 
-def sync_writes(front: RespFront, wrote_kv: bool, logs: dict[str, Any]) -> None:
+def sync_writes(front: RespFront, wrote_kv: bool, logs: dict[str, Any], *, wait: bool = True) -> bool:
     """fsync what batches wrote (one fsync a store, shared by them all) and wake the XREADs
     waiting on the logs appended to. No fsync here waits to gather other writers' records
     (``Log.sync``'s ``gather``): the records a round's fsync covered are its own, and their
     writers are waiting for its replies, so such a wait, after every round smaller than the
-    one before, could only time out, on the loop itself for a round run there."""
-    if wrote_kv:
-        front.kv.sync(gather=False)
+    one before, could only time out, on the loop itself for a round run there. ``wait=False``
+    (on the loop): False, some not yet durable, if one would wait for another thread's or
+    another process's fsync (``Log.sync``'s ``wait``): call again with ``wait=True``, on a
+    thread (what is durable already costs nothing then)."""
+    if wrote_kv and not front.kv.sync(gather=False, wait=wait):
+        return False
     if logs:
         for log in logs.values():
-            if log.durability == "always":
-                log.sync(gather=False)
+            if log.durability == "always" and not log.sync(gather=False, wait=wait):
+                return False
         if front.tails is not None:
             front.tails.wake_threadsafe({"logs/" + name for name in logs})
+    return True
 
 
 def settled_all(*committers: Committer | None) -> asyncio.Future[Any] | None:
@@ -111,6 +118,20 @@ _Done = list[tuple["asyncio.Future[_Batch] | _Connection", "_Batch | BaseExcepti
 # The rounds of the other door a round's replies wait for: (that committer, its last round
 # decided before this one) each (see the module docstring).
 _Waits = list[tuple["Committer", int]]
+
+
+@dataclass
+class _Decided:
+    """A round decided and written, its fsyncs not yet all done (``Committer._sync``)."""
+
+    round_: list[_Queued]
+    number: int
+    done: _Done  # its outcomes, sent once it is durable
+    waits: _Waits | None  # the other door's rounds its replies wait for (None: plain SETs only)
+    wrote_kv: bool
+    logs: dict[str, Any]
+    sync_s: float = 0.0  # spent in its fsyncs so far (on the loop, before a hand-off)
+    failure: Exception | None = None  # (its decision or its fsync on the loop failed)
 
 
 class Committer:
@@ -155,6 +176,10 @@ class Committer:
         self._last_group = 1  # batches the loop's last round held
         self._sync_mean = 0.0  # the rounds' fsyncs, seconds (an exponential moving mean)
         self.rounds_here = 0  # rounds run on the loop (INFO)
+        # A round decided on the loop whose fsync would have waited there: the thread finishes
+        # it (``_run_group``, ``_finish``; under _cond). ``handed``: how many (INFO).
+        self._finishing: _Decided | None = None
+        self.handed = 0
         # Where the rounds' time went (INFO, seconds): the decisions (the commands and the write),
         # the fsyncs, and the commit delay's waits for the rest of a group.
         self.decide_s = self.sync_s = self.delay_s = 0.0
@@ -188,10 +213,15 @@ class Committer:
         for _ in itertools.count():  # bounded by stop()
             with self._cond:
                 self._wanted = 1
-                while (not self._queue or self._busy) and not self._stopping:
+                while (not self._queue or self._busy) and not self._stopping and self._finishing is None:
                     self._cond.wait()
-                if not self._queue:
+                finishing, self._finishing = self._finishing, None
+                if finishing is None and not self._queue:
                     return
+            if finishing is not None:
+                self._finish(finishing)
+                continue
+            with self._cond:
                 # Commit delay (PostgreSQL's commit_delay/commit_siblings): when the last round
                 # held more batches than are queued now, the writers of the others are likely
                 # about to send theirs (their replies just went out): wait for them, at most
@@ -240,85 +270,108 @@ class Committer:
         """Run a round's batches as one decision and make them durable (their outcomes; an
         error reply for each command if the write or the fsync failed), and the rounds of the
         other door its replies wait for (none if it ran plain SETs only; see the module
-        docstring). ``taken``: the locks the caller took for the round, ``_ROUNDS`` first (a
-        round on the loop), given back as the round's own ``_ROUNDS`` is, before the fsync;
-        ``tails``: the streams' writer locks it took (likewise)."""
+        docstring). On the committer's thread (``_run_group`` runs a round on the loop)."""
+        try:
+            decided = self._decide(round_, number, taken, tails)
+            self._sync(decided, wait=True)
+        except Exception as err:  # the write or the fsync failed: nothing here is acknowledged
+            return self._failed(round_, err), None
+        return decided.done, decided.waits
+
+    def _decide(
+        self,
+        round_: list[_Queued],
+        number: int,
+        taken: list[Any] | None = None,
+        tails: HeldTails | None = None,
+    ) -> _Decided:
+        """A round's batches run as one decision, written, not yet fsynced (``_sync``).
+        ``taken``: the locks the caller took for the round, ``_ROUNDS`` first (a round on the
+        loop), given back as the round's own ``_ROUNDS`` is, before the fsync; ``tails``: the
+        streams' writer locks it took (likewise)."""
         self.batches += len(round_)
         done: _Done = []
         waits: _Waits | None = None  # (None: the round ran plain SETs only)
         wrote_kv = False
         logs: dict[str, Any] = {}
+        # One decision for the whole round: one writer lock, one catch-up, one write of
+        # every op (each command is still atomic: they run one after another inside it).
+        started = time.perf_counter()
+        held = tails if tails is not None else HeldTails()  # (once a round a stream, not an XADD)
+        # One round at a time in the process, whichever door's committer runs it: a round
+        # takes its stores' locks in the order its commands come (the RESP door's key-value
+        # store, then streams; the native door's stores in request order), so two rounds
+        # at once could each hold a lock the other waits for. The fsyncs still overlap.
+        if taken is None:
+            _ROUNDS.acquire()
         try:
-            # One decision for the whole round: one writer lock, one catch-up, one write of
-            # every op (each command is still atomic: they run one after another inside it).
-            started = time.perf_counter()
-            held = tails if tails is not None else HeldTails()  # (once a round a stream, not an XADD)
-            # One round at a time in the process, whichever door's committer runs it: a round
-            # takes its stores' locks in the order its commands come (the RESP door's key-value
-            # store, then streams; the native door's stores in request order), so two rounds
-            # at once could each hold a lock the other waits for. The fsyncs still overlap.
-            if taken is None:
-                _ROUNDS.acquire()
-            try:
-                self.decided = number  # (under _ROUNDS: the other door's rounds read it there)
-                # (a round of XADDs only opens no decision of the key-value store: with the store
-                # shared, it would wait for another process's writer lock for nothing)
-                deciding = (
-                    self.front.kv.decide() if self.front.decides_kv(round_) else contextlib.nullcontext()
-                )
-                with deciding as d:
-                    i = 0
-                    while i < len(round_):  # bounded: each turn takes one batch or more
-                        session, cmds, fut = round_[i]
-                        # SET x16: every batch plain SETs, written with one write_many
-                        # (``plain_sets``: each door's own, answering none for any other batch)
-                        if len(cmds) == 1:
-                            session.round = d
-                            try:
-                                plain = session.plain_sets(round_, i)
-                            finally:
-                                session.round = None
-                            if plain:
-                                wrote_kv = True
-                                done.extend(
-                                    zip([f for _, _, f in round_[i : i + len(plain)]], plain, strict=True)
-                                )
-                                i += len(plain)
-                                continue
-                        i += 1
-                        if waits is None:  # (a command that may read what the other door wrote)
-                            waits = self._decided_before()
-                        if d is not None:
-                            d.owner = session.name  # (locks are checked against each connection's name)
-                        session.round, session.tails = d, held
+            self.decided = number  # (under _ROUNDS: the other door's rounds read it there)
+            # (a round of XADDs only opens no decision of the key-value store: with the store
+            # shared, it would wait for another process's writer lock for nothing)
+            deciding = self.front.kv.decide() if self.front.decides_kv(round_) else contextlib.nullcontext()
+            with deciding as d:
+                i = 0
+                while i < len(round_):  # bounded: each turn takes one batch or more
+                    session, cmds, fut = round_[i]
+                    # SET x16: every batch plain SETs, written with one write_many
+                    # (``plain_sets``: each door's own, answering none for any other batch)
+                    if len(cmds) == 1:
+                        session.round = d
                         try:
-                            done.append((fut, session.run(cmds, sync=False)))
-                        except BaseException as err:  # (run answers each command's error itself)
-                            done.append((fut, err))
+                            plain = session.plain_sets(round_, i)
                         finally:
-                            session.round = session.tails = None
-                        kv_written, logs_written = session.take_writes()
-                        wrote_kv |= kv_written
-                        logs.update(logs_written)
+                            session.round = None
+                        if plain:
+                            wrote_kv = True
+                            done.extend(
+                                zip([f for _, _, f in round_[i : i + len(plain)]], plain, strict=True)
+                            )
+                            i += len(plain)
+                            continue
+                    i += 1
+                    if waits is None:  # (a command that may read what the other door wrote)
+                        waits = self._decided_before()
+                    if d is not None:
+                        d.owner = session.name  # (locks are checked against each connection's name)
+                    session.round, session.tails = d, held
+                    try:
+                        done.append((fut, session.run(cmds, sync=False)))
+                    except BaseException as err:  # (run answers each command's error itself)
+                        done.append((fut, err))
+                    finally:
+                        session.round = session.tails = None
+                    kv_written, logs_written = session.take_writes()
+                    wrote_kv |= kv_written
+                    logs.update(logs_written)
+        finally:
+            try:
+                held.close()  # (before the fsync: every record of the round is written)
             finally:
-                try:
-                    held.close()  # (before the fsync: every record of the round is written)
-                finally:
-                    for lock in reversed(taken) if taken is not None else (_ROUNDS,):
-                        lock.release()
-            decided = time.perf_counter()
-            sync_writes(self.front, wrote_kv, logs)  # before any reply of the round is sent
-            synced = time.perf_counter() - decided
-            self.decide_s += decided - started
-            self.sync_s += synced
-            if wrote_kv or logs:
-                self._sync_mean += (synced - self._sync_mean) * self._SYNC_WEIGHT
-        except Exception as err:  # the write or the fsync failed: nothing here is acknowledged
-            _logger.error("RESP commit round failed: %s", err)
-            self._settle_failed_round()
-            failed = w.error(f"ERR the write failed, the commands may or may not be applied: {err}")
-            done = [(fut, _Batch([failed] * len(cmds), [])) for _, cmds, fut in round_]
-        return done, waits
+                for lock in reversed(taken) if taken is not None else (_ROUNDS,):
+                    lock.release()
+        self.decide_s += time.perf_counter() - started
+        return _Decided(round_, number, done, waits, wrote_kv, logs)
+
+    def _sync(self, decided: _Decided, *, wait: bool) -> bool:
+        """A decided round's fsyncs (``sync_writes``), before any of its replies is sent.
+        ``wait=False`` (on the loop): False if one would wait for another thread's or another
+        process's fsync; the round's thread finishes it then (``_run_group``)."""
+        began = time.perf_counter()
+        synced = sync_writes(self.front, decided.wrote_kv, decided.logs, wait=wait)
+        took = time.perf_counter() - began
+        self.sync_s += took
+        if synced and (decided.wrote_kv or decided.logs):
+            self._sync_mean += (took + decided.sync_s - self._sync_mean) * self._SYNC_WEIGHT
+        decided.sync_s += took
+        return synced
+
+    def _failed(self, round_: list[_Queued], err: Exception) -> _Done:
+        """A round whose write or fsync failed: its other writes settled, every command of it
+        answered with an error."""
+        _logger.error("RESP commit round failed: %s", err)
+        self._settle_failed_round()
+        failed = w.error(f"ERR the write failed, the commands may or may not be applied: {err}")
+        return [(fut, _Batch([failed] * len(cmds), [])) for _, cmds, fut in round_]
 
     def _settle_failed_round(self) -> None:
         """A round whose write failed may have written other stores and logs first (each
@@ -430,13 +483,45 @@ class Committer:
         self.rounds_here += 1
         number = self.rounds
         try:
-            done, waits = self._round(group, number, taken, tails)  # (no settle: see _settle_pool_writes)
+            decided = self._decide(group, number, taken, tails)
+            # (no settle: see _settle_pool_writes)
+            if self._sync(decided, wait=False):
+                with self._cond:
+                    self._busy = False
+                    if self._queue:
+                        self._cond.notify()
+                self._deliver(decided.done, number, decided.waits)
+                return
+        except Exception as err:  # the write or the fsync failed: nothing here is acknowledged
+            # (answered by the thread: a failed round settles the stores' other writes first,
+            # and those fsyncs may wait for another process's)
+            decided = _Decided(group, number, [], None, False, {}, failure=err)
+        # Another process's fsync of a log the round wrote is under way (it holds the sync
+        # file's lock through it), or another thread of ours fsyncs it, or the round failed:
+        # the loop does not wait. The thread finishes the round (its fsyncs and replies), and
+        # no other round runs meanwhile (``_busy`` stays set).
+        with self._cond:
+            self._finishing = decided
+            self._cond.notify()
+        self.handed += 1
+
+    def _finish(self, decided: _Decided) -> None:
+        """On the committer's thread: a round decided on the loop whose fsync would have waited
+        there (``_run_group``): its fsyncs, then its replies, on the loop; or, if it failed
+        there, its error replies, once its other writes are settled (``_failed``)."""
+        try:
+            try:
+                if decided.failure is not None:
+                    raise decided.failure
+                self._sync(decided, wait=True)
+                done, waits = decided.done, decided.waits
+            except Exception as err:  # the fsync failed: nothing here is acknowledged
+                done, waits = self._failed(decided.round_, err), None
         finally:
             with self._cond:
                 self._busy = False
-                if self._queue:
-                    self._cond.notify()
-        self._deliver(done, number, waits)
+        with contextlib.suppress(RuntimeError):  # the loop closed
+            self.loop.call_soon_threadsafe(self._deliver, done, decided.number, waits)
 
     def _deliver(self, done: _Done, number: int, waits: _Waits | None = None) -> None:
         """On the loop: the replies of round ``number``, whose writes are durable now (one call

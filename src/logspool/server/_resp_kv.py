@@ -273,12 +273,14 @@ class RedisKV:
         (``Committer._run_group`` takes them without waiting, on the loop)."""
         return [self.store._mutex]
 
-    def sync(self, *, gather: bool = False) -> None:
+    def sync(self, *, gather: bool = False, wait: bool = True) -> bool:
         """Make every decision made so far durable (with ``durability="always"``). Any thread;
-        threads that call it at once share one fsync. ``gather``: as ``Log.sync``'s; off, as a
-        commit round wants it (see ``sync_writes``)."""
+        threads that call it at once share one fsync. ``gather``, ``wait``: as ``Log.sync``'s
+        (``gather`` off, as a commit round wants it: see ``sync_writes``); False only with
+        ``wait=False``, nothing done."""
         if self.store._always:
-            self.store._log.sync(gather=gather)
+            return self.store._log.sync(gather=gather, wait=wait)
+        return True
 
     # --- reads --------------------------------------------------------------------------------
     def get(self, v: View, key: str) -> bytes | None:
