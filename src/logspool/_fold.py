@@ -424,10 +424,11 @@ class FoldedStore(Generic[S, OpT]):
             return self._state
 
     @contextlib.contextmanager
-    def _decide(self, *, durable: bool = True) -> Iterator[_Writer[S, OpT]]:
+    def _decide(self, *, durable: bool = True, timeout_s: float | None = None) -> Iterator[_Writer[S, OpT]]:
         """The state, current, with the writer lock held: read, decide, write ops that everyone
         will apply in this order. The fsync comes after the locks are released (group commit);
-        ``durable=False`` returns without waiting for it (the op rides a later fsync)."""
+        ``durable=False`` returns without waiting for it (the op rides a later fsync).
+        ``timeout_s``: how long to wait for the writer lock (LockedError; None: the store's)."""
         try:
             with self._mutex:
                 self._check_open()
@@ -435,7 +436,7 @@ class FoldedStore(Generic[S, OpT]):
                     # Others wrote before our last decision: fold what they wrote so far before taking
                     # the writer lock, so that this runs while they hold it, not while they wait.
                     self._catch_up()
-                with self._log.exclusive(sync=False, idle=self._catch_up_some) as tail:
+                with self._log.exclusive(timeout_s, sync=False, idle=self._catch_up_some) as tail:
                     base, start = tail.end
                     reader = self._reader
                     # Under the writer lock the tail is final: a reader already there has nothing

@@ -1,12 +1,12 @@
 """Where the daemon's commit rounds run (``Committer.gather``, ``_resp_commit.py``): on the event
 loop, every batch of writes of a turn of the loop in one round, as Redis runs its
-``appendfsync always``, for the key-value stores the daemon owns; on the committer's thread
-while fsyncs are slow (``LOOP_SYNC_MAX_S``), and back on the loop once they are fast again; and
-always on the thread for a store another process may write (its writer lock may be held: the
-loop must not wait for it). The file system's fsync is the test's through the I/O seam: a no-op
-(so that a loaded machine's disk cannot decide where rounds run) or a sleep of 5 ms (always
-slower than the bound). What a round does with its fsync is tested elsewhere (the power-loss
-and kill tests of tests/server/)."""
+``appendfsync always``; on the committer's thread while fsyncs are slow (``LOOP_SYNC_MAX_S``),
+and back on the loop once they are fast again; for a store another process may write, on the
+loop while its writer lock is free (taken there without a wait), on the thread while another
+process holds it (the loop must not wait for it). The file system's fsync is the test's through
+the I/O seam: a no-op (so that a loaded machine's disk cannot decide where rounds run) or a
+sleep of 5 ms (always slower than the bound). What a round does with its fsync is tested
+elsewhere (the power-loss and kill tests of tests/server/)."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ import redis
 import logspool
 from logspool import _format as fmt
 from logspool import _wire as p
-from logspool import client
+from logspool import client, kv
 from logspool._fs import FileSystem
 from logspool.server import RespOptions
 from tests.server.conftest import Running
@@ -183,6 +183,39 @@ def test_a_store_another_process_holds_keeps_its_rounds_off_the_loop(tmp_path: P
     finally:
         if holder is not None:
             holder.close()
+        r.stop()
+
+
+def test_a_shared_stores_rounds_run_on_the_loop_beside_another_writer(tmp_path: Path) -> None:
+    """A store the daemon does not own (the native door's default), written by an embedded
+    handle too (another open of it: its own writer lock, as another process's): while its
+    writer lock is free, the daemon's rounds run on the loop (the lock taken there without a
+    wait), each catching up with the other writer's ops first; every increment of both lands,
+    and each sees the other's."""
+    r = Running(tmp_path / "data", fs=_Fsyncs())
+    try:
+        with client.connect(r.address) as c:
+            c.kv("shared").set("n", 0)
+        before = r.server.commit_counters()
+        socks = [connect_raw(r.address) for _ in range(8)]
+        with kv.open(tmp_path / "data" / "kv" / "shared", fs=_Fsyncs()) as embedded:
+            try:
+                for turn in range(20):
+                    for i, sock in enumerate(socks):
+                        sock.sendall(request(p.KV_ADD, turn * 8 + i, name="shared", key="n", amount=1))
+                    embedded.add("n", 100)
+                    for sock in socks:
+                        [reply] = read_frames(sock, 1)
+                        assert not reply.flags & p.FLAG_ERROR, reply.body
+            finally:
+                for sock in socks:
+                    sock.close()
+            assert embedded["n"] == 20 * 8 + 20 * 100
+        after = r.server.commit_counters()
+        assert after["rounds_here"] > before["rounds_here"], "no round of the shared store ran on the loop"
+        with client.connect(r.address) as c:
+            assert c.kv("shared").get("n") == 20 * 8 + 20 * 100
+    finally:
         r.stop()
 
 
@@ -750,16 +783,17 @@ os.close(fd)
 """
 
 
-@pytest.mark.parametrize("door", ["resp", "native"])
+@pytest.mark.parametrize("door", ["resp", "native", "native kv"])
 def test_a_round_whose_fsync_would_wait_for_another_process_is_finished_off_the_loop(
     tmp_path: Path, door: str
 ) -> None:
     """A log the daemon shares with other processes: each of them holds its sync file's lock
     (``DIR/sync``) through its own fsync. While another process holds it, a round on the loop
-    that appended to the log (an XADD; a native log.APPEND) is handed to the committer's thread
-    for its fsync: the loop goes on serving (a PING is answered; writes and reads wait for the
-    round, as behind any round on the thread), the append is not answered until the lock is
-    given back, then it is, and it is there; and writes go on after it."""
+    that appended to the log (an XADD; a native log.APPEND; a native kv.SET to a store the
+    daemon does not own, its op log shared) is handed to the committer's thread for its fsync:
+    the loop goes on serving (a PING is answered; writes and reads wait for the round, as
+    behind any round on the thread), the write is not answered until the lock is given back,
+    then it is, and it is there; and writes go on after it."""
     r, port = _resp_running(tmp_path, _Fsyncs())
     holder: subprocess.Popen[bytes] | None = None
     try:
@@ -770,9 +804,11 @@ def test_a_round_whose_fsync_would_wait_for_another_process_is_finished_off_the_
         setup.xadd("shared", {"f": "warm"})
         with client.connect(r.address) as c:
             c.log("shared").append(b"warm")
+            c.kv("shared").set("warm", b"0")
         assert committer is not None
         handed = committer.handed
-        sync_file = tmp_path / "data" / "logs" / "shared" / fmt.SYNC_NAME
+        where = ("kv", "shared", "ops") if door == "native kv" else ("logs", "shared")
+        sync_file = tmp_path.joinpath("data", *where, fmt.SYNC_NAME)
         holder = subprocess.Popen(
             [sys.executable, "-c", _HOLD_SYNC, str(sync_file)], stdin=subprocess.PIPE, stdout=subprocess.PIPE
         )
@@ -785,8 +821,10 @@ def test_a_round_whose_fsync_would_wait_for_another_process_is_finished_off_the_
             if door == "resp":
                 adder = threading.Thread(target=lambda: added.append(writer.xadd("shared", {"f": "late"})))
                 adder.start()
-            else:
+            elif door == "native":
                 native.sendall(request(p.LOG_APPEND, 1, name="shared", records=[b"late"]))
+            else:
+                native.sendall(request(p.KV_SET, 1, name="shared", key="late", value=b"1"))
             deadline = time.monotonic() + 30
             while committer.handed == handed:  # bounded: until the round is handed to the thread
                 assert time.monotonic() < deadline, "the round was never handed to the thread"
@@ -807,17 +845,23 @@ def test_a_round_whose_fsync_would_wait_for_another_process_is_finished_off_the_
                 assert len(added) == 1
             else:
                 [done] = read_frames(native, 1)
-                assert not done.flags & p.FLAG_ERROR and done.body["count"] == 1, done.body
+                assert not done.flags & p.FLAG_ERROR, done.body
+                assert done.body == ({"ok": True} if door == "native kv" else {"first": 2, "count": 1}), (
+                    done.body
+                )
         finally:
             writer.close()
             native.close()
         if door == "resp":
             entries = setup.xrange("shared")  # (the native door's append: no stream entry's fields)
             assert len(entries) == 3 and entries[-1][1] == {b"f": b"late"}
-        else:
+        elif door == "native":
             with client.connect(r.address) as c:
                 got = [rec.payload for rec in c.log("shared").read_page(0, limit=10)[0]]
                 assert got[-1] == b"late" and len(got) == 3
+        else:
+            with client.connect(r.address) as c:
+                assert c.kv("shared").get("late") == b"1"
         assert setup.set("other", "v") and setup.get("other") == b"v"
         setup.close()
     finally:

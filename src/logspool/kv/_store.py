@@ -643,16 +643,18 @@ class Store(FoldedStore[State, ops.Op], MutableMapping[str, ops.Value]):
             return size
 
     @contextlib.contextmanager
-    def _change(self, *, durable: bool = True) -> Iterator[tuple[_Writer[State, ops.Op], int]]:
+    def _change(
+        self, *, durable: bool = True, timeout_s: float | None = None
+    ) -> Iterator[tuple[_Writer[State, ops.Op], int]]:
         """A decision at time ``now``, after removing (with EXPIRE ops) values that expired. On a
         thread already inside a decision of this store, that decision (its ops written with the
         outer one's, durable when it is): a call such as ``modify`` made within the daemon's
-        commit round is part of that round."""
+        commit round is part of that round. ``timeout_s``: as ``_decide``'s."""
         outer = self._deciding
         if outer is not None and outer[2] == threading.get_ident():
             yield outer[0], outer[1]
             return
-        with self._decide(durable=durable) as w:
+        with self._decide(durable=durable, timeout_s=timeout_s) as w:
             now = self._clock()
             w.write_many([ops.Expire(k) for k in self._state.due(now, limits.KV_EXPIRE_BATCH)])
             self._deciding = (w, now, threading.get_ident())

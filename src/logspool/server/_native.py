@@ -436,12 +436,11 @@ class NativeConnection(asyncio.Protocol):
             committer.submit(batch, writes, batch)
 
     def _loop_ready(self, writes: list[_Request]) -> bool:
-        """Whether every write is a decision of an open key-value store the daemon owns
-        (``own_kv``), or an append to an open log: then its round may run on the loop
-        (``Committer.gather``), which waits for no other process (a log's writer lock, which
-        another process may hold, is taken there only if it is free: ``hold_streams``). A
-        store shared with other processes may make a decision wait for its writer lock: its
-        rounds run on the committer's thread."""
+        """Whether every write is a decision of an open key-value store, or an append to an open
+        log: then its round may run on the loop (``Committer.gather``), which waits for no other
+        process (the writer lock of a log or of a store shared with other processes, which
+        another process may hold, is taken there only if it is free: ``hold_streams``; else the
+        round runs on the committer's thread, which may wait)."""
         stores = self.server.stores
         for command, _, body in writes:
             name = body.get("name", "")
@@ -451,8 +450,7 @@ class NativeConnection(asyncio.Protocol):
                 continue
             if command not in KV_WRITES:
                 return False
-            store = stores.opened("kv", name)
-            if store is None or not store.single_writer:
+            if stores.opened("kv", name) is None:
                 return False
         return True
 

@@ -68,6 +68,9 @@ class _RoundStores:
     def __init__(self, stores: Any) -> None:
         self._stores = stores
         self._synced: list[Any] = []  # what the last round wrote (on the committer's thread)
+        # Decisions opened for the next round on the loop (``prepare``), by store name: that
+        # round's ``decide`` takes them (under ``_ROUNDS``, which the loop holds from ``prepare``).
+        self._prepared: dict[str, tuple[Any, Decision, RedisKV]] = {}
 
     def mutexes(self, group: list[tuple[Any, list[_Request], Any]]) -> list[Any]:
         """The mutexes of the key-value stores a round of ``group`` writes, once each
@@ -83,10 +86,48 @@ class _RoundStores:
                     found[id(store)] = store._mutex
         return list(found.values())
 
+    def prepare(self, group: list[tuple[Any, list[_Request], Any]]) -> bool:
+        """For a commit round on the loop (``NativeFront.hold_streams``): open now, without
+        waiting for its writer lock, the decision of every store the group writes that other
+        processes may write too (a store the daemon owns never waits); False, none left open, if
+        one's lock is held by another process (or opening it failed): the round runs on the
+        committer's thread, which may wait. The round's ``decide`` takes them."""
+        stores = self._stores
+        for _, requests, _ in group:
+            for command, _, body in requests:
+                name = body.get("name", "")
+                if command not in KV_WRITES or name in self._prepared:
+                    continue
+                store = stores.opened("kv", name)
+                if store is None or store.single_writer:
+                    continue
+                shared = RedisKV(store)
+                deciding = shared.decide(timeout_s=0)
+                try:
+                    self._prepared[name] = (deciding, deciding.__enter__(), shared)
+                except Exception:  # (LockedError; any other failure: the thread's round answers it)
+                    self.unprepare()
+                    return False
+        return True
+
+    def unprepare(self) -> None:
+        """End the decisions ``prepare`` opened, unused (the round goes to the thread)."""
+        prepared, self._prepared = self._prepared, {}
+        for deciding, _, _ in reversed(prepared.values()):
+            try:
+                deciding.__exit__(None, None, None)
+            except Exception:
+                _logger.exception("ending a decision opened for a round on the loop failed")
+
     @contextlib.contextmanager
     def decide(self, owner: str | None = None) -> Iterator[_Round]:
         round_ = _Round()
+        prepared, self._prepared = self._prepared, {}
         with round_.stack:
+            for name, (deciding, d, shared) in prepared.items():
+                round_.stack.push(deciding)  # (entered by ``prepare``: ended with the round)
+                round_.kvs[name] = d
+                round_.synced.append(shared)
             yield round_
         self._synced = round_.synced
 
@@ -161,9 +202,11 @@ class NativeFront:
 
     def hold_streams(self, group: list[tuple[Any, list[_Request], Any]]) -> HeldTails | None:
         """For a commit round on the loop (``Committer._run_group``): the writer lock of every
-        log the group appends to, each taken only if it is free now; None, nothing held, if
-        one is not (another process's handle holds it) or a log is not open (an open may wait):
-        the round then runs on the thread, which may wait. ``_Round.log`` uses them."""
+        log the group appends to, each taken only if it is free now, and the decision of every
+        shared key-value store it writes, opened only if its writer lock is free now
+        (``_RoundStores.prepare``); None, nothing held, if one is not (another process's handle
+        holds it) or a log is not open (an open may wait): the round then runs on the thread,
+        which may wait. ``_Round.log`` and ``_Round.kv`` use them."""
         held = HeldTails()
         stores = self.server.stores
         for _, requests, _ in group:
@@ -174,6 +217,9 @@ class NativeFront:
                 if log is None or not held.take_now(log):
                     held.close()
                     return None
+        if not self.kv.prepare(group):
+            held.close()
+            return None
         return held
 
 

@@ -14,20 +14,22 @@ Where a round runs:
   (reading the connections of that round, which are about to send) for at most
   ``COMMIT_DELAY_S`` (PostgreSQL's commit_delay): with 16 clients that each wait for their
   reply, every round holds nearly all 16. No thread hand-off, no wake-up, no GIL contention on
-  a write's path. Only batches that wait for nothing but a key-value store the daemon owns (its
-  writer lock held for the daemon's life: no other process can hold it) are gathered; the round
-  takes the rounds' lock and each store's mutex without waiting, and if one is taken (a
-  snapshot's fork, a read in the pool, the other door's round), hands the group to the thread:
-  the loop never waits for a lock. Nor for another's fsync: the round's fsync takes a log's
-  sync role and its sync file's flock (held by another process through each of its fsyncs)
-  only if they are free (``Log.sync(wait=False)``); if one is not, the thread finishes the
-  round, decided and written: its fsync and its replies (``_finish``).
+  a write's path. Only batches whose locks can be taken without a wait are gathered: the round
+  takes the rounds' lock and each store's mutex without waiting, then the writer lock of each
+  log appended to and of each store another process may write (``hold_streams``: a store the
+  daemon owns holds its writer lock for the daemon's life), each only if it is free; if one is
+  taken (a snapshot's fork, a read in the pool, the other door's round, another process's
+  writer), the group goes to the thread: the loop never waits for a lock. Nor for another's
+  fsync: the round's fsync takes a log's sync role and its sync file's flock (held by another
+  process through each of its fsyncs) only if they are free (``Log.sync(wait=False)``); if one
+  is not, the thread finishes the round, decided and written: its fsync and its replies
+  (``_finish``).
 - **On the committer thread** (``submit``): a batch that the loop cannot take (the connection's
-  task path, a stream's XADD or a log's append, whose writer lock another process may hold, a
-  store the daemon does not own, a batch arriving while the thread has rounds queued or
-  running), and every batch while fsyncs are slow (``LOOP_SYNC_MAX_S``, the mean of the last
-  rounds'): a loop stopped for a long fsync would leave every other connection unread
-  meanwhile; the thread lets the loop read and answer them while it fsyncs.
+  task path, a stream command other than a plain XADD, the RESP door's store when it is shared
+  (``--resp-shared-kv``), a batch arriving while the thread has rounds queued or running, a
+  group whose lock was taken), and every batch while fsyncs are slow (``LOOP_SYNC_MAX_S``, the
+  mean of the last rounds'): a loop stopped for a long fsync would leave every other
+  connection unread meanwhile; the thread lets the loop read and answer them while it fsyncs.
 
 One round at a time runs, wherever it runs (``_busy``), and each gets the next number
 (``rounds``) when it starts.
@@ -388,8 +390,9 @@ class Committer:
         """On the committer's thread, after a round that ran more than plain SETs (an EXEC with
         an XRANGE or a QLEN in it): every log written outside a round, in the pool (a job's put,
         a forwarded append), durable before the round's replies go (``Stores.settle``). A round
-        on the loop needs none: it holds key-value writes of a store the daemon owns and plain
-        XADDs, whose replies show only what the round wrote and fsynced itself."""
+        on the loop needs none: it holds key-value writes and plain XADDs and appends, whose
+        replies show what the round wrote, and what was in the store's or the log's file before
+        it (another process's), which the round's fsync of that file covers too."""
         try:
             self.front.server.stores.settle()
         except Exception as err:  # (a store's fsync failed: the daemon stops, no reply goes)
@@ -415,9 +418,9 @@ class Committer:
         """On the loop: add a batch to the loop's group, which runs as a round on the loop once
         this turn's reads are done (``_run_group``; see the module docstring). The caller gives
         only batches whose locks the round can take without a wait or fails to (then it goes
-        to the thread): decisions of key-value stores the daemon owns (no other process holds
-        their writer lock) and appends to open logs (``hold_streams`` takes their writer locks
-        only if free), never a journal's call. False, nothing done, if the round must
+        to the thread): decisions of open key-value stores and appends to open logs
+        (``hold_streams`` takes the writer locks another process may hold only if they are
+        free), never a journal's call. False, nothing done, if the round must
         run on the thread (``submit``): the thread has rounds queued or running, the daemon is
         stopping, the fsyncs are slow (``LOOP_SYNC_MAX_S``), or the group holds as many batches
         or commands as a round may (``ROUND_BATCHES_MAX``, ``ROUND_COMMANDS_MAX``: the thread

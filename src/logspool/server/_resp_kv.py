@@ -238,10 +238,10 @@ class _Deciding:
 
     __slots__ = ("_change", "_owner", "_store")
 
-    def __init__(self, store: kv.Store, owner: str | None) -> None:
+    def __init__(self, store: kv.Store, owner: str | None, timeout_s: float | None = None) -> None:
         self._store = store
         self._owner = owner
-        self._change = store._change(durable=False)
+        self._change = store._change(durable=False, timeout_s=timeout_s)
 
     def __enter__(self) -> Decision:
         w, now = self._change.__enter__()
@@ -263,10 +263,11 @@ class RedisKV:
         self.store = store
 
     # --- views and decisions ------------------------------------------------------------------
-    def decide(self, owner: str | None = None) -> _Deciding:
+    def decide(self, owner: str | None = None, timeout_s: float | None = None) -> _Deciding:
         """``with kv.decide() as d``: one decision; its fsync is left to ``sync`` (see the module
-        docstring)."""
-        return _Deciding(self.store, owner)
+        docstring). ``timeout_s``: how long to wait for the store's writer lock (0: not at all,
+        LockedError if another process holds it; None: the store's timeout)."""
+        return _Deciding(self.store, owner, timeout_s)
 
     def mutexes(self, group: object) -> list[Any]:
         """The locks a commit round of this store takes besides the rounds' own: its mutex
