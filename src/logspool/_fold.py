@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Generic, Protocol, Self, TypeVar
 
 from . import _forked, limits
+from . import _format as fmt
 from ._fs import REAL, FileSystem, install_temp, process_alive, replace_file, temp_owner
 from ._reader import Reader
 from ._retention import Retention
@@ -703,6 +704,12 @@ class _Writer(Generic[S, OpT]):
                     raise
             out.append(state.apply(state.next_lsn, timestamp, op))
         return out
+
+    def room(self) -> int:
+        """How many bytes of records the decision may still write before its write rotates the
+        op log's segment (``Tail.room``, less the ops made so far)."""
+        pending = sum(map(len, self._payloads)) + len(self._payloads) * fmt.RECORD_OVERHEAD
+        return self._tail.room() - pending
 
     def _stamp(self) -> int:
         """The timestamp of the decision's records (one for all, not below the log's last)."""

@@ -836,7 +836,12 @@ def test_a_round_whose_fsync_would_wait_for_another_process_is_finished_off_the_
                 assert not pong.flags & p.FLAG_ERROR
             finally:
                 pinger.close()
-            assert holder.poll() is None and not added, "the append was answered while the lock was held"
+            assert holder.poll() is None and not added, "the write was answered while the lock was held"
+            native.setblocking(False)
+            with pytest.raises(BlockingIOError):  # (nothing sent: its reply waits for the fsync)
+                native.recv(1)
+            native.settimeout(30)
+            assert committer.delivered < committer.rounds, "the round was answered while the lock was held"
             assert holder.stdin is not None
             holder.stdin.close()
             assert holder.wait(30) == 0
@@ -868,4 +873,138 @@ def test_a_round_whose_fsync_would_wait_for_another_process_is_finished_off_the_
         if holder is not None and holder.poll() is None:
             holder.kill()
             holder.wait()
+        r.stop()
+
+
+class _SyncHolder:
+    """Another process holding the sync file's flock at ``path`` (as it does through each of
+    its fsyncs) until ``release()``; ``close()`` kills it if it still runs."""
+
+    def __init__(self, path: Path) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", _HOLD_SYNC, str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+        )
+        assert self.proc.stdout is not None and self.proc.stdout.readline() == b"held\n"
+
+    def release(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        assert self.proc.wait(30) == 0
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def _segments(path: Path) -> list[str]:
+    return sorted(x.name for x in path.iterdir() if fmt.parse_segment_name(x.name) is not None)
+
+
+def _ping(address: str) -> None:
+    pinger = connect_raw(address)
+    try:
+        pinger.sendall(request(p.PING, 99))
+        [pong] = read_frames(pinger, 1)
+        assert not pong.flags & p.FLAG_ERROR
+    finally:
+        pinger.close()
+
+
+@pytest.mark.parametrize("what", ["log", "kv"])
+def test_a_round_that_may_rotate_a_shared_segment_runs_off_the_loop(tmp_path: Path, what: str) -> None:
+    """A rotation fsyncs the segment it seals under the sync file's lock, which another process
+    holds through each of its fsyncs: a round whose writes may not fit in the active segment of
+    a shared log (a native log.APPEND) or of a shared store's op log (a kv.SET) runs on the
+    committer's thread, never on the loop (``Tail.room``). Segments of 4 KiB; while another
+    process holds the lock, the loop answers a PING, the write waits, and once the lock is
+    given back it is answered, and the segment was rotated."""
+    data = tmp_path / "data"
+    if what == "log":
+        (data / "logs").mkdir(parents=True)
+        logspool.open(data / "logs" / "shared", segment_size_max=4096, record_size_max=2048).close()
+        where = data / "logs" / "shared"
+        writes = [request(p.LOG_APPEND, i, name="shared", records=[b"x" * 1500]) for i in range(3)]
+    else:
+        (data / "kv").mkdir(parents=True)
+        kv.open(data / "kv" / "shared", segment_size_max=4096).close()
+        where = data / "kv" / "shared" / "ops"
+        writes = [request(p.KV_SET, i, name="shared", key=f"k{i}", value=b"x" * 1400) for i in range(3)]
+    r = Running(data, fs=_Fsyncs())
+    holder: _SyncHolder | None = None
+    native = connect_raw(r.address)
+    try:
+        committer = r.server._committer
+        assert committer is not None
+        for frame in writes[:2]:  # (the segment fills: the third write would rotate it)
+            native.sendall(frame)
+            [reply] = read_frames(native, 1)
+            assert not reply.flags & p.FLAG_ERROR, reply.body
+        before = _segments(where)
+        holder = _SyncHolder(where / fmt.SYNC_NAME)
+        rounds, here = committer.rounds, committer.rounds_here
+        native.sendall(writes[2])
+        deadline = time.monotonic() + 30
+        while committer.rounds == rounds:  # bounded: until its round has begun
+            assert time.monotonic() < deadline, "the write's round never began"
+            time.sleep(0.001)
+        _ping(r.address)  # (the loop is not waiting for the lock)
+        assert committer.rounds_here == here, "a round that rotates its segment ran on the loop"
+        native.setblocking(False)
+        with pytest.raises(BlockingIOError):  # (its fsync waits for the lock: no reply yet)
+            native.recv(1)
+        native.settimeout(30)
+        holder.release()
+        [reply] = read_frames(native, 1)
+        assert not reply.flags & p.FLAG_ERROR, reply.body
+        assert len(_segments(where)) > len(before), "the segment was not rotated"
+    finally:
+        native.close()
+        if holder is not None:
+            holder.close()
+        r.stop()
+
+
+def test_a_catch_up_across_another_writers_rotation_does_not_wait_on_the_loop(tmp_path: Path) -> None:
+    """A shared store whose op log another writer rotated: the next decision of the daemon's
+    handle crosses the seal and switches segments, closing the old one's files once no fsync
+    of its other threads is under way (the RESP door's committer on the same store, a
+    snapshot's sync), which may itself wait for another process. On the loop it does not wait:
+    the round goes to the committer's thread. Here the store's sync role is held by a thread
+    of the test, as such an fsync holds it: a PING is answered meanwhile, the SET once the role
+    is given back, and both writers' keys are there."""
+    data = tmp_path / "data"
+    (data / "kv").mkdir(parents=True)
+    kv.open(data / "kv" / "shared", segment_size_max=4096).close()
+    r = Running(data, fs=_Fsyncs())
+    native = connect_raw(r.address)
+    try:
+        native.sendall(request(p.KV_SET, 1, name="shared", key="a", value=b"1"))
+        assert not read_frames(native, 1)[0].flags & p.FLAG_ERROR
+        with kv.open(data / "kv" / "shared", fs=_Fsyncs()) as embedded:
+            for i in range(4):  # (the other writer rotates the op log)
+                embedded.set(f"big{i}", b"x" * 1400)
+        store = r.server.stores.opened("kv", "shared")
+        assert store is not None
+        syncer = store._log._syncer
+        committer = r.server._committer
+        assert committer is not None
+        syncer.take_role()  # (as another thread's fsync of the daemon's handle holds it)
+        try:
+            rounds = committer.rounds
+            native.sendall(request(p.KV_SET, 2, name="shared", key="b", value=b"2"))
+            deadline = time.monotonic() + 30
+            while committer.rounds == rounds:  # bounded: until its round has begun
+                assert time.monotonic() < deadline, "the SET's round never began (the loop waits?)"
+                time.sleep(0.001)
+            _ping(r.address)  # (the loop is not waiting for the role)
+        finally:
+            syncer.leave_role(0)
+        [reply] = read_frames(native, 1)
+        assert not reply.flags & p.FLAG_ERROR and reply.body == {"ok": True}, reply.body
+        with client.connect(r.address) as c:
+            s = c.kv("shared")
+            assert s.get("a") == b"1" and s.get("b") == b"2" and s.get("big3") == b"x" * 1400
+    finally:
+        native.close()
         r.stop()

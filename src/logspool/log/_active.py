@@ -146,7 +146,6 @@ class ActiveSegment:
         "_hold_thread",
         "_last_write_ns",
         "_root",
-        "_segment_size_max",
         "_syncer",
         "alloc_end",
         "base",
@@ -166,6 +165,7 @@ class ActiveSegment:
         "next_lsn",
         "plain_end_max",
         "rotated",
+        "segment_size_max",
         "single",
         "size_max",
         "version",
@@ -190,7 +190,7 @@ class ActiveSegment:
         self._gather = gather  # appends wait for their fsync ("always"): a syncer may gather
         self.size_max = meta.record_size_max
         self.index_interval = meta.index_interval
-        self._segment_size_max = meta.segment_size_max
+        self.segment_size_max = meta.segment_size_max
         # New segments carry the lowest format version that holds what is written in them.
         self.version = fmt.VERSION_1 if meta.compression is None else fmt.VERSION_2
         # A record of payload size n starting at offset o fits without rotation if o + n is at
@@ -497,7 +497,7 @@ class ActiveSegment:
         # Room is kept for the seal record, so a sealed segment is at most segment_size_max bytes
         # (unless a single record, or a batch, is larger than that: it then has a segment of its
         # own).
-        size_max = self._segment_size_max - fmt.RECORD_OVERHEAD
+        size_max = self.segment_size_max - fmt.RECORD_OVERHEAD
         interval = self.index_interval
         ts = self._stamp(timestamp)
         durable = self._syncer.durable_lsn
@@ -566,7 +566,7 @@ class ActiveSegment:
         # One segment holds the whole batch (as write_records(whole=True)): sealed first if the
         # batch does not fit; a batch larger than a segment gets a larger segment of its own.
         if (
-            self.end + size > self._segment_size_max - fmt.RECORD_OVERHEAD
+            self.end + size > self.segment_size_max - fmt.RECORD_OVERHEAD
             and self.end > fmt.SEGMENT_HEADER_SIZE
         ):
             self.rotate(ts)
@@ -709,7 +709,7 @@ class ActiveSegment:
             )
         ts = self._stamp(timestamp)
         if (
-            self.end + size > self._segment_size_max - fmt.RECORD_OVERHEAD
+            self.end + size > self.segment_size_max - fmt.RECORD_OVERHEAD
             and self.end > fmt.SEGMENT_HEADER_SIZE
         ):
             self.rotate(ts)  # one segment holds the whole batch (as write_batch)
@@ -808,7 +808,7 @@ class ActiveSegment:
         limit. Returns how long it now is for sure. If the space cannot be had (ENOSPC, or a file
         system without fallocate), nothing is preallocated: the write appends, as it would
         without preallocation, and meets the error itself if there is one."""
-        target = max(need, min(end + limits.PREALLOCATE_SIZE, self._segment_size_max))
+        target = max(need, min(end + limits.PREALLOCATE_SIZE, self.segment_size_max))
         try:
             self._fs.allocate(fd, end, target - end)
         except OSError:

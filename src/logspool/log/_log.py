@@ -79,12 +79,12 @@ from .._subscribers import (
     is_transient,
     subscriber_info,
 )
-from ..errors import SubscriberExistsError, SubscriberNotFoundError
+from ..errors import AppendError, LockedError, SubscriberExistsError, SubscriberNotFoundError
 from ._active import ActiveSegment
 from ._directory import LogInfo, list_segments, open_meta, segment_infos
 from ._handle import HandleState
 from ._recovery import Recovery
-from ._sync import Syncer
+from ._sync import Syncer, WouldWait
 from ._writer import Tail, Writer, _Pending
 
 _logger = logging.getLogger("logspool")
@@ -287,6 +287,11 @@ class Log:
         its threads share one fsync). ``idle``: called while another process holds the lock
         (True if it did some work, such as reading what that process writes; else the wait
         sleeps a little before it looks again).
+
+        ``timeout_s=0``: for a caller that must never wait (a daemon's event loop): LockedError
+        at once if the lock is held, and also if adopting what other processes wrote would wait
+        for another thread's or process's fsync (their rotation crossed, a torn tail to cut) or
+        needs a recovery first: a thread that may wait takes it then.
         """
         return _Exclusive(self, timeout_s if timeout_s is not None else self._lock_timeout_s, sync, idle)
 
@@ -569,7 +574,7 @@ class _Exclusive:
     """``Log.exclusive``: a class, not a generator (a commit round of the daemon enters one;
     see ``_active._Locked``)."""
 
-    __slots__ = ("_first", "_locked", "_log", "_sync")
+    __slots__ = ("_first", "_locked", "_log", "_sync", "_waits")
 
     def __init__(
         self, log: Log, timeout_s: float | None, sync: bool, idle: Callable[[], bool] | None
@@ -577,6 +582,7 @@ class _Exclusive:
         self._log = log
         self._sync = sync
         self._first = -1
+        self._waits = timeout_s != 0
         self._locked = log._writer.locked(timeout_s, idle)
 
     def __enter__(self) -> Tail:
@@ -587,12 +593,30 @@ class _Exclusive:
             # (a handle that holds the writer flock for its life, or since its last write, is the
             # only writer: nothing to adopt, as on append's hot path; a read of the end less)
             if active.needs_recovery or not (active.single or active.held):
-                log._recovery.catch_up()
+                if self._waits:
+                    log._recovery.catch_up()
+                else:
+                    self._catch_up_now()
             self._first = active.next_lsn
             writer.exclusive_owner = threading.get_ident()
             return Tail(active, writer)
         except BaseException:
             self._locked.__exit__(*sys.exc_info())
+            raise
+
+    def _catch_up_now(self) -> None:
+        """``timeout_s=0``: the catch-up, refusing every wait (``Syncer.refusing_waits``): a
+        refused one leaves the handle to recover first at its next write (``WouldWait`` is an
+        OSError: ``Recovery.catch_up``), which a thread that may wait then does."""
+        log = self._log
+        if log._active.needs_recovery:
+            raise LockedError(log.path, 0)  # (a recovery takes the sync role and flock, waiting)
+        try:
+            with log._syncer.refusing_waits():
+                log._recovery.catch_up()
+        except AppendError as err:
+            if isinstance(err.__cause__, WouldWait):
+                raise LockedError(log.path, 0) from err
             raise
 
     def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:

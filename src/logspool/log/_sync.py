@@ -39,6 +39,7 @@ Invariants (each user relies on them; all are kept here):
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import mmap
 import os
@@ -143,6 +144,12 @@ def _change(fs: FileSystem, root: str, change: Callable[[mmap.mmap], None]) -> N
         fs.close(fd)
 
 
+class WouldWait(BlockingIOError):
+    """A syncer's wait refused (``Syncer.refusing_waits``): an OSError, so that a catch-up it
+    stops half-way leaves the handle to recover first at its next write, as after any failed
+    read of the log's end."""
+
+
 class MarkView:
     """A reader's view of the mark: a read-only shared mapping of ``DIR/sync``, made on first
     use. Takes no lock (readers never do): a read is repeated until two agree. One thread."""
@@ -209,6 +216,7 @@ class Syncer:
         self._running = False
         self._waiters = 0
         self.synced_next = 0  # under _cond: every lsn below it is fsynced (this handle knows)
+        self._refusing = 0  # the thread whose waits raise WouldWait (``refusing_waits``; 0: none)
         # The highest lsn known durable, by this handle's fsyncs or by the durable_lsn of the
         # records it adopted: put in every record header the handle writes (FORMAT.md §4.2).
         self.durable_lsn = 0
@@ -239,6 +247,27 @@ class Syncer:
         if self._fd >= 0:
             self._fs.close(self._fd)
             self._fd = -1
+
+    # --- a caller that must not wait ----------------------------------------------------------
+    @contextlib.contextmanager
+    def refusing_waits(self) -> Iterator[None]:
+        """Within the block, on this thread, a wait for the role (another thread of the handle
+        fsyncing) or for the sync file's flock (another process fsyncing) raises ``WouldWait``
+        instead (a catch-up on a daemon's event loop: ``Log.exclusive(timeout_s=0)``)."""
+        self._refusing = threading.get_ident()
+        try:
+            yield
+        finally:
+            self._refusing = 0
+
+    def _lock(self, shared: bool) -> None:
+        """Take the sync file's flock, exclusive or shared; ``WouldWait`` if it is held and this
+        thread refuses waits."""
+        fs = self._fs
+        if self._refusing != threading.get_ident():
+            (fs.lock_shared if shared else fs.lock_blocking)(self._fd)
+        elif not (fs.try_lock_shared(self._fd) if shared else fs.lock(self._fd, 0.0)):
+            raise WouldWait(errno.EAGAIN, "another process is fsyncing the log")
 
     # --- the role among the handle's threads ----------------------------------------------------
     def take_role(self) -> None:
@@ -294,6 +323,8 @@ class Syncer:
         for _ in range(1 << 30):  # bounded by the fsync in progress finishing
             if not self._running:
                 return
+            if self._refusing == threading.get_ident():
+                raise WouldWait(errno.EAGAIN, "another thread is fsyncing the log")
             self._wait_for_sync()
         raise AssertionError("an fsync never finished")
 
@@ -318,7 +349,7 @@ class Syncer:
         # would convert that lock, and the unlock below would drop it mid-fsync.
         self.take_role()
         try:
-            self._fs.lock_shared(self._fd)
+            self._lock(shared=True)
             try:
                 mark = fmt.read_sync_mark(sync_map)
             finally:
@@ -339,7 +370,7 @@ class Syncer:
         not claim bytes written there later as durable. Takes the role."""
         self.take_role()
         try:
-            self._fs.lock_blocking(self._fd)
+            self._lock(shared=False)
             try:
                 sync_map = self._map
                 assert sync_map is not None  # a writer maps it on open

@@ -502,6 +502,9 @@ class Writer:
                 self._syncer.persist()
 
 
+_ROOM_AGE_NS = 1_000_000_000  # ``Tail.room``: a segment due by age within this has no room
+
+
 class Tail:
     """The writer's view inside ``Log.exclusive()``: appends that nobody can interleave with."""
 
@@ -523,6 +526,18 @@ class Tail:
     def timestamp(self) -> int:
         """The timestamp (ns) of the records appended last: one batch shares one timestamp."""
         return self._active.last_ts
+
+    def room(self) -> int:
+        """How many bytes of records (each payload with its ``fmt.RECORD_OVERHEAD``) the active
+        segment takes before an append rotates it; 0 if it is due for rotation by age within
+        ``_ROOM_AGE_S``. A rotation fsyncs the segment it seals, under the sync file's lock, which
+        another process holds through each of its fsyncs: a caller that must not wait (a
+        daemon's event loop) checks this before it appends, and leaves larger writes to a
+        thread."""
+        a = self._active
+        if a.end > fmt.SEGMENT_HEADER_SIZE and time.time_ns() + _ROOM_AGE_NS >= a.deadline_ns:
+            return 0
+        return max(0, a.segment_size_max - fmt.RECORD_OVERHEAD - a.end)
 
     def append(self, payload: bytes) -> int:
         """Append one record; durable when the exclusive block ends (as ``Log.append``)."""

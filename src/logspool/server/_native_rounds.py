@@ -32,6 +32,7 @@ import logging
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
+from .. import _format as fmt
 from .. import _wire as p
 from .. import errors, limits
 from ..kv import _ops as kv_ops
@@ -56,6 +57,25 @@ _OK_TRUE = p.encode_frame(p.REPLY, p.KV_SET, 0, {"ok": True})[p.HEADER_SIZE :]
 _OK_FALSE = p.encode_frame(p.REPLY, p.KV_SET, 0, {"ok": False})[p.HEADER_SIZE :]
 _OK_SIZE = len(_OK_TRUE)
 assert len(_OK_FALSE) == _OK_SIZE
+
+
+def _bound(body: dict[str, Any]) -> int:
+    """At least the bytes of records a write request (its decoded body) makes: its strings and
+    bytes, and for each item of them a record's framing and an op's own fields."""
+    size = 0
+    items = list(body.values())
+    count = 0
+    while items:  # bounded: each turn takes one item of the (finite, decoded) body
+        item = items.pop()
+        count += 1
+        if isinstance(item, bytes | str):
+            size += len(item) * (4 if isinstance(item, str) else 1)  # (UTF-8: 4 bytes a char at most)
+        elif isinstance(item, list | tuple):
+            items.extend(item)
+        elif isinstance(item, dict):
+            items.extend(item.keys())
+            items.extend(item.values())
+    return size + count * (fmt.RECORD_OVERHEAD + 32) + 256
 
 
 class _RoundStores:
@@ -90,24 +110,34 @@ class _RoundStores:
         """For a commit round on the loop (``NativeFront.hold_streams``): open now, without
         waiting for its writer lock, the decision of every store the group writes that other
         processes may write too (a store the daemon owns never waits); False, none left open, if
-        one's lock is held by another process (or opening it failed): the round runs on the
-        committer's thread, which may wait. The round's ``decide`` takes them."""
+        one's lock is held by another process (or opening it failed), or if the round might
+        rotate its op log's segment (a rotation's fsync waits for the sync file's lock, which
+        another process holds through its fsyncs: ``Tail.room``; a RENAME or a TRUNCATE writes
+        ops as large as the values it moves or as many as the keys it drops): the round runs
+        on the committer's thread, which may wait. The round's ``decide`` takes them."""
         stores = self._stores
+        need: dict[str, int] = {}
         for _, requests, _ in group:
             for command, _, body in requests:
-                name = body.get("name", "")
-                if command not in KV_WRITES or name in self._prepared:
-                    continue
-                store = stores.opened("kv", name)
-                if store is None or store.single_writer:
-                    continue
-                shared = RedisKV(store)
-                deciding = shared.decide(timeout_s=0)
-                try:
-                    self._prepared[name] = (deciding, deciding.__enter__(), shared)
-                except Exception:  # (LockedError; any other failure: the thread's round answers it)
-                    self.unprepare()
-                    return False
+                if command in KV_WRITES:
+                    name = body.get("name", "")
+                    unbounded = command in (p.KV_RENAME, p.KV_TRUNCATE)
+                    need[name] = need.get(name, 0) + (1 << 62 if unbounded else _bound(body))
+        for name, size in need.items():
+            store = stores.opened("kv", name)
+            if store is None or store.single_writer:
+                continue
+            shared = RedisKV(store)
+            deciding = shared.decide(timeout_s=0)
+            try:
+                d = deciding.__enter__()
+            except Exception:  # (LockedError; any other failure: the thread's round answers it)
+                self.unprepare()
+                return False
+            self._prepared[name] = (deciding, d, shared)
+            if d.room() < size:
+                self.unprepare()
+                return False
         return True
 
     def unprepare(self) -> None:
@@ -209,14 +239,17 @@ class NativeFront:
         which may wait. ``_Round.log`` and ``_Round.kv`` use them."""
         held = HeldTails()
         stores = self.server.stores
+        need: dict[str, int] = {}  # (each log's segment must have room for them all: take_now)
         for _, requests, _ in group:
             for command, _, body in requests:
-                if command != p.LOG_APPEND:
-                    continue
-                log = stores.opened("logs", body.get("name", ""))
-                if log is None or not held.take_now(log):
-                    held.close()
-                    return None
+                if command == p.LOG_APPEND:
+                    name = body.get("name", "")
+                    need[name] = need.get(name, 0) + _bound(body)
+        for name, size in need.items():
+            log = stores.opened("logs", name)
+            if log is None or not held.take_now(log, size):
+                held.close()
+                return None
         if not self.kv.prepare(group):
             held.close()
             return None

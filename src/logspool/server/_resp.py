@@ -80,7 +80,16 @@ from ._resp_commands import (
 )
 from ._resp_commit import Committer, _Batch, settled_all, sync_writes
 from ._resp_kv import NotHere, RedisError, RedisKV, View, from_bytes
-from ._resp_streams import STREAM_REPLY_BYTES_MAX, Cursor, Entry, HeldTails, Streams, Tails, entries_reply
+from ._resp_streams import (
+    STREAM_REPLY_BYTES_MAX,
+    Cursor,
+    Entry,
+    HeldTails,
+    Streams,
+    Tails,
+    entries_reply,
+    fields_bound,
+)
 
 if TYPE_CHECKING:
     from ._server import Server
@@ -244,14 +253,16 @@ class RespFront:
         open may wait): the round then runs on the thread, which may wait."""
         held = HeldTails()
         stores = self.server.stores
+        need: dict[bytes, int] = {}  # (each stream's segment must have room for them all)
         for _, cmds, _ in group:
             for args in cmds:
-                if len(args) < 2 or (args[0] != b"XADD" and args[0].upper() != b"XADD"):
-                    continue
-                log = stores.opened("logs", args[1].decode("utf-8", "replace"))
-                if log is None or not held.take_now(log):
-                    held.close()
-                    return None
+                if len(args) >= 2 and (args[0] == b"XADD" or args[0].upper() == b"XADD"):
+                    need[args[1]] = need.get(args[1], 0) + fields_bound(args)
+        for name, size in need.items():
+            log = stores.opened("logs", name.decode("utf-8", "replace"))
+            if log is None or not held.take_now(log, size):
+                held.close()
+                return None
         return held
 
     def answered(self) -> bool:

@@ -487,18 +487,18 @@ class Committer:
         number = self.rounds
         try:
             decided = self._decide(group, number, taken, tails)
-            # (no settle: see _settle_pool_writes)
-            if self._sync(decided, wait=False):
-                with self._cond:
-                    self._busy = False
-                    if self._queue:
-                        self._cond.notify()
-                self._deliver(decided.done, number, decided.waits)
-                return
+            synced = self._sync(decided, wait=False)  # (no settle: see _settle_pool_writes)
         except Exception as err:  # the write or the fsync failed: nothing here is acknowledged
             # (answered by the thread: a failed round settles the stores' other writes first,
             # and those fsyncs may wait for another process's)
-            decided = _Decided(group, number, [], None, False, {}, failure=err)
+            decided, synced = _Decided(group, number, [], None, False, {}, failure=err), False
+        if synced:
+            with self._cond:
+                self._busy = False
+                if self._queue:
+                    self._cond.notify()
+            self._deliver(decided.done, number, decided.waits)  # (outside the try: see above)
+            return
         # Another process's fsync of a log the round wrote is under way (it holds the sync
         # file's lock through it), or another thread of ours fsyncs it, or the round failed:
         # the loop does not wait. The thread finishes the round (its fsyncs and replies), and

@@ -198,6 +198,12 @@ class Decision(View):
         """Write ops in one call (each checked before any is applied: an error writes none)."""
         self.w.write_many(made)  # type: ignore[attr-defined]
 
+    def room(self) -> int:
+        """Bytes of records the decision may still write before its write rotates the op log's
+        segment (``Tail.room``, less its ops so far)."""
+        room: int = self.w.room()  # type: ignore[attr-defined]
+        return room
+
     def unlocked(self, key: str) -> None:
         """KeyLockedError if another owner than this connection's name holds a lock on ``key``."""
         self.store._unlocked(key, self.owner, self.now)

@@ -39,6 +39,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from .. import _format as fmt
 from .._fs import REAL
 from .._reader import Reader
 from .._retention import Retention, _segment_end_ns
@@ -83,6 +84,12 @@ def encode_fields(fields: list[bytes]) -> bytes:
     for item in fields:
         parts += [_U32.pack(len(item)), item]
     return b"".join(parts)
+
+
+def fields_bound(args: list[bytes]) -> int:
+    """At least the bytes of the record an XADD of ``args`` (the whole command) appends
+    (``encode_fields`` of a part of them, and the record's framing)."""
+    return sum(map(len, args)) + 4 * len(args) + len(FIELDS_MAGIC) + 4 + fmt.RECORD_OVERHEAD
 
 
 def decode_fields(payload: bytes) -> list[bytes]:
@@ -183,16 +190,22 @@ class HeldTails:
     def __init__(self) -> None:
         self._held: dict[str, _Held] = {}
 
-    def take_now(self, log: Log) -> bool:
+    def take_now(self, log: Log, need: int = 0) -> bool:
         """Take ``log``'s writer lock for the round if it is free now (no wait: a commit round
-        on the event loop takes its streams' locks so, before any command runs); False if
-        another handle holds it, or the log cannot be written."""
+        on the event loop takes its streams' locks so, before any command runs) and its active
+        segment has room for ``need`` more bytes of records (``Tail.room``: a rotation would
+        wait for the sync file's lock, which another process holds through its fsyncs); False,
+        nothing held, if another handle holds the lock, the log cannot be written, or the
+        round might rotate its segment."""
         if log.path in self._held:
             return True
         stack = contextlib.ExitStack()
         try:
             tail = stack.enter_context(log.exclusive(timeout_s=0, sync=False))
         except Exception:  # (LockedError; any other failure: the thread's round answers it)
+            return False
+        if tail.room() < need:
+            stack.close()
             return False
         self._held[log.path] = _Held(stack, tail)
         return True
