@@ -22,6 +22,7 @@ import logspool
 from logspool import _format as fmt
 from logspool import _segment as seg
 from logspool._fs import FileSystem
+from logspool.errors import AppendError
 from tests.crash.faultfs import covered_by_fsync
 
 
@@ -310,3 +311,77 @@ def test_a_sync_that_must_not_wait_returns_false_while_another_fsync_is_under_wa
             syncer.join(60)
         assert log.sync(wait=False) is True
         assert tracker.snapshot()[seg_path] >= end
+
+
+class LockOnWrite(FileSystem):
+    """Once ``armed``: the first pwrite (a recovery rewriting a tail never fsynced) is followed by
+    another open file description taking the sync file's exclusive lock, as another process
+    holds it through its fsync, until ``release()``."""
+
+    def __init__(self, sync_path: str) -> None:
+        self.sync_path = sync_path
+        self.armed = False
+        self.held = -1
+
+    def pwrite(self, fd: int, data: bytes, offset: int) -> None:
+        super().pwrite(fd, data, offset)
+        if self.armed:
+            self.armed = False
+            self.held = os.open(self.sync_path, os.O_RDWR)
+            fcntl.flock(self.held, fcntl.LOCK_EX)
+
+    def release(self) -> None:
+        if self.held >= 0:
+            os.close(self.held)
+            self.held = -1
+
+
+def test_a_catch_up_that_must_not_wait_leaves_a_recovery_to_the_next_writer(log_dir: str) -> None:
+    """``Log.exclusive(timeout_s=0)`` (a daemon's event loop) finds its segment cut under it (a
+    repair cut records never fsynced): catching up means a recovery, whose steps fsync and
+    change the mark under the sync file's lock (another process may take it between them: the
+    I/O seam takes it at the recovery's first write). It raises LockedError at once, never
+    starting the recovery; the next writer that may wait recovers, and every record the cut
+    left is read once, with the new one after them."""
+    seam = LockOnWrite(os.path.join(log_dir, fmt.SYNC_NAME))
+    a = logspool.open(log_dir, fs=seam)
+    b = logspool.open(log_dir, durability="os")
+    try:
+        a.append(b"x")  # (fsynced: the mark covers it)
+        b.append(b"y")  # (not fsynced)
+        with a.exclusive():
+            pass  # (a adopts y)
+        seg = os.path.join(log_dir, sorted(n for n in os.listdir(log_dir) if n.endswith(".seg"))[-1])
+        cut = a._active.end
+        b.append(b"z")
+        b.close()  # (its writer lock given back)
+        with a.exclusive():
+            pass  # (a adopts z)
+        os.truncate(seg, cut)  # (z is cut, as a repair cuts records never fsynced)
+        outcome: list[object] = []
+
+        def enter() -> None:
+            try:
+                with a.exclusive(timeout_s=0, sync=False):
+                    outcome.append("entered")
+            except Exception as err:
+                outcome.append(err)
+
+        seam.armed = True
+        t = threading.Thread(target=enter)
+        t.start()
+        try:
+            t.join(30)  # (a wait for the lock would last until it is given back, below)
+            assert not t.is_alive(), "exclusive(timeout_s=0) waited for the sync file's lock"
+        finally:
+            seam.armed = False
+            seam.release()  # (a thread left waiting goes on now)
+            t.join(30)
+        assert len(outcome) == 1 and isinstance(outcome[0], logspool.LockedError), outcome
+        assert isinstance(outcome[0].__cause__, AppendError), "refused for the writer lock, not the catch-up"
+        a.append(b"after")
+    finally:
+        b.close()
+        a.close()
+    with logspool.open(log_dir, readonly=True) as log:
+        assert [r.payload for r in log.read()] == [b"x", b"y", b"after"]

@@ -1008,3 +1008,59 @@ def test_a_catch_up_across_another_writers_rotation_does_not_wait_on_the_loop(tm
     finally:
         native.close()
         r.stop()
+
+
+def test_a_shared_stores_expirations_that_may_rotate_its_segment_keep_the_round_off_the_loop(
+    tmp_path: Path,
+) -> None:
+    """A decision of a key-value store first removes values that expired (EXPIRE ops, up to 64).
+    On the loop, those ops count against the segment's room too, and are not made at all if
+    the round goes to the thread (nothing is written on the loop that might rotate it). Another
+    writer leaves 40 keys of 300 bytes that expire, and little room; once they expired, while
+    another process holds the sync file's lock, a SET's round runs on the thread: a PING is
+    answered meanwhile; then the SET is, and the expired keys are gone."""
+    data = tmp_path / "data"
+    (data / "kv").mkdir(parents=True)
+    where = data / "kv" / "shared" / "ops"
+    kv.open(data / "kv" / "shared", segment_size_max=65536).close()
+    r = Running(data, fs=_Fsyncs())
+    holder: _SyncHolder | None = None
+    native = connect_raw(r.address)
+    try:
+        native.sendall(request(p.KV_SET, 1, name="shared", key="a", value=b"1"))
+        assert not read_frames(native, 1)[0].flags & p.FLAG_ERROR
+        with kv.open(data / "kv" / "shared", fs=_Fsyncs()) as other:
+            for i in range(40):  # (their EXPIRE ops: about 14 KB of records)
+                other.set(f"{i:03d}" + "e" * 297, b"v", ttl=0.2)
+            expired_at = time.time() + 0.2
+            tail = other._log._active
+            left = tail.segment_size_max - fmt.RECORD_OVERHEAD - tail.end
+            other.set("fill", b"x" * (left - 4000))  # (4 KB left: room for a SET, not for them)
+        deadline = time.monotonic() + 30
+        while time.time() <= expired_at + 0.01:  # bounded: until the keys have expired
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        committer = r.server._committer
+        assert committer is not None
+        holder = _SyncHolder(where / fmt.SYNC_NAME)
+        rounds, here = committer.rounds, committer.rounds_here
+        native.sendall(request(p.KV_SET, 2, name="shared", key="b", value=b"2"))
+        deadline = time.monotonic() + 30
+        while committer.rounds == rounds:  # bounded: until its round has begun
+            assert time.monotonic() < deadline, "the SET's round never began (the loop waits?)"
+            time.sleep(0.001)
+        _ping(r.address)  # (the loop is not waiting for the lock)
+        assert committer.rounds_here == here, "a round whose expirations may rotate ran on the loop"
+        holder.release()
+        [reply] = read_frames(native, 1)
+        assert not reply.flags & p.FLAG_ERROR and reply.body == {"ok": True}, reply.body
+        with client.connect(r.address) as c:
+            s = c.kv("shared")
+            assert s.get("b") == b"2" and s.get("000" + "e" * 297) is None
+        store = r.server.stores.opened("kv", "shared")
+        assert store is not None and len(store) == 3  # (a, fill, b: the 40 expired ones removed)
+    finally:
+        native.close()
+        if holder is not None:
+            holder.close()
+        r.stop()

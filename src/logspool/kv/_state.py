@@ -246,6 +246,13 @@ class State:
                 out.append(key)
         return out
 
+    def undue(self, keys: list[str]) -> None:
+        """Give back keys ``due`` returned, their EXPIRE ops not made (a decision refused)."""
+        for key in keys:
+            entry = self.values.get(key)
+            if entry is not None and entry.expire_ns:
+                heapq.heappush(self._expiring, (entry.expire_ns, key))
+
     def next_expiry(self) -> int | None:
         heap = self._expiring
         while heap:

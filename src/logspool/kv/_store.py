@@ -62,6 +62,7 @@ from ..errors import (
     KeyExistsError,
     KeyLockedError,
     KeyNotFoundError,
+    LockedError,
     PositionError,
     ValueTypeError,
 )
@@ -644,19 +645,29 @@ class Store(FoldedStore[State, ops.Op], MutableMapping[str, ops.Value]):
 
     @contextlib.contextmanager
     def _change(
-        self, *, durable: bool = True, timeout_s: float | None = None
+        self, *, durable: bool = True, timeout_s: float | None = None, room: int | None = None
     ) -> Iterator[tuple[_Writer[State, ops.Op], int]]:
         """A decision at time ``now``, after removing (with EXPIRE ops) values that expired. On a
         thread already inside a decision of this store, that decision (its ops written with the
         outer one's, durable when it is): a call such as ``modify`` made within the daemon's
-        commit round is part of that round. ``timeout_s``: as ``_decide``'s."""
+        commit round is part of that round. ``timeout_s``: as ``_decide``'s. ``room``: for a
+        caller that must not wait (a daemon's event loop): LockedError, no op made, unless the
+        op log's active segment has room for ``room`` bytes of records after the EXPIRE ops
+        (``Tail.room``: a rotation fsyncs under the sync file's lock, which another process
+        holds through its fsyncs)."""
         outer = self._deciding
         if outer is not None and outer[2] == threading.get_ident():
             yield outer[0], outer[1]
             return
         with self._decide(durable=durable, timeout_s=timeout_s) as w:
             now = self._clock()
-            w.write_many([ops.Expire(k) for k in self._state.due(now, limits.KV_EXPIRE_BATCH)])
+            due = self._state.due(now, limits.KV_EXPIRE_BATCH)
+            if room is not None:
+                made = sum(len(self._encode_op(ops.Expire(k))) + fmt.RECORD_OVERHEAD for k in due)
+                if w.room() < room + made:
+                    self._state.undue(due)
+                    raise LockedError(self.path, 0)
+            w.write_many([ops.Expire(k) for k in due])
             self._deciding = (w, now, threading.get_ident())
             try:
                 yield w, now

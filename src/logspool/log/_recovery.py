@@ -450,7 +450,10 @@ class Recovery:
                 a.alloc_end = end  # nobody wrote, and the zeros were cut (a handle closed)
                 return
             # Someone cut the segment under us (repair, or recovery of a tail we had not
-            # written): start again from the segment's beginning.
+            # written): start again from the segment's beginning (a recovery, which waits for the
+            # sync role and flock: refused to a caller that must not wait, which leaves it to the
+            # next writer, ``catch_up``).
+            self._syncer.may_wait()
             a.close_fds()
             self.recover()
             return

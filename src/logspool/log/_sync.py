@@ -260,6 +260,12 @@ class Syncer:
         finally:
             self._refusing = 0
 
+    def may_wait(self) -> None:
+        """``WouldWait`` if this thread refuses waits (``refusing_waits``): before a step that
+        may wait through calls that do not look (a recovery)."""
+        if self._refusing == threading.get_ident():
+            raise WouldWait(errno.EAGAIN, "a recovery would wait for the log's fsyncs")
+
     def _lock(self, shared: bool) -> None:
         """Take the sync file's flock, exclusive or shared; ``WouldWait`` if it is held and this
         thread refuses waits."""

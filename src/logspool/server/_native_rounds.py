@@ -121,21 +121,26 @@ class _RoundStores:
             for command, _, body in requests:
                 if command in KV_WRITES:
                     name = body.get("name", "")
-                    unbounded = command in (p.KV_RENAME, p.KV_TRUNCATE)
-                    need[name] = need.get(name, 0) + (1 << 62 if unbounded else _bound(body))
+                    store = stores.opened("kv", name)
+                    if store is None:  # (closed since the batch came: an open may wait)
+                        return False
+                    if store.single_writer:
+                        continue
+                    if command in (p.KV_RENAME, p.KV_TRUNCATE):
+                        return False
+                    need[name] = need.get(name, 0) + _bound(body)
         for name, size in need.items():
             store = stores.opened("kv", name)
-            if store is None or store.single_writer:
-                continue
-            shared = RedisKV(store)
-            deciding = shared.decide(timeout_s=0)
-            try:
-                d = deciding.__enter__()
-            except Exception:  # (LockedError; any other failure: the thread's round answers it)
+            if store is None:  # (closed since: its batch finds out in the round, on the thread)
                 self.unprepare()
                 return False
-            self._prepared[name] = (deciding, d, shared)
-            if d.room() < size:
+            shared = RedisKV(store)
+            # (no op made, nothing written, if the writer lock is taken or the records might
+            # rotate the op log: LockedError)
+            deciding = shared.decide(timeout_s=0, room=size)
+            try:
+                self._prepared[name] = (deciding, deciding.__enter__(), shared)
+            except Exception:  # (LockedError; any other failure: the thread's round answers it)
                 self.unprepare()
                 return False
         return True

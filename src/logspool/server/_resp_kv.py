@@ -198,12 +198,6 @@ class Decision(View):
         """Write ops in one call (each checked before any is applied: an error writes none)."""
         self.w.write_many(made)  # type: ignore[attr-defined]
 
-    def room(self) -> int:
-        """Bytes of records the decision may still write before its write rotates the op log's
-        segment (``Tail.room``, less its ops so far)."""
-        room: int = self.w.room()  # type: ignore[attr-defined]
-        return room
-
     def unlocked(self, key: str) -> None:
         """KeyLockedError if another owner than this connection's name holds a lock on ``key``."""
         self.store._unlocked(key, self.owner, self.now)
@@ -244,10 +238,12 @@ class _Deciding:
 
     __slots__ = ("_change", "_owner", "_store")
 
-    def __init__(self, store: kv.Store, owner: str | None, timeout_s: float | None = None) -> None:
+    def __init__(
+        self, store: kv.Store, owner: str | None, timeout_s: float | None = None, room: int | None = None
+    ) -> None:
         self._store = store
         self._owner = owner
-        self._change = store._change(durable=False, timeout_s=timeout_s)
+        self._change = store._change(durable=False, timeout_s=timeout_s, room=room)
 
     def __enter__(self) -> Decision:
         w, now = self._change.__enter__()
@@ -269,11 +265,15 @@ class RedisKV:
         self.store = store
 
     # --- views and decisions ------------------------------------------------------------------
-    def decide(self, owner: str | None = None, timeout_s: float | None = None) -> _Deciding:
+    def decide(
+        self, owner: str | None = None, timeout_s: float | None = None, room: int | None = None
+    ) -> _Deciding:
         """``with kv.decide() as d``: one decision; its fsync is left to ``sync`` (see the module
         docstring). ``timeout_s``: how long to wait for the store's writer lock (0: not at all,
-        LockedError if another process holds it; None: the store's timeout)."""
-        return _Deciding(self.store, owner, timeout_s)
+        LockedError if another process holds it; None: the store's timeout). ``room``: bytes
+        of records the decision will write at most: LockedError, nothing made, if they might
+        rotate the op log's segment (``kv.Store._change``)."""
+        return _Deciding(self.store, owner, timeout_s, room)
 
     def mutexes(self, group: object) -> list[Any]:
         """The locks a commit round of this store takes besides the rounds' own: its mutex
