@@ -132,11 +132,12 @@ log.close()
 
 class _LockHolder:
     """Another process holding the writer lock of the log at ``path`` (a handle opened with
-    ``single_writer``) until ``release()``; ``close()`` kills it if it still runs."""
+    ``single_writer``; or what ``script`` holds: ``_sync_holder``) until ``release()``;
+    ``close()`` kills it if it still runs."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, script: str = _HOLD) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", _HOLD, str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+            [sys.executable, "-c", script, str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE
         )
         assert self.proc.stdout is not None and self.proc.stdout.readline() == b"held\n"
 
@@ -795,7 +796,7 @@ def test_a_round_whose_fsync_would_wait_for_another_process_is_finished_off_the_
     behind any round on the thread), the write is not answered until the lock is given back,
     then it is, and it is there; and writes go on after it."""
     r, port = _resp_running(tmp_path, _Fsyncs())
-    holder: subprocess.Popen[bytes] | None = None
+    holder: _LockHolder | None = None
     try:
         resp = r.server.resp
         assert resp is not None and resp.committer is not None
@@ -809,10 +810,7 @@ def test_a_round_whose_fsync_would_wait_for_another_process_is_finished_off_the_
         handed = committer.handed
         where = ("kv", "shared", "ops") if door == "native kv" else ("logs", "shared")
         sync_file = tmp_path.joinpath("data", *where, fmt.SYNC_NAME)
-        holder = subprocess.Popen(
-            [sys.executable, "-c", _HOLD_SYNC, str(sync_file)], stdin=subprocess.PIPE, stdout=subprocess.PIPE
-        )
-        assert holder.stdout is not None and holder.stdout.readline() == b"held\n"
+        holder = _sync_holder(sync_file)
         writer = redis.Redis(port=port, socket_timeout=60)
         added: list[object] = []
         native = connect_raw(r.address)
@@ -836,15 +834,13 @@ def test_a_round_whose_fsync_would_wait_for_another_process_is_finished_off_the_
                 assert not pong.flags & p.FLAG_ERROR
             finally:
                 pinger.close()
-            assert holder.poll() is None and not added, "the write was answered while the lock was held"
+            assert holder.holding() and not added, "the write was answered while the lock was held"
             native.setblocking(False)
             with pytest.raises(BlockingIOError):  # (nothing sent: its reply waits for the fsync)
                 native.recv(1)
             native.settimeout(30)
             assert committer.delivered < committer.rounds, "the round was answered while the lock was held"
-            assert holder.stdin is not None
-            holder.stdin.close()
-            assert holder.wait(30) == 0
+            holder.release()
             if adder is not None:
                 adder.join(60)
                 assert len(added) == 1
@@ -870,31 +866,15 @@ def test_a_round_whose_fsync_would_wait_for_another_process_is_finished_off_the_
         assert setup.set("other", "v") and setup.get("other") == b"v"
         setup.close()
     finally:
-        if holder is not None and holder.poll() is None:
-            holder.kill()
-            holder.wait()
+        if holder is not None:
+            holder.close()
         r.stop()
 
 
-class _SyncHolder:
-    """Another process holding the sync file's flock at ``path`` (as it does through each of
-    its fsyncs) until ``release()``; ``close()`` kills it if it still runs."""
-
-    def __init__(self, path: Path) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", _HOLD_SYNC, str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE
-        )
-        assert self.proc.stdout is not None and self.proc.stdout.readline() == b"held\n"
-
-    def release(self) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.close()
-        assert self.proc.wait(30) == 0
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
+def _sync_holder(path: Path) -> _LockHolder:
+    """Another process holding the sync file's flock at ``path`` (as it does through each of its
+    fsyncs) until ``release()``."""
+    return _LockHolder(path, _HOLD_SYNC)
 
 
 def _segments(path: Path) -> list[str]:
@@ -931,7 +911,7 @@ def test_a_round_that_may_rotate_a_shared_segment_runs_off_the_loop(tmp_path: Pa
         where = data / "kv" / "shared" / "ops"
         writes = [request(p.KV_SET, i, name="shared", key=f"k{i}", value=b"x" * 1400) for i in range(3)]
     r = Running(data, fs=_Fsyncs())
-    holder: _SyncHolder | None = None
+    holder: _LockHolder | None = None
     native = connect_raw(r.address)
     try:
         committer = r.server._committer
@@ -941,7 +921,7 @@ def test_a_round_that_may_rotate_a_shared_segment_runs_off_the_loop(tmp_path: Pa
             [reply] = read_frames(native, 1)
             assert not reply.flags & p.FLAG_ERROR, reply.body
         before = _segments(where)
-        holder = _SyncHolder(where / fmt.SYNC_NAME)
+        holder = _sync_holder(where / fmt.SYNC_NAME)
         rounds, here = committer.rounds, committer.rounds_here
         native.sendall(writes[2])
         deadline = time.monotonic() + 30
@@ -1024,15 +1004,16 @@ def test_a_shared_stores_expirations_that_may_rotate_its_segment_keep_the_round_
     where = data / "kv" / "shared" / "ops"
     kv.open(data / "kv" / "shared", segment_size_max=65536).close()
     r = Running(data, fs=_Fsyncs())
-    holder: _SyncHolder | None = None
+    holder: _LockHolder | None = None
     native = connect_raw(r.address)
     try:
         native.sendall(request(p.KV_SET, 1, name="shared", key="a", value=b"1"))
         assert not read_frames(native, 1)[0].flags & p.FLAG_ERROR
-        with kv.open(data / "kv" / "shared", fs=_Fsyncs()) as other:
+        frozen = time.time_ns()  # (this writer's decisions never see them expire, however slow)
+        with kv.open(data / "kv" / "shared", fs=_Fsyncs(), clock=lambda: frozen) as other:
             for i in range(40):  # (their EXPIRE ops: about 14 KB of records)
                 other.set(f"{i:03d}" + "e" * 297, b"v", ttl=0.2)
-            expired_at = time.time() + 0.2
+            expired_at = frozen / 1e9 + 0.2
             tail = other._log._active
             left = tail.segment_size_max - fmt.RECORD_OVERHEAD - tail.end
             other.set("fill", b"x" * (left - 4000))  # (4 KB left: room for a SET, not for them)
@@ -1042,7 +1023,7 @@ def test_a_shared_stores_expirations_that_may_rotate_its_segment_keep_the_round_
             time.sleep(0.01)
         committer = r.server._committer
         assert committer is not None
-        holder = _SyncHolder(where / fmt.SYNC_NAME)
+        holder = _sync_holder(where / fmt.SYNC_NAME)
         rounds, here = committer.rounds, committer.rounds_here
         native.sendall(request(p.KV_SET, 2, name="shared", key="b", value=b"2"))
         deadline = time.monotonic() + 30
@@ -1063,4 +1044,43 @@ def test_a_shared_stores_expirations_that_may_rotate_its_segment_keep_the_round_
         native.close()
         if holder is not None:
             holder.close()
+        r.stop()
+
+
+def test_a_round_on_the_loop_does_not_wait_for_another_store_being_opened(tmp_path: Path) -> None:
+    """A pool thread opening a store holds the daemon's table of stores through the open, and
+    a log's open waits for its writer lock (another handle holds it here, ``single_writer``,
+    for its life). A native kv.ADD to a store open already, in a round on the loop, finds its
+    store without that table's lock: a PING is answered meanwhile, and the ADD; the read of the
+    other log once its lock is given back."""
+    data = tmp_path / "data"
+    (data / "logs").mkdir(parents=True)
+    r = Running(data, fs=_Fsyncs())
+    holder: logspool.Log | None = None
+    reader, writer = connect_raw(r.address), connect_raw(r.address)
+    try:
+        with client.connect(r.address) as c:
+            c.kv("shared").set("n", 0)  # (the store open)
+        holder = logspool.open(data / "logs" / "x", single_writer=True)  # (its writer lock, held)
+        reader.sendall(request(p.LOG_READ, 2, name="x"))  # (in the pool: opens x, waits for the lock)
+        deadline = time.monotonic() + 30
+        while not r.server.stores._lock.locked():  # bounded: until the open holds the table
+            assert time.monotonic() < deadline, "the read never began opening the log"
+            time.sleep(0.001)
+        writer.sendall(request(p.KV_ADD, 3, name="shared", key="n", amount=1))
+        [added] = read_frames(writer, 1)  # (answered while the open waits)
+        assert not added.flags & p.FLAG_ERROR, added.body
+        _ping(r.address)
+        assert r.server.stores._lock.locked(), "the open ended before the ADD was answered"
+        holder.close()
+        holder = None
+        [read] = read_frames(reader, 1)
+        assert not read.flags & p.FLAG_ERROR, read.body
+        with client.connect(r.address) as c:
+            assert c.kv("shared").get("n") == 1
+    finally:
+        if holder is not None:
+            holder.close()
+        reader.close()
+        writer.close()
         r.stop()

@@ -59,23 +59,44 @@ _OK_SIZE = len(_OK_TRUE)
 assert len(_OK_FALSE) == _OK_SIZE
 
 
+_ITEM = fmt.RECORD_OVERHEAD + 32  # (a bound's share for each item: a record's framing, an op's fields)
+
+
 def _bound(body: dict[str, Any]) -> int:
     """At least the bytes of records a write request (its decoded body) makes: its strings and
-    bytes, and for each item of them a record's framing and an op's own fields."""
+    bytes (a str's UTF-8: 4 bytes a character at most), and for each item a record's framing
+    and an op's own fields. (The flat shapes of kv.SET and log.APPEND first: 0.6 us, not 2.)"""
+    size = 256
+    for item in body.values():
+        kind = type(item)
+        if kind is bytes:
+            size += len(item) + _ITEM
+        elif kind is str:
+            size += 4 * len(item) + _ITEM
+        elif kind is list and len(item) == 1 and type(item[0]) is bytes:
+            size += len(item[0]) + 2 * _ITEM
+        else:
+            size += _nested_bound(item)
+    return size
+
+
+def _nested_bound(item: object) -> int:
+    """``_bound`` of one item of any shape (lists, dicts, strings, bytes; numbers count as items)."""
     size = 0
-    items = list(body.values())
-    count = 0
+    items = [item]
     while items:  # bounded: each turn takes one item of the (finite, decoded) body
-        item = items.pop()
-        count += 1
-        if isinstance(item, bytes | str):
-            size += len(item) * (4 if isinstance(item, str) else 1)  # (UTF-8: 4 bytes a char at most)
-        elif isinstance(item, list | tuple):
-            items.extend(item)
-        elif isinstance(item, dict):
-            items.extend(item.keys())
-            items.extend(item.values())
-    return size + count * (fmt.RECORD_OVERHEAD + 32) + 256
+        x = items.pop()
+        size += _ITEM
+        if isinstance(x, bytes):
+            size += len(x)
+        elif isinstance(x, str):
+            size += 4 * len(x)
+        elif isinstance(x, list | tuple):
+            items.extend(x)
+        elif isinstance(x, dict):
+            items.extend(x.keys())
+            items.extend(x.values())
+    return size
 
 
 class _RoundStores:

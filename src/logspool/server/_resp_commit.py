@@ -262,19 +262,13 @@ class Committer:
             with contextlib.suppress(RuntimeError):  # the loop closed
                 self.loop.call_soon_threadsafe(self._deliver, done, number, waits)
 
-    def _round(
-        self,
-        round_: list[_Queued],
-        number: int,
-        taken: list[Any] | None = None,
-        tails: HeldTails | None = None,
-    ) -> tuple[_Done, _Waits | None]:
+    def _round(self, round_: list[_Queued], number: int) -> tuple[_Done, _Waits | None]:
         """Run a round's batches as one decision and make them durable (their outcomes; an
         error reply for each command if the write or the fsync failed), and the rounds of the
         other door its replies wait for (none if it ran plain SETs only; see the module
         docstring). On the committer's thread (``_run_group`` runs a round on the loop)."""
         try:
-            decided = self._decide(round_, number, taken, tails)
+            decided = self._decide(round_, number)
             self._sync(decided, wait=True)
         except Exception as err:  # the write or the fsync failed: nothing here is acknowledged
             return self._failed(round_, err), None

@@ -195,7 +195,13 @@ class Stores:
     def get(self, kind: str, name: str, *, own: bool = False) -> Any:
         """The store ``kind``/``name``, opened now if it is not open. ``own`` (a key-value store
         opened by this call): the daemon holds its writer lock until it closes, and compacts it
-        in the background (``kv.open``'s ``single_writer`` and ``compact_in_background``)."""
+        in the background (``kv.open``'s ``single_writer`` and ``compact_in_background``).
+        A store open already is found without the lock, which a thread opening another store
+        holds through the open (a log's open may wait for its writer lock): an event loop's
+        commit round gets its stores here, and must not wait for it."""
+        found = self._open.get((kind, name))
+        if found is not None:
+            return found
         with self._lock:
             found = self._open.get((kind, name))
             if found is None:
