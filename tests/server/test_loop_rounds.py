@@ -581,13 +581,7 @@ def test_an_xadd_to_a_log_a_pool_thread_holds_waits_off_the_loop(tmp_path: Path)
         while resp.committer.rounds == base:  # (its round began, on the thread: it waits)
             assert time.monotonic() < deadline + 30, "the XADD's round never started"
             time.sleep(0.001)
-        pinger = connect_raw(r.address)
-        try:
-            pinger.sendall(request(p.PING, 1))
-            [pong] = read_frames(pinger, 1)  # (the loop is not waiting for any lock)
-            assert not pong.flags & p.FLAG_ERROR
-        finally:
-            pinger.close()
+        _ping(r.address)  # (the loop is not waiting for any lock)
         assert holder.holding() and adder.is_alive() and trim.is_alive()
         holder.release()
         trim.join(120)
@@ -827,13 +821,7 @@ def test_a_round_whose_fsync_would_wait_for_another_process_is_finished_off_the_
             while committer.handed == handed:  # bounded: until the round is handed to the thread
                 assert time.monotonic() < deadline, "the round was never handed to the thread"
                 time.sleep(0.001)
-            pinger = connect_raw(r.address)
-            try:
-                pinger.sendall(request(p.PING, 2))
-                [pong] = read_frames(pinger, 1)  # (the loop is not waiting for the lock)
-                assert not pong.flags & p.FLAG_ERROR
-            finally:
-                pinger.close()
+            _ping(r.address)  # (the loop is not waiting for the lock)
             assert holder.holding() and not added, "the write was answered while the lock was held"
             native.setblocking(False)
             with pytest.raises(BlockingIOError):  # (nothing sent: its reply waits for the fsync)
