@@ -319,37 +319,66 @@ def decode_body(buf: bytes) -> dict[str, Any]:
     return body
 
 
-# The body of the client's ``get`` (kv.GET with value_only), in the order it encodes its fields:
-# the daemon's most frequent request, decoded by matching its fixed bytes (a third of the
-# general decoder's time); anything else returns None and takes the general decoder.
-_GET_HEAD = b"\x08\x00\x00\x00\x03\x00\x04name\x02"  # a map of 3; "name": a string
-_GET_KEY = b"\x00\x03key\x02"  # "key": a string
+# The bodies of the client's ``get`` (kv.GET with value_only) and plain ``set`` (kv.SET of a
+# value that is bytes or a string, no option), in the order it encodes their fields: the daemon's
+# most frequent requests, decoded by matching their fixed bytes (a third of the general decoder's
+# time); anything else returns None and takes the general decoder.
+_NAME_HEAD = b"\x08\x00\x00\x00\x03\x00\x04name\x02"  # a map of 3; "name": a string
+_KEY_FIELD = b"\x00\x03key\x02"  # "key": a string
 _GET_TAIL = b"\x00\x0avalue_only\x06"  # "value_only": true, and the body's end
+_VALUE_FIELD = b"\x00\x05value"  # "value", its tag next
+
+
+def _name_and_key(buf: bytes) -> tuple[str, str, int] | None:
+    """The name and key strings that open the client's get and set bodies (``_NAME_HEAD``,
+    ``_KEY_FIELD``) and the offset after them; None if ``buf`` does not open so."""
+    if not buf.startswith(_NAME_HEAD):
+        return None
+    start = len(_NAME_HEAD) + 4
+    size = _U32_AT(buf, len(_NAME_HEAD))[0] if len(buf) >= start else -1
+    at = start + size
+    if size < 0 or buf[at : at + len(_KEY_FIELD)] != _KEY_FIELD:
+        return None
+    key_at = at + len(_KEY_FIELD) + 4
+    if len(buf) < key_at:
+        return None
+    end = key_at + _U32_AT(buf, at + len(_KEY_FIELD))[0]
+    if end > len(buf):
+        return None
+    try:
+        return buf[start:at].decode("utf-8"), buf[key_at:end].decode("utf-8"), end
+    except UnicodeDecodeError:
+        return None
 
 
 def decode_get_value_only(buf: bytes) -> dict[str, Any] | None:
     """``decode_body(buf)`` if ``buf`` is exactly ``{"name": str, "key": str, "value_only":
     true}`` in that order; else None (the caller decodes it the general way, which also names
     any error)."""
-    if not buf.startswith(_GET_HEAD):
+    found = _name_and_key(buf)
+    if found is None or buf[found[2] :] != _GET_TAIL:
         return None
-    start = len(_GET_HEAD) + 4
-    size = _U32_AT(buf, len(_GET_HEAD))[0] if len(buf) >= start else -1
-    at = start + size
-    if size < 0 or buf[at : at + len(_GET_KEY)] != _GET_KEY:
+    return {"name": found[0], "key": found[1], "value_only": True}
+
+
+def decode_set_plain(buf: bytes) -> dict[str, Any] | None:
+    """``decode_body(buf)`` if ``buf`` is exactly ``{"name": str, "key": str, "value": bytes or
+    str}`` in that order; else None (as ``decode_get_value_only``)."""
+    found = _name_and_key(buf)
+    if found is None:
         return None
-    key_at = at + len(_GET_KEY) + 4
-    if len(buf) < key_at:
+    at = found[2] + len(_VALUE_FIELD)
+    if buf[found[2] : at] != _VALUE_FIELD or len(buf) < at + 5:
         return None
-    end = key_at + _U32_AT(buf, at + len(_GET_KEY))[0]
-    if buf[end:] != _GET_TAIL:
+    tag = buf[at]
+    end = at + 5 + _U32_AT(buf, at + 1)[0]
+    if end != len(buf) or tag not in (BYTES, STRING):
         return None
+    raw = buf[at + 5 : end]
+    if tag == BYTES:
+        return {"name": found[0], "key": found[1], "value": raw}
     try:
-        return {
-            "name": buf[start:at].decode("utf-8"),
-            "key": buf[key_at:end].decode("utf-8"),
-            "value_only": True,
-        }
+        return {"name": found[0], "key": found[1], "value": raw.decode("utf-8")}
     except UnicodeDecodeError:
         return None
 

@@ -87,3 +87,38 @@ def test_the_get_fast_path_decodes_as_the_decoder_or_declines(
             assert fast == p.decode_body(candidate)
     other = p.encode_frame(p.REQUEST, p.KV_GET, 1, {"key": key, "name": name, "value_only": True})[16:]
     assert p.decode_get_value_only(other) in (None, p.decode_body(other))
+
+
+_VALUES = st.one_of(
+    st.binary(max_size=300),
+    st.text(max_size=40),
+    st.integers(-(2**63), 2**63 - 1),
+    st.none(),
+    st.booleans(),
+    st.lists(st.binary(max_size=8), max_size=3),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=40), st.text(max_size=40), _VALUES, st.data())
+def test_the_set_fast_path_decodes_as_the_decoder_or_declines(
+    name: str, key: str, value: object, data: st.DataObject
+) -> None:
+    """``decode_set_plain`` (the daemon's plain kv.SET path) gives what ``decode_body`` gives for
+    the client's plain set body of a bytes or string value and declines any other value; for
+    that body mutated or cut it gives the same or None."""
+    body = p.encode_frame(p.REQUEST, p.KV_SET, 1, {"name": name, "key": key, "value": value})[16:]
+    fast = p.decode_set_plain(body)
+    if isinstance(value, bytes | str):
+        assert fast == p.decode_body(body) == {"name": name, "key": key, "value": value}
+    else:
+        assert fast is None
+    mutated = bytearray(body)
+    for _ in range(data.draw(st.integers(1, 3))):
+        mutated[data.draw(st.integers(0, len(mutated) - 1))] = data.draw(st.integers(0, 255))
+    for candidate in (bytes(mutated), body[: data.draw(st.integers(0, len(body)))], body + b"\x00"):
+        fast = p.decode_set_plain(candidate)
+        if fast is not None:
+            assert fast == p.decode_body(candidate)
+    with_option = {"name": name, "key": key, "value": b"v", "ttl": 5}
+    assert p.decode_set_plain(p.encode_frame(p.REQUEST, p.KV_SET, 1, with_option)[16:]) is None

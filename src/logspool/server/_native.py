@@ -142,6 +142,16 @@ class _Views:
         self._held.clear()
 
 
+def _decode_fast(command: int, raw: bytes) -> dict[str, Any] | None:
+    """The body of the client's value_only kv.GET or plain kv.SET, by its fixed bytes; None for
+    any other (``p.decode_body`` decodes it, and names what is wrong)."""
+    if command == p.KV_GET:
+        return p.decode_get_value_only(raw)
+    if command == p.KV_SET:
+        return p.decode_set_plain(raw)
+    return None
+
+
 class NativeConnection(asyncio.Protocol):
     """One client of the native protocol (see the module docstring)."""
 
@@ -210,6 +220,8 @@ class NativeConnection(asyncio.Protocol):
         if not self._reading:
             return
         self.server.counters.bytes_in += len(data)
+        if not self._buffer and self._lone_set(data):
+            return
         self._buffer += data
         if len(self._buffer) >= self._wanted:  # (a large frame arriving: not parsed again each read)
             self._take_frames()
@@ -260,9 +272,7 @@ class NativeConnection(asyncio.Protocol):
                     break
                 try:
                     raw_body = chunk[at + p.HEADER_SIZE : end]
-                    body = (
-                        p.decode_get_value_only(raw_body) if command == p.KV_GET else None
-                    ) or p.decode_body(raw_body)
+                    body = _decode_fast(command, raw_body) or p.decode_body(raw_body)
                 except p.ProtocolError as err:
                     self._refuse(replies, request_id, "ProtocolError", str(err))
                     break
@@ -298,6 +308,39 @@ class NativeConnection(asyncio.Protocol):
                 self._maybe_close()
             elif self._paused and self._in_flight < limits.in_flight_max and self._writable.is_set():
                 self._resume()
+
+    def _lone_set(self, data: bytes) -> bool:
+        """A read that is one whole plain kv.SET frame (``p.decode_set_plain``) of an open store,
+        nothing buffered before it and nothing in flight (SET x16, x50, x1: each client waits
+        for its reply), handed to the commit rounds as ``_take_frames`` would hand it, without
+        its loop and views. False, having done nothing, for anything else: ``_take_frames``
+        takes it."""
+        if (
+            len(data) < p.HEADER_SIZE
+            or self._in_flight
+            or self._paused
+            or not self.authed
+            or not self._writable.is_set()
+        ):
+            return False
+        magic, version, kind, command, flags, request_id, size = _HEADER_AT(data, 0)
+        if (
+            command != p.KV_SET
+            or len(data) != p.HEADER_SIZE + size
+            or magic != p.MAGIC
+            or version != p.VERSION
+            or kind != p.REQUEST
+            or flags
+            or size > self.server.limits.frame_size_max
+        ):
+            return False
+        body = p.decode_set_plain(data[p.HEADER_SIZE :])
+        if body is None or self.server.stores.opened("kv", body["name"]) is None:
+            return False
+        counts = self.server.counters.requests
+        counts["kv.set"] = counts.get("kv.set", 0) + 1
+        self._commit([(p.KV_SET, request_id, body)], ready=True)
+        return True
 
     def _pause(self) -> None:
         if not self._paused and self.transport is not None:
@@ -427,12 +470,13 @@ class NativeConnection(asyncio.Protocol):
         return self.server.settled()
 
     # --- the commit rounds ------------------------------------------------------------------------
-    def _commit(self, writes: list[_Request]) -> None:
-        """Hand a read's writes to the next commit round; ``_Writes._landed`` answers them."""
+    def _commit(self, writes: list[_Request], ready: bool = False) -> None:
+        """Hand a read's writes to the next commit round; ``_Writes._landed`` answers them.
+        ``ready``: the caller found them ``_loop_ready``."""
         self._in_flight += len(writes)
         batch = _Writes(self, writes)
         committer = self._committer_any
-        if not (self._loop_ready(writes) and committer.gather(batch, writes, batch)):
+        if not ((ready or self._loop_ready(writes)) and committer.gather(batch, writes, batch)):
             committer.submit(batch, writes, batch)
 
     def _loop_ready(self, writes: list[_Request]) -> bool:
