@@ -76,3 +76,48 @@ def test_rounds_of_both_doors_writing_the_same_store_and_log_never_wait_on_each_
             assert [c.kv("default").get(f"n{i}") for i in range(4)] == [BATCHES - 1] * 4
     finally:
         running.stop()
+
+
+def test_each_doors_waits_wake_on_the_other_doors_writes(tmp_path: Path) -> None:
+    """A RESP XREAD BLOCK answers a native log.APPEND, and a native LISTEN a RESP XADD: both
+    doors wait on the daemon's one ``Tails``, which each door's commit rounds wake at once (two
+    of them, one a door, heard each other's appends only through an inotify event)."""
+    running = Running(tmp_path / "data", resp=RespOptions(port=0))
+    try:
+        server = running.server
+        assert server.resp is not None and server.resp.tails is server.tails is not None
+        port = server.resp.options.port
+        with client.connect(running.address) as c:
+            c.log("shared").append(b"first")  # (the log exists: its waits have a watch)
+            got: list[object] = []
+
+            def blocked_read() -> None:
+                r = redis.Redis(port=port, socket_timeout=60)
+                got.append(r.xread({"shared": "$"}, block=0, count=1))
+                r.close()
+
+            reader = threading.Thread(target=blocked_read)
+            reader.start()
+            deadline = time.monotonic() + 60
+            while not server.tails._waiters.get("logs/shared") and time.monotonic() < deadline:
+                time.sleep(0.01)  # (until the XREAD waits: an append before it would be missed by "$")
+            assert server.tails._waiters.get("logs/shared"), "the XREAD never waited"
+            c.log("shared").append(b"from the native door")
+            reader.join(60)
+            assert not reader.is_alive()
+            [[stream, [(_, fields)]]] = got[0]  # type: ignore[misc]
+            assert stream == b"shared" and fields == {b"payload": b"from the native door"}
+
+            events = c.subscribe("shared", start="latest")
+            r = redis.Redis(port=port)
+            for _ in range(600):  # bounded: until the LISTEN is past its first look
+                if server.tails._waiters.get("logs/shared"):
+                    break
+                time.sleep(0.05)
+            r.xadd("shared", {"payload": b"from the RESP door"})
+            event = events.next(timeout=60)
+            assert event is not None
+            assert [rec[2] for rec in event["records"]] == [b"from the RESP door"]
+            r.close()
+    finally:
+        running.stop()

@@ -237,7 +237,8 @@ class RespFront:
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         await self.server.call(lambda: self.kv)  # open (and recover) the store off the loop
-        self.tails = Tails(loop, self.server.data)
+        self.tails = self.server.tails  # (the daemon's, both doors': the daemon closes it)
+        assert self.tails is not None
         self.committer = Committer(self, loop)
         self._listener = await loop.create_server(
             lambda: _Connection(self), self.options.host, self.options.port, ssl=self.server._ssl
@@ -300,8 +301,6 @@ class RespFront:
     def close(self) -> None:
         if self.committer is not None:
             self.committer.stop()
-        if self.tails is not None:
-            self.tails.close()
 
     def close_stores(self) -> None:
         """After the pool's threads are done: the consumer groups' stores (each op was durable

@@ -446,10 +446,12 @@ class Server:
         from ._native_rounds import make_committer
 
         loop = self._loop = asyncio.get_running_loop()
+        # One Tails for both doors: a round of either wakes the waits of both at once (a native
+        # log.APPEND a RESP XREAD, an XADD a native LISTEN), not through an inotify event later.
+        self.tails = Tails(loop, self.data)
         if self.resp is not None:
             await self.resp.start()
         if self._listen:
-            self.tails = Tails(loop, self.data)
             committer = self._committer = make_committer(self, loop)
             self._server = await loop.create_server(
                 lambda: NativeConnection(self, committer), self.host, self.port, ssl=self._ssl
