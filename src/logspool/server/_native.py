@@ -8,7 +8,8 @@ when it grows: LISTEN's event loops.
 How a connection is served (one ``asyncio.Protocol`` each, ``NativeConnection``):
 - Frames are cut and decoded on the event loop as bytes arrive; every complete frame of a read
   is taken at once (``_take_frames``), each header checked against ``frame_size_max`` before
-  its body is buffered.
+  its body is buffered; a read that is one plain kv.SET, nothing in flight, goes straight to
+  the commit rounds (``_lone_set``: each of 16 or 50 clients waits for its reply).
 - Where a request runs (``_dispatch``):
   * kv.GET of an open store whose mutex is free, and PING, HELLO, UNLISTEN, run on the event
     loop at once (no thread hop); a read batch's value_only GETs read one view of each store
