@@ -77,6 +77,8 @@ from ._handle import HandleState
 from ._sync import Syncer
 
 _NEVER_NS = 1 << 63
+_ZEROS = bytes(limits.ZERO_AHEAD_SIZE)
+_ZERO_AHEAD_LOW = limits.ZERO_AHEAD_SIZE // 2  # (zero more once less than this is left ahead)
 _RECORD_RESIDUE = 0x2144DF1C  # the CRC-32 of a whole record, trailer included (FORMAT.md §4.2)
 _HOLD_BURST_NS = int(limits.WRITER_HOLD_BURST_S * 1e9)
 _HOLD_MAX_NS = int(limits.WRITER_HOLD_MAX_S * 1e9)
@@ -147,6 +149,7 @@ class ActiveSegment:
         "_last_write_ns",
         "_root",
         "_syncer",
+        "_zeroed_end",
         "alloc_end",
         "base",
         "catch_up",
@@ -214,6 +217,9 @@ class ActiveSegment:
         self.base = 0
         self.end = 0
         self.alloc_end = 0
+        # Zeros written over the preallocated space up to here, past ``end`` (``_zero_ahead``;
+        # only by a handle whose appends wait for their fsync); 0 in a new segment.
+        self._zeroed_end = 0
         self.next_lsn = 0
         self.last_ts = 0
         self.index_due = 0
@@ -412,6 +418,7 @@ class ActiveSegment:
         self.base = base
         self.end = fmt.SEGMENT_HEADER_SIZE
         self.alloc_end = self._fs.size(self.fd)
+        self._zeroed_end = 0
         self.index_due = 0
         self.open_index()
 
@@ -790,6 +797,26 @@ class ActiveSegment:
             self._fs.pwrite(self.fd, data, end)
         except OSError as err:
             raise self.undo_write(err, what) from err
+        if self._gather and end + len(data) + _ZERO_AHEAD_LOW > self._zeroed_end:
+            self._zero_ahead(end + len(data))
+
+    def _zero_ahead(self, end: int) -> None:
+        """Under the writer lock, after a write that ends at ``end``: write zeros over the
+        preallocated space after it, up to ``limits.ZERO_AHEAD_SIZE`` past what was zeroed
+        (never past ``alloc_end``: the file keeps its size). Only zeros lie there (the writer
+        lock's holder alone writes past the records), so this changes no byte a reader or a
+        recovery sees; it makes the blocks the next appends write into written blocks, whose
+        fsync journals nothing (limits.py). A failure is left alone: the appends after it cost
+        what they did without it."""
+        start = max(self._zeroed_end, end)
+        stop = min(start + limits.ZERO_AHEAD_SIZE, self.alloc_end)
+        if stop <= start:
+            return  # (up to the preallocated space's end: the next preallocation goes on)
+        try:
+            self._fs.pwrite(self.fd, _ZEROS[: stop - start], start)
+        except OSError:
+            return
+        self._zeroed_end = stop
 
     def undo_write(self, err: OSError, what: str) -> Exception:
         """After a failed write at ``end``: part of it may be in the file. Cut it back so that
