@@ -84,3 +84,29 @@ def test_a_failed_zero_write_changes_nothing(log_dir: str) -> None:
     assert payloads[:2] == [b"0-0" + RECORD, b"0-1" + RECORD] and payloads[-1] == b"last"
     assert len(payloads) == 1301
     assert logspool.verify(log_dir).ok
+
+
+def test_zeros_never_follow_a_seal_after_another_writer_cut_the_zeros(log_dir: str) -> None:
+    """A durable handle idle while a ``single_writer`` one appends and closes (its close cuts the
+    preallocated zeros, and it leaves no tail hint: the first catches up by parsing), then seals
+    the segment: no zeros after the seal, the file not lengthened (a review found both: the
+    first handle still believed in the space it had preallocated)."""
+    fs = ChecksZeros()
+    segment = 256 * 1024
+    a = logspool.open(log_dir, fs=fs, segment_size_max=segment)
+    a.append_many([RECORD] * 13)  # (preallocated to the segment's size, zeros written ahead)
+    with logspool.open(log_dir, single_writer=True) as b:
+        for _ in range(130):
+            b.append_many([b"b" * 1500])
+    first = os.path.join(log_dir, "00000000000000000000.seg")
+    cut = os.path.getsize(first)
+    assert cut < segment  # (the zeros after b's records were cut)
+    a.append_many([b"d" * 1000] * 60)  # (does not fit: a seals the first segment)
+    a.close()
+    with open(first, "rb") as f:
+        sealed = f.read()
+    assert len(sealed) == cut + 36 and any(sealed[-36:])  # its records, then the seal: nothing after
+    report = logspool.verify(log_dir)
+    assert report.ok, [str(p) for p in report.problems]
+    with logspool.open(log_dir) as log:
+        assert len(list(log.read())) == 13 + 130 + 60

@@ -149,7 +149,6 @@ class ActiveSegment:
         "_last_write_ns",
         "_root",
         "_syncer",
-        "_zeroed_end",
         "alloc_end",
         "base",
         "catch_up",
@@ -174,6 +173,7 @@ class ActiveSegment:
         "version",
         "writes",
         "written",
+        "zeroed_end",
     )
 
     def __init__(
@@ -219,7 +219,7 @@ class ActiveSegment:
         self.alloc_end = 0
         # Zeros written over the preallocated space up to here, past ``end`` (``_zero_ahead``;
         # only by a handle whose appends wait for their fsync); 0 in a new segment.
-        self._zeroed_end = 0
+        self.zeroed_end = 0
         self.next_lsn = 0
         self.last_ts = 0
         self.index_due = 0
@@ -418,7 +418,7 @@ class ActiveSegment:
         self.base = base
         self.end = fmt.SEGMENT_HEADER_SIZE
         self.alloc_end = self._fs.size(self.fd)
-        self._zeroed_end = 0
+        self.zeroed_end = 0
         self.index_due = 0
         self.open_index()
 
@@ -797,8 +797,8 @@ class ActiveSegment:
             self._fs.pwrite(self.fd, data, end)
         except OSError as err:
             raise self.undo_write(err, what) from err
-        if self._gather and end + len(data) + _ZERO_AHEAD_LOW > self._zeroed_end:
-            self._zero_ahead(end + len(data))
+        if grow and self._gather and end + len(data) + _ZERO_AHEAD_LOW > self.zeroed_end:
+            self._zero_ahead(end + len(data))  # (not after a seal: nothing follows it)
 
     def _zero_ahead(self, end: int) -> None:
         """Under the writer lock, after a write that ends at ``end``: write zeros over the
@@ -808,15 +808,19 @@ class ActiveSegment:
         recovery sees; it makes the blocks the next appends write into written blocks, whose
         fsync journals nothing (limits.py). A failure is left alone: the appends after it cost
         what they did without it."""
-        start = max(self._zeroed_end, end)
+        start = max(self.zeroed_end, end)
         stop = min(start + limits.ZERO_AHEAD_SIZE, self.alloc_end)
         if stop <= start:
             return  # (up to the preallocated space's end: the next preallocation goes on)
         try:
-            self._fs.pwrite(self.fd, _ZEROS[: stop - start], start)
+            # (``alloc_end`` is what this handle made sure of; the file itself says, if another
+            # handle cut its zeros since: a write past its end would lengthen it)
+            stop = min(stop, self._fs.size(self.fd))
+            if stop > start:
+                self._fs.pwrite(self.fd, _ZEROS[: stop - start], start)
         except OSError:
             return
-        self._zeroed_end = stop
+        self.zeroed_end = stop
 
     def undo_write(self, err: OSError, what: str) -> Exception:
         """After a failed write at ``end``: part of it may be in the file. Cut it back so that
@@ -919,6 +923,7 @@ class ActiveSegment:
         self._syncer.lower(self.base, offset)
         self._syncer.clear_tail()  # (it may name a record cut here)
         self.alloc_end = offset
+        self.zeroed_end = 0
         self._fs.truncate(self.fd, offset)
         self._syncer.lower(self.base, offset)
 

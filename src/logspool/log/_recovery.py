@@ -91,6 +91,7 @@ class Recovery:
         a.fd = fd
         a.base = base
         a.end = fmt.SEGMENT_HEADER_SIZE
+        a.zeroed_end = 0
         a.next_lsn = base
         a.last_ts = header.created_ns
         a.set_deadline(header.created_ns)
@@ -319,6 +320,7 @@ class Recovery:
                 if recovering:
                     self._check_proven_end(stop)
                 a.end = stop.pos
+                a.alloc_end = stop.pos  # (the file ends with the records: another cut its zeros)
                 return due, index_pos
             if (
                 stop.kind == seg.ZERO
