@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import array
 import functools
+import re
 import struct
 import sys
 from collections.abc import Iterator
@@ -216,6 +217,9 @@ def decode_header(buf: bytes, size_max: int) -> Header:
     return Header(kind, command, flags, request_id, size)
 
 
+# A store's name, as every store command gives it (PROTOCOL.md; the RESP door's stream keys and
+# queue names too): a file name inside the data directory, never a path.
+NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _U32_AT = _U32.unpack_from
 _U16_AT = _U16.unpack_from
 _I64_AT = _I64.unpack_from

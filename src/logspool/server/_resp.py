@@ -62,7 +62,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
-from .. import errors, limits
+from .. import _wire, errors, limits
 from ..kv._ops import BYTES, Set
 from ..kv._state import State
 from . import _resp_jobs, _resp_stream_commands, _resp_strings
@@ -198,11 +198,9 @@ class RespFront:
     waiters, SCAN cursors, client ids."""
 
     def __init__(self, server: Server, options: RespOptions) -> None:
-        from ._server import NAME_RE
-
-        if not NAME_RE.fullmatch(options.kv):
+        if not _wire.NAME_RE.fullmatch(options.kv):
             raise ValueError(
-                f"the RESP key-value store's name must match {NAME_RE.pattern}, not {options.kv!r}"
+                f"the RESP key-value store's name must match {_wire.NAME_RE.pattern}, not {options.kv!r}"
             )
         self.server = server
         self.options = options

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .. import limits
+from .. import _wire, limits
 from . import _resp_wire as w
 from ._resp_kv import NOT_INTEGER, RedisError, canonical_int, glob_match, key_of
 
@@ -90,10 +90,8 @@ def _int(raw: bytes) -> int:
 
 
 def _stream_name(raw: bytes) -> str:
-    from ._server import NAME_RE
-
     text = raw.decode("ascii", "replace")
-    if not NAME_RE.fullmatch(text):
+    if not _wire.NAME_RE.fullmatch(text):
         raise RedisError(
             "ERR logspool stream keys are log names: [A-Za-z0-9][A-Za-z0-9._-]{0,127} (no '/', no '..')"
         )

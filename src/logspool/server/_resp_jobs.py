@@ -21,7 +21,7 @@ import time
 import uuid
 from typing import TYPE_CHECKING
 
-from .. import jobs
+from .. import _wire, jobs
 from ..errors import JobNotFoundError, LeaseExpiredError
 from . import _resp_wire as w
 from ._resp_commands import Block, _int, command
@@ -36,10 +36,8 @@ QPEEK_COUNT_MAX = 1000
 
 
 def _queue(raw: bytes) -> str:
-    from ._server import NAME_RE
-
     text = raw.decode("ascii", "replace")
-    if not NAME_RE.fullmatch(text):
+    if not _wire.NAME_RE.fullmatch(text):
         raise RedisError("ERR logspool queue names are journal names: [A-Za-z0-9][A-Za-z0-9._-]{0,127}")
     return text
 

@@ -35,7 +35,6 @@ import itertools
 import json
 import logging
 import os
-import re
 import ssl
 import threading
 import time
@@ -58,7 +57,7 @@ if TYPE_CHECKING:
 
 _logger = logging.getLogger("logspool.server")
 
-NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+NAME_RE = p.NAME_RE
 READ_LIMIT_MAX = 10_000
 # The keys and values of a kv.RANGE or kv.MATCH reply (or one value, at most 15 MiB): a page of
 # large values stays within a frame, whatever ``limit`` the request gives.
