@@ -5,6 +5,7 @@ the client's kv.GET decodes as the decoder does, or declines."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from hypothesis import given, settings
@@ -67,6 +68,18 @@ def test_mutated_frames_decode_or_fail_cleanly(body: dict[str, Any], data: st.Da
             assert isinstance(f.body, dict) and f.kind in p.KINDS
 
 
+def _agrees_or_declines(fast_path: Callable[[bytes], object], body: bytes, data: st.DataObject) -> None:
+    """``body`` mutated in a few bytes, cut, and with a byte after it: the fast path decodes each
+    as ``decode_body`` does, or declines it (None)."""
+    mutated = bytearray(body)
+    for _ in range(data.draw(st.integers(1, 3))):
+        mutated[data.draw(st.integers(0, len(mutated) - 1))] = data.draw(st.integers(0, 255))
+    for candidate in (bytes(mutated), body[: data.draw(st.integers(0, len(body)))], body + b"\x00"):
+        fast = fast_path(candidate)
+        if fast is not None:
+            assert fast == p.decode_body(candidate)
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.text(max_size=40), st.text(max_size=40), st.data())
 def test_the_get_fast_path_decodes_as_the_decoder_or_declines(
@@ -78,13 +91,7 @@ def test_the_get_fast_path_decodes_as_the_decoder_or_declines(
     assert (
         p.decode_get_value_only(body) == p.decode_body(body) == {"name": name, "key": key, "value_only": True}
     )
-    mutated = bytearray(body)
-    for _ in range(data.draw(st.integers(1, 3))):
-        mutated[data.draw(st.integers(0, len(mutated) - 1))] = data.draw(st.integers(0, 255))
-    for candidate in (bytes(mutated), body[: data.draw(st.integers(0, len(body)))], body + b"\x00"):
-        fast = p.decode_get_value_only(candidate)
-        if fast is not None:
-            assert fast == p.decode_body(candidate)
+    _agrees_or_declines(p.decode_get_value_only, body, data)
     other = p.encode_frame(p.REQUEST, p.KV_GET, 1, {"key": key, "name": name, "value_only": True})[16:]
     assert p.decode_get_value_only(other) in (None, p.decode_body(other))
 
@@ -113,12 +120,6 @@ def test_the_set_fast_path_decodes_as_the_decoder_or_declines(
         assert fast == p.decode_body(body) == {"name": name, "key": key, "value": value}
     else:
         assert fast is None
-    mutated = bytearray(body)
-    for _ in range(data.draw(st.integers(1, 3))):
-        mutated[data.draw(st.integers(0, len(mutated) - 1))] = data.draw(st.integers(0, 255))
-    for candidate in (bytes(mutated), body[: data.draw(st.integers(0, len(body)))], body + b"\x00"):
-        fast = p.decode_set_plain(candidate)
-        if fast is not None:
-            assert fast == p.decode_body(candidate)
+    _agrees_or_declines(p.decode_set_plain, body, data)
     with_option = {"name": name, "key": key, "value": b"v", "ttl": 5}
     assert p.decode_set_plain(p.encode_frame(p.REQUEST, p.KV_SET, 1, with_option)[16:]) is None
