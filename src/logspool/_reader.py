@@ -36,6 +36,8 @@ _logger = logging.getLogger("logspool")
 # record not whole yet, or a whole record failing its checksum (in the newest segment: being
 # written, or a torn tail, unless proven).
 _NOT_READ_ON = (seg.END, seg.ZERO, seg.INCOMPLETE, seg.TORN)
+# An end of unsealed records is looked past (a segment after it?) at most this often.
+_NEXT_LOOK_NS = 100_000_000
 
 
 class Reader:
@@ -71,7 +73,8 @@ class Reader:
         self._base = -1
         self._unsealed_checked = -1
         self._proven_checked = (-1, 0)  # (segment, offset): an end of records found unproven
-        self._next_checked = (-1, 0)  # (segment, offset): an end of records with no segment after
+        # (segment, offset, until ns): an end of records with no segment after it, seen so lately
+        self._next_checked = (-1, 0, 0)
         self._marks = MarkView(fs, path)  # DIR/sync, mapped read-only once needed
         self._pos = 0
         self._lsn = 0
@@ -165,6 +168,7 @@ class Reader:
 
     def _goto(self, base: int) -> None:
         self._unsealed_checked = -1  # the segment whose missing seal was looked into (below)
+        self._next_checked = (-1, 0, 0)
         self._follow_earliest = False
         self._close_fd()
         self._base = base
@@ -222,27 +226,34 @@ class Reader:
         return int(ts)
 
     # --- reading ----------------------------------------------------------------------------------
-    def _open_segment(self) -> bool:
-        """Open segment ``_base`` if not open. False if it does not exist (yet) or is being made."""
+    def _open_segment(self, retry: bool = True) -> bool:
+        """Open segment ``_base`` if not open. False if it does not exist (yet) or is being made.
+        (``retry``: look once more if it was made between a failed open and the look at what
+        segments exist.)"""
         if self._fd >= 0:
             return True
         path = os.path.join(self._path, fmt.segment_name(self._base))
         try:
             fd = self._fs.open(path, os.O_RDONLY)
         except FileNotFoundError:
-            return self._segment_removed()
+            return self._segment_removed(retry)
         head = self._fs.pread(fd, fmt.SEGMENT_HEADER_SIZE, 0)
         if len(head) < fmt.SEGMENT_HEADER_SIZE or not any(head):
-            self._fs.close(fd)
             later = [b for b in list_segments(self._fs, self._path) if b > self._base]
-            if later:  # (a segment's header is fsynced before the next segment is created)
+            if later:
+                # (its header was written meanwhile, and the segments after it made, if it is
+                # there now: a segment's header is fsynced before the next segment is created)
+                head = self._fs.pread(fd, fmt.SEGMENT_HEADER_SIZE, 0)
+            if len(head) < fmt.SEGMENT_HEADER_SIZE or not any(head):
+                self._fs.close(fd)
+                if not later:
+                    return False  # being created: its header is not written yet
                 raise CorruptionError(
                     path,
                     0,
                     f"segment header missing ({len(head)} bytes, zeros), but segment {later[0]} "
                     f"follows: lsns from {self._base} on are unreadable (logspool repair rewrites it)",
                 )
-            return False  # being created: its header is not written yet
         try:
             header = fmt.decode_segment_header(head, path)
         except CorruptionError:
@@ -277,11 +288,15 @@ class Reader:
             pos, lsn = stop.pos, stop.lsn
         raise AssertionError("locate() parsed 2^20 chunks without reaching its lsn")
 
-    def _segment_removed(self) -> bool:
+    def _segment_removed(self, retry: bool = True) -> bool:
         """The segment to read next is missing. If retention removed it (later segments exist),
         go on from the earliest (reporting the gap) or raise DataLossError; else it is not made
         yet. True if the reader moved to a segment that is open now."""
         bases = list_segments(self._fs, self._path)
+        if retry and self._base in bases:
+            # Made since the open failed (a rotation by another process), maybe filled and
+            # followed by more segments already: open it, once more.
+            return self._open_segment(retry=False)
         if not bases or bases[0] <= self._base:
             later = [b for b in bases if b > self._base]
             if later:
@@ -384,20 +399,21 @@ class Reader:
         (After a crash that lost the seal, the next segment exists although this one has none.)
         Moves there if so (END, ZERO); raises CorruptionError if records of this segment are
         missing, or it ends in an incomplete or torn record, while a later segment exists."""
-        # Looked for once per end position: the segment after this lsn is created only after a
-        # seal at this very position, which the next read finds first (the seal is written, and
-        # fsynced, before the segment after it is created); a seal lost to a crash was lost
-        # before this end was read. (A stat a look: a third of a kv.GET's catch-up of a store
-        # shared with other processes, run before every read.)
-        if (
-            kind in (seg.END, seg.ZERO)
-            and self._lsn != self._base
-            and self._next_checked != (self._base, self._pos)
-        ):
-            if os.path.exists(os.path.join(self._path, fmt.segment_name(self._lsn))):
-                self._goto(self._lsn)
-                return self._fill()
-            self._next_checked = (self._base, self._pos)
+        # Looked for again at the same end position only after _NEXT_LOOK_NS (but at each look of
+        # ``next``, a follower's, which looks when woken): the segment after this lsn is created
+        # only after a seal at this very position, which the next read finds first (the seal is
+        # written, and fsynced, before the segment after it is created). Only a seal damaged or
+        # cut after this end was read makes one appear without it (FORMAT.md §9.2: go on),
+        # found that much later. (A stat a look was a third of a kv.GET's catch-up of a store
+        # shared with other processes, which iterates from its position before every read.)
+        if kind in (seg.END, seg.ZERO) and self._lsn != self._base:
+            base, pos, until = self._next_checked
+            now = time.monotonic_ns()
+            if base != self._base or pos != self._pos or now >= until:
+                if os.path.exists(os.path.join(self._path, fmt.segment_name(self._lsn))):
+                    self._goto(self._lsn)
+                    return self._fill()
+                self._next_checked = (self._base, self._pos, now + _NEXT_LOOK_NS)
         if self._unsealed_checked == self._base:
             return self._proven_end_reached()
         # Once per segment: a later segment means this one was sealed (the seal is durable before
@@ -489,6 +505,7 @@ class Reader:
         for _ in range(1 << 62):  # bounded by the deadline
             if self._watch is not None:
                 self._watch.drain()
+            self._next_checked = (-1, 0, 0)  # (a follower's look, after a wake: looks past the end)
             if self._fill():
                 if self._watch is not None:
                     self._watch.reset_backoff()
