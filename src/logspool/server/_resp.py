@@ -56,6 +56,7 @@ import contextlib
 import hmac
 import itertools
 import logging
+import re
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -103,6 +104,8 @@ OUTPUT_HIGH_SIZE = 1024 * 1024  # no command runs while more than this waits to 
 SCAN_CURSORS_MAX = 10_000  # SCAN cursors remembered (the oldest is forgotten first)
 _GET = (b"GET", b"get")  # (another spelling takes the common path)
 _LONE_GET = b"*2\r\n$3\r\nGET\r\n$"  # a read that may be one whole GET (``_lone_get``)
+# A GET's header up to its key, its length in plain digits (``_whole_gets`` cuts a read at each).
+_GET_HEADS = re.compile(rb"\*2\r\n\$3\r\nGET\r\n\$([1-9][0-9]{0,4})\r\n")
 _LONE_SET = b"*3\r\n$3\r\nSET\r\n$"  # a read that may be one whole SET (``_lone_set``)
 _SET = SET_NAMES
 # The header of a bulk string reply of each small size (``Session.gets``: no formatting a GET).
@@ -133,22 +136,20 @@ def _apart(cmds: list[list[bytes]]) -> int:
 def _whole_gets(data: bytes) -> list[bytes] | None:
     """The keys of a read that is whole ``GET key`` commands only, each as a client sends it
     (``_LONE_GET``, the key's length in plain digits: no sign, no leading zero, the key, CRLF);
-    None for anything else (the parser takes it). Cut at each ``_LONE_GET``: a key holding
-    those bytes leaves its piece shorter than its length says, so every piece matching its own
-    length exactly is the parse the parser would make, one command after another."""
-    pieces = data.split(_LONE_GET)
-    if pieces[0] or len(pieces) > BATCH_COMMANDS_MAX + 1:
+    None for anything else (the parser takes it). Cut at each header (``_GET_HEADS``): a key
+    holding a header's bytes leaves its piece shorter than its length says, so every piece
+    matching its own length exactly is the parse the parser would make, one command after
+    another. (One ``re.split`` in C: a third less than cutting at ``_LONE_GET`` and reading
+    each length in Python, GET -P16.)"""
+    pieces = _GET_HEADS.split(data)
+    if pieces[0] or len(pieces) > 2 * BATCH_COMMANDS_MAX + 1:
         return None
     keys = []
-    for piece in itertools.islice(pieces, 1, None):  # bounded by BATCH_COMMANDS_MAX
-        end = piece.find(b"\r\n")
-        digits = piece[:end]
-        if not 0 < len(digits) <= 5 or not digits.isdigit() or digits[0] == 48:
-            return None
+    for digits, piece in zip(pieces[1::2], pieces[2::2], strict=True):  # (a length, what follows)
         size = int(digits)
-        if len(piece) != end + size + 4 or not piece.endswith(b"\r\n"):
+        if len(piece) != size + 2 or piece[size:] != b"\r\n":
             return None
-        keys.append(piece[end + 2 : end + 2 + size])
+        keys.append(piece[:size])
     return keys
 
 
