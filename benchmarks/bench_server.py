@@ -219,42 +219,22 @@ def native_rate(
     return total / elapsed, sum(r[3] for r in results) / elapsed
 
 
-# ``serve`` has no switch for Server(own_kv=True) yet: --own-kv starts the daemon's Server so,
-# on the loop ``serve`` picks (uvloop where installed).
-_OWN_KV_DAEMON = """
-import asyncio, sys
-from logspool.server import Server
-try:
-    import uvloop
-    factory = uvloop.new_event_loop
-except ImportError:
-    factory = None
-async def main():
-    server = await Server(sys.argv[1], port=int(sys.argv[2]), own_kv=True).start()
-    await server.wait_stopped()
-with asyncio.Runner(loop_factory=factory) as runner:
-    runner.run(main())
-"""
-
-
 def start_logspool_native(
-    data: str, src: str | None = None, own_kv: bool = False
+    data: str, src: str | None = None, shared_kv: bool = False
 ) -> tuple[subprocess.Popen[bytes], str]:
-    """``own_kv``: the daemon owns the key-value stores it serves (``Server(own_kv=True)``)."""
+    """``shared_kv``: the daemon shares the key-value stores it serves with other processes
+    (``serve --shared-kv``: a catch-up with the op log a call) instead of owning them."""
     port = free_port()
     env = dict(os.environ, PYTHONPATH=src) if src else None
-    if own_kv:
-        cmd = [sys.executable, "-c", _OWN_KV_DAEMON, data, str(port)]
-    else:
-        cmd = [sys.executable, "-m", "logspool.cli", "serve", "--data", data, "--listen", f"127.0.0.1:{port}",
-               "--durability", "always"]  # fmt: skip
+    cmd = [sys.executable, "-m", "logspool.cli", "serve", "--data", data, "--listen", f"127.0.0.1:{port}",
+           "--durability", "always", *(["--shared-kv"] if shared_kv else [])]  # fmt: skip
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     wait_port(port)
     return proc, f"127.0.0.1:{port}"
 
 
 def native_main(
-    quick: bool, runs: int, cases: list[str] | None, procs: int, versus: str | None, own_kv: bool = False
+    quick: bool, runs: int, cases: list[str] | None, procs: int, versus: str | None, shared_kv: bool = False
 ) -> None:
     """The native protocol (``logspool serve --listen``) driven by ``procs`` load processes,
     the RESP door (``logspool serve --resp``) and redis-server (appendfsync always) driven by
@@ -264,7 +244,7 @@ def native_main(
     rows = []
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="bench-native-") as d:
-        nat_proc, nat_address = start_logspool_native(os.path.join(d, "native"), own_kv=own_kv)
+        nat_proc, nat_address = start_logspool_native(os.path.join(d, "native"), shared_kv=shared_kv)
         vs_proc, vs_address = (
             start_logspool_native(os.path.join(d, "versus"), versus) if versus else (None, "")
         )
@@ -315,7 +295,7 @@ def native_main(
                     proc.terminate()
                     proc.wait(30)
     print(f"\nload average (1, 5, 15 min): before {load_before}, after {os.getloadavg()}")
-    owned = ", owning its kv stores" if own_kv else ""
+    owned = ", its kv stores shared" if shared_kv else ""
     print(f"\n| 100-byte values, median of {runs} | logspool native{owned} ({procs} load processes), ops/s | "
           "logspool RESP (redis-benchmark), ops/s | redis-server (appendfsync always), ops/s | "
           "native / redis | native / RESP | server CPU an op, us (native / RESP / redis) | "
@@ -505,7 +485,8 @@ def main() -> None:
         + ",".join(c[0] for c in NATIVE_CASES)
         + " (default: all)",
     )
-    ap.add_argument("--own-kv", action="store_true", help="the native daemon owns its key-value stores")
+    ap.add_argument("--shared-kv", action="store_true",
+                    help="the native daemon shares its key-value stores (serve --shared-kv)")  # fmt: skip
     ap.add_argument("--procs", type=int, default=8, help="processes of the native load generator")
     ap.add_argument("--versus", metavar="SRC", help="also run the logspool of this src directory (A/B)")
     args = ap.parse_args()
@@ -517,7 +498,7 @@ def main() -> None:
     if args.part == "resp":
         return
     native_cases = args.native_cases.split(",") if args.native_cases else None
-    native_main(args.quick, args.runs, native_cases, args.procs, args.versus, args.own_kv)
+    native_main(args.quick, args.runs, native_cases, args.procs, args.versus, args.shared_kv)
 
 
 if __name__ == "__main__":

@@ -51,7 +51,7 @@ def start_watch(*args: str, token: str | None = None) -> subprocess.Popen[bytes]
 
 @pytest.fixture
 def daemon(tmp_path: Path) -> Iterator[Daemon]:
-    d = Daemon(tmp_path / "data", "--token", TOKEN).start()
+    d = Daemon(tmp_path / "data", "--token", TOKEN, "--shared-kv").start()  # (a process beside it too)
     yield d
     d.kill()
 

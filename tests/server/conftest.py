@@ -58,6 +58,15 @@ def running(tmp_path: Path) -> Iterator[Running]:
     r.stop()
 
 
+@pytest.fixture
+def shared(tmp_path: Path) -> Iterator[Running]:
+    """A server whose key-value stores are shared with other processes (``own_kv=False``,
+    ``logspool serve --shared-kv``): embedded handles open them beside it."""
+    r = Running(tmp_path / "data", own_kv=False)
+    yield r
+    r.stop()
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -146,11 +146,14 @@ def test_both_clients_reconnect_after_the_daemon_restarts(tmp_path: Path) -> Non
         d.kill()
 
 
-def test_serve_own_kv_owns_the_key_value_stores_it_serves_until_it_stops(tmp_path: Path) -> None:
-    """``logspool serve --own-kv``: the daemon holds the writer lock of every key-value store it
-    serves (an embedded ``kv.open`` in another process waits, then gives up); after SIGTERM the
-    store opens and holds every acknowledged write."""
-    d = Daemon(tmp_path / "data", "--own-kv").start()
+@pytest.mark.parametrize("flags", [(), ("--own-kv",)], ids=["default", "own-kv"])
+def test_serve_owns_the_key_value_stores_it_serves_until_it_stops(
+    tmp_path: Path, flags: tuple[str, ...]
+) -> None:
+    """``logspool serve`` (``--own-kv`` says the default): the daemon holds the writer lock of
+    every key-value store it serves (an embedded ``kv.open`` in another process waits, then
+    gives up); after SIGTERM the store opens and holds every acknowledged write."""
+    d = Daemon(tmp_path / "data", *flags).start()
     try:
         with client.connect(d.address, timeout=10) as c:
             store = c.kv("owned")
@@ -163,6 +166,28 @@ def test_serve_own_kv_owns_the_key_value_stores_it_serves_until_it_stops(tmp_pat
         d.kill()
     with kv.open(d.data / "kv" / "owned") as opened:
         assert dict(opened.items()) == {f"k{i}": i for i in range(50)}
+
+
+@pytest.mark.parametrize("flag", ["--shared-kv", "--resp-shared-kv"])
+def test_serve_shared_kv_shares_the_key_value_stores_with_embedded_processes(
+    tmp_path: Path, flag: str
+) -> None:
+    """``logspool serve --shared-kv`` (or its older spelling): every key-value store served is
+    shared: an embedded ``kv.open`` in another process reads and writes it while the daemon
+    serves it, and each sees the other's writes."""
+    d = Daemon(tmp_path / "data", flag, resp=True).start()
+    try:
+        with client.connect(d.address, timeout=10) as c:
+            store = c.kv("shared")
+            store.set("from-daemon", 1)
+            with kv.open(d.data / "kv" / "shared", lock_timeout_s=30) as embedded:
+                assert embedded.get("from-daemon") == 1
+                embedded.set("from-embedded", 2)
+            assert store.get("from-embedded") == 2
+        with kv.open(d.data / "kv" / "default", lock_timeout_s=30) as embedded:  # (the RESP door's)
+            embedded.set("beside", b"x")
+    finally:
+        d.kill()
 
 
 def _soft_files_limit(pid: int) -> int:

@@ -156,11 +156,11 @@ class _LockHolder:
 
 
 def test_a_store_another_process_holds_keeps_its_rounds_off_the_loop(tmp_path: Path) -> None:
-    """A store the daemon does not own (the native door's default): while another process
+    """A store the daemon does not own (``own_kv=False``, ``--shared-kv``): while another process
     holds its writer lock, a SET to it waits in its round, on the committer's thread; the loop
     goes on serving, so a PING on another connection is answered meanwhile. Once the lock is
     given back, the SET lands."""
-    r = Running(tmp_path / "data", fs=_Fsyncs())
+    r = Running(tmp_path / "data", fs=_Fsyncs(), own_kv=False)
     holder: _LockHolder | None = None
     try:
         with client.connect(r.address) as c:
@@ -188,12 +188,12 @@ def test_a_store_another_process_holds_keeps_its_rounds_off_the_loop(tmp_path: P
 
 
 def test_a_shared_stores_rounds_run_on_the_loop_beside_another_writer(tmp_path: Path) -> None:
-    """A store the daemon does not own (the native door's default), written by an embedded
+    """A store the daemon does not own (``own_kv=False``, ``--shared-kv``), written by an embedded
     handle too (another open of it: its own writer lock, as another process's): while its
     writer lock is free, the daemon's rounds run on the loop (the lock taken there without a
     wait), each catching up with the other writer's ops first; every increment of both lands,
     and each sees the other's."""
-    r = Running(tmp_path / "data", fs=_Fsyncs())
+    r = Running(tmp_path / "data", fs=_Fsyncs(), own_kv=False)
     try:
         with client.connect(r.address) as c:
             c.kv("shared").set("n", 0)
@@ -256,8 +256,11 @@ def test_a_round_whose_store_is_busy_goes_to_the_thread(tmp_path: Path) -> None:
         r.stop()
 
 
-def _resp_running(tmp_path: Path, fs: FileSystem) -> tuple[Running, int]:
-    r = Running(tmp_path / "data", fs=fs, resp=RespOptions(host="127.0.0.1", port=0))
+def _resp_running(tmp_path: Path, fs: FileSystem, *, shared_kv: bool = False) -> tuple[Running, int]:
+    """``shared_kv``: the native door's key-value stores shared with other processes (the RESP
+    door's store stays owned)."""
+    r = Running(tmp_path / "data", fs=fs, resp=RespOptions(host="127.0.0.1", port=0),
+                own_kv=False if shared_kv else None)  # fmt: skip
     assert r.server.resp is not None
     return r, r.server.resp.options.port
 
@@ -665,7 +668,7 @@ def test_a_commit_round_never_waits_to_gather_records_only_it_could_write(tmp_pa
     clients waiting for its replies: it must fsync at once, never take the gathering gate. A
     library handle in the same place does wait for them (the count sees a gate)."""
     fs = _CountedGates()
-    r, port = _resp_running(tmp_path, fs)
+    r, port = _resp_running(tmp_path, fs, shared_kv=True)
     try:
         c = redis.Redis(port=port, socket_timeout=30)
         native = connect_raw(r.address)
@@ -681,7 +684,7 @@ def test_a_commit_round_never_waits_to_gather_records_only_it_could_write(tmp_pa
             pipe.execute()
             hinted["logs/s"] += _gather_target(tmp_path / "data" / "logs" / "s") > 0
             assert c.xadd("s", {"f": f"{turn}.lone"})  # (a smaller round: below the hint)
-            # The native door's key-value store, shared with other processes (the default):
+            # The native door's key-value store, shared with other processes (``shared_kv``):
             native.sendall(
                 b"".join(request(p.KV_SET, i, name="k", key=f"{turn}.{i}", value=b"v") for i in range(16))
             )
@@ -789,7 +792,7 @@ def test_a_round_whose_fsync_would_wait_for_another_process_is_finished_off_the_
     the loop goes on serving (a PING is answered; writes and reads wait for the round, as
     behind any round on the thread), the write is not answered until the lock is given back,
     then it is, and it is there; and writes go on after it."""
-    r, port = _resp_running(tmp_path, _Fsyncs())
+    r, port = _resp_running(tmp_path, _Fsyncs(), shared_kv=True)
     holder: _LockHolder | None = None
     try:
         resp = r.server.resp
@@ -898,7 +901,7 @@ def test_a_round_that_may_rotate_a_shared_segment_runs_off_the_loop(tmp_path: Pa
         kv.open(data / "kv" / "shared", segment_size_max=4096).close()
         where = data / "kv" / "shared" / "ops"
         writes = [request(p.KV_SET, i, name="shared", key=f"k{i}", value=b"x" * 1400) for i in range(3)]
-    r = Running(data, fs=_Fsyncs())
+    r = Running(data, fs=_Fsyncs(), own_kv=False)
     holder: _LockHolder | None = None
     native = connect_raw(r.address)
     try:
@@ -944,7 +947,7 @@ def test_a_catch_up_across_another_writers_rotation_does_not_wait_on_the_loop(tm
     data = tmp_path / "data"
     (data / "kv").mkdir(parents=True)
     kv.open(data / "kv" / "shared", segment_size_max=4096).close()
-    r = Running(data, fs=_Fsyncs())
+    r = Running(data, fs=_Fsyncs(), own_kv=False)
     native = connect_raw(r.address)
     try:
         native.sendall(request(p.KV_SET, 1, name="shared", key="a", value=b"1"))
@@ -991,7 +994,7 @@ def test_a_shared_stores_expirations_that_may_rotate_its_segment_keep_the_round_
     (data / "kv").mkdir(parents=True)
     where = data / "kv" / "shared" / "ops"
     kv.open(data / "kv" / "shared", segment_size_max=65536).close()
-    r = Running(data, fs=_Fsyncs())
+    r = Running(data, fs=_Fsyncs(), own_kv=False)
     holder: _LockHolder | None = None
     native = connect_raw(r.address)
     try:

@@ -288,10 +288,12 @@ def test_a_power_cut_after_the_replies_keeps_every_acknowledged_write(tmp_path: 
     assert {b"c%d-%d" % (n, i) for n in range(4) for i in range(0, 40, 2)} <= payloads
 
 
-def test_own_kv_serves_its_stores_alone_until_it_stops(tmp_path: Path) -> None:
-    """``Server(own_kv=True)``: the daemon holds each key-value store's writer lock from its
-    first use to its stop (an embedded open gives up with LockedError), and serves it as before."""
-    r = Running(tmp_path / "data", own_kv=True)
+@pytest.mark.parametrize("own_kv", [None, True], ids=["default", "own_kv"])
+def test_the_daemon_owns_its_key_value_stores_until_it_stops(tmp_path: Path, own_kv: bool | None) -> None:
+    """``Server()`` (or ``own_kv=True``): the daemon holds each key-value store's writer lock
+    from its first use to its stop (an embedded open gives up with LockedError), and serves it
+    as before."""
+    r = Running(tmp_path / "data", own_kv=own_kv)
     try:
         with client.connect(r.address) as c:
             s = c.kv("owned")

@@ -318,15 +318,16 @@ def test_a_shared_resp_store_is_read_and_written_by_embedded_processes(tmp_path:
 
 
 def test_owning_every_store_and_sharing_the_resp_doors_store_is_refused(tmp_path: Path) -> None:
-    """``--own-kv`` with ``--resp-shared-kv`` (one of them would be ignored): refused by the
-    command, naming both, and by ``Server``."""
-    done = subprocess.run(
-        [sys.executable, "-m", "logspool.cli", "serve", "--data", str(tmp_path / "data"),
-         "--resp", "127.0.0.1:6399", "--own-kv", "--resp-shared-kv"],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
-    assert done.returncode != 0
-    assert "--own-kv" in done.stderr and "--resp-shared-kv" in done.stderr, done.stderr
+    """``--own-kv`` with ``--shared-kv`` (or its older spelling ``--resp-shared-kv``; one of
+    them would be ignored): refused by the command, naming both, and by ``Server``."""
+    for shared in ("--shared-kv", "--resp-shared-kv"):
+        done = subprocess.run(
+            [sys.executable, "-m", "logspool.cli", "serve", "--data", str(tmp_path / "data"),
+             "--resp", "127.0.0.1:6399", "--own-kv", shared],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert done.returncode != 0
+        assert "--own-kv" in done.stderr and "--shared-kv" in done.stderr, done.stderr
     with pytest.raises(ValueError, match="own_kv"):
         logspool.server.Server(tmp_path / "data", resp=RespOptions(port=0, own_kv=False), own_kv=True)
 

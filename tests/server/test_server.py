@@ -35,8 +35,8 @@ from logspool.server import Limits
 from tests.server.conftest import Running
 
 
-def test_every_kv_command_over_the_wire(running: Running) -> None:
-    with client.connect(running.address) as c:
+def test_every_kv_command_over_the_wire(shared: Running) -> None:
+    with client.connect(shared.address) as c:
         k = c.kv("cfg")
         assert k.set("i", 1) and k.add("i", 41) == 42 and k.get("i") == 42
         assert k.set("f", 1.5) and k.add("f", 1) == 2.5
@@ -74,12 +74,12 @@ def test_every_kv_command_over_the_wire(running: Running) -> None:
         with pytest.raises(ValueError, match="name must match"):
             c.kv("../escape").get("x")
     # the daemon's store is an ordinary store: embedded users see the same data
-    with kv.open(running.server.data + "/kv/cfg") as s:
+    with kv.open(shared.server.data + "/kv/cfg") as s:
         assert s["r05"] == 5
 
 
-def test_the_remote_store_reads_as_the_embedded_one_get_entry_and_mapping_calls(running: Running) -> None:
-    with client.connect(running.address) as c:
+def test_the_remote_store_reads_as_the_embedded_one_get_entry_and_mapping_calls(shared: Running) -> None:
+    with client.connect(shared.address) as c:
         k = c.kv("map")
         k.set("void", None)
         assert k.get("missing") is None and k.get("missing", 5) == 5 and k.get("void", 5) is None
@@ -90,7 +90,7 @@ def test_the_remote_store_reads_as_the_embedded_one_get_entry_and_mapping_calls(
         assert k["a"] == 1 and k["b"] == b"\x00raw" and k.get("\u00e9") == "text"
         with pytest.raises(KeyError) as err:
             k["missing"]
-        assert str(err.value) == f"{running.address}/map: no key 'missing'"
+        assert str(err.value) == f"{shared.address}/map: no key 'missing'"
         with pytest.raises(KeyError):
             del k["missing"]
         del k["void"]
@@ -102,7 +102,7 @@ def test_the_remote_store_reads_as_the_embedded_one_get_entry_and_mapping_calls(
         assert list(k) == order and list(k.keys()) == order
         assert list(k.items()) == [("a", 1), ("b", b"\x00raw"), ("n1", 1), ("n2", 2), ("\u00e9", "text")]
         assert list(k.values()) == [1, b"\x00raw", 1, 2, "text"]
-    with kv.open(running.server.data + "/kv/map") as s:
+    with kv.open(shared.server.data + "/kv/map") as s:
         assert dict(s) == {"a": 1, "b": b"\x00raw", "n1": 1, "n2": 2, "\u00e9": "text"}
 
 
@@ -209,11 +209,23 @@ def test_log_append_read_and_a_tail_woken_by_another_process(running: Running) -
         assert sub.next(0.5) is None and sub.ended
 
 
-def test_watch_tells_of_a_change_by_any_process(running: Running) -> None:
-    with client.connect(running.address) as c:
+def test_watch_tells_of_a_change_to_an_owned_store(running: Running) -> None:
+    """The daemon's default: it owns the store (no other process writes it); a WATCH tells of
+    a change made by another connection, as soon as its round is durable."""
+    with client.connect(running.address) as c, client.connect(running.address) as other:
+        c.kv("cfg").set("flag", False)
+        watch = c.watch("cfg", ["flag"])
+        other.kv("cfg").flip("flag")
+        event = watch.next(30)
+        assert event is not None and event["key"] == "flag" and event["version"] > 0
+        watch.close()
+
+
+def test_watch_tells_of_a_change_by_any_process(shared: Running) -> None:
+    with client.connect(shared.address) as c:
         c.kv("cfg").set("flag", False)
         watch = c.watch("cfg", ["flag", "other"])
-        with kv.open(running.server.data + "/kv/cfg") as s:  # another writer than the daemon
+        with kv.open(shared.server.data + "/kv/cfg") as s:  # another writer than the daemon
             s.flip("flag")
         event = watch.next(5)
         assert event is not None and event["key"] == "flag" and event["version"] > 0

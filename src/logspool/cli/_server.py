@@ -29,7 +29,7 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
         known = {"data", "listen", "token", "token_file", "tls_cert", "tls_key", "durability",
                  "connections_max", "in_flight_max", "frame_size_max", "threads", "metrics", "resp",
                  "resp_kv", "resp_flushdb", "resp_shared_kv", "stores_max", "event_loop",
-                 "own_kv"}  # fmt: skip
+                 "own_kv", "shared_kv"}  # fmt: skip
         unknown = sorted(set(conf) - known)
         if unknown:
             raise SystemExit(
@@ -52,6 +52,15 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     from ..server import Limits, RespOptions, Server
 
     conf = _settings(args)
+    # Every key-value store served is owned unless --shared-kv (or its older spelling, from when
+    # the native door shared its stores by default: --resp-shared-kv) says to share them all.
+    shared_kv = bool(conf.get("shared_kv") or conf.get("resp_shared_kv"))
+    if shared_kv and conf.get("own_kv"):
+        raise SystemExit(
+            "logspool serve: --own-kv (every key-value store owned by the daemon) and "
+            "--shared-kv (every key-value store shared with other processes) contradict each "
+            "other: choose one"
+        )
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)  # a client that went away is an error, not death
     # --resp alone serves RESP only; with --listen (or neither) the native port too.
     native = conf.get("listen") is not None or conf.get("resp") is None
@@ -61,12 +70,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         resp_host, resp_port = parse_address(conf["resp"])
         resp = RespOptions(resp_host, resp_port, kv=conf.get("resp_kv", "default"),
                            flushdb=bool(conf.get("resp_flushdb", False)),
-                           own_kv=not conf.get("resp_shared_kv", False))  # fmt: skip
-        if conf.get("resp_shared_kv") and conf.get("own_kv"):
-            raise SystemExit(
-                "logspool serve: --own-kv (every key-value store owned by the daemon) and "
-                "--resp-shared-kv (the RESP door's store shared) contradict each other: choose one"
-            )
+                           own_kv=not shared_kv)  # fmt: skip
     token = conf.get("token")
     if conf.get("token_file"):
         with open(conf["token_file"]) as f:
@@ -89,7 +93,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     async def run() -> int:
         server = Server(conf["data"], host=host, port=port if native else None, token=token,
                         ssl_context=context, limits=limits, durability=conf.get("durability", "always"),
-                        resp=resp, own_kv=bool(conf.get("own_kv", False)))  # fmt: skip
+                        resp=resp, own_kv=not shared_kv)  # fmt: skip
         await server.start()
         if conf.get("metrics"):
             m_host, m_port = parse_address(conf["metrics"])
@@ -219,12 +223,14 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--resp-kv", dest="resp_kv", metavar="NAME", help="the RESP key-value store (default)")
     p.add_argument("--resp-flushdb", dest="resp_flushdb", action="store_true", default=None,
                    help="let RESP clients FLUSHDB (delete every key); refused otherwise")  # fmt: skip
+    p.add_argument("--shared-kv", dest="shared_kv", action="store_true", default=None,
+                   help="share the key-value stores served with other processes (embedded kv.open "
+                        "beside the daemon) instead of owning them (owning is faster: the default; "
+                        "kv.open of an owned store elsewhere waits until the daemon stops)")  # fmt: skip
     p.add_argument("--resp-shared-kv", dest="resp_shared_kv", action="store_true", default=None,
-                   help="share the RESP key-value store with other processes (embedded kv.open) "
-                        "instead of owning it (faster: the default)")  # fmt: skip
+                   help="the older spelling of --shared-kv")  # fmt: skip
     p.add_argument("--own-kv", dest="own_kv", action="store_true", default=None,
-                   help="own every key-value store served, as the RESP door owns its own (faster: "
-                        "no catch-up a call; kv.open of them elsewhere waits until it stops)")  # fmt: skip
+                   help="own every key-value store served (the default)")  # fmt: skip
     p.add_argument("--metrics", metavar="HOST:PORT", help="serve Prometheus text at http://HOST:PORT/metrics")
     p.add_argument("--event-loop", dest="event_loop", choices=["auto", "uvloop", "asyncio"],
                    help="uvloop, or asyncio's own loop (default auto: uvloop where installed)")  # fmt: skip

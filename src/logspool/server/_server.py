@@ -7,9 +7,10 @@ the handler table.
 
 ``logspool serve --data DIR --listen 127.0.0.1:PORT``. Each store lives in ``DIR/logs/NAME``,
 ``DIR/jobs/NAME`` or ``DIR/kv/NAME`` and is opened on first use; the daemon is one more process
-sharing them (embedded users may open the same directories), except the key-value store the RESP
-door serves, which it owns (``RespOptions.own_kv``, the default: opened with ``single_writer``,
-so ``kv.open`` of it in another process waits for the daemon to stop, or fails with LockedError).
+sharing its logs and job journals (embedded users may open the same directories), and it owns the
+key-value stores it serves (``own_kv``, the default: opened with ``single_writer``, so
+``kv.open`` of one in another process waits for the daemon to stop, or fails with LockedError;
+``own_kv=False``, ``--shared-kv``: shared as the rest, at the cost of a catch-up a call).
 Requests are read as they come and run concurrently (pipelining: replies carry the request's id
 and may come in any order). Where each runs (``_native.py``): kv.GET on the event loop; writes
 of key-value stores and log appends in commit rounds shared by every connection (the RESP door's
@@ -389,21 +390,24 @@ class Server:
         durability: str = "always",
         resp: RespOptions | None = None,
         fs: FileSystem | None = None,
-        own_kv: bool = False,
+        own_kv: bool | None = None,
     ) -> None:
         """``fs``: the I/O seam of the stores (tests/crash/faultfs.py cuts the power there).
         ``own_kv``: the daemon owns every key-value store it serves, as the RESP door owns its
         own (``kv.open(single_writer=True, compact_in_background=True)``): no catch-up with the
         op log before each read batch and decision, no cross-process fsync protocol (same run:
-        kv.GET x1 7,250 -> 19,400/s, SET x16 9,640 -> 12,570/s); ``kv.open`` of a served store
-        in another process then waits for the daemon to stop (or LockedError). Off by default:
-        embedded processes share the stores the daemon serves. ``own_kv`` with a RESP door whose
-        store is shared (``RespOptions(own_kv=False)``) is refused: one of the two would be
-        ignored."""
-        if own_kv and resp is not None and not resp.own_kv:
+        kv.GET x1 8,345 -> 11,180/s, GET -P16 65,620 -> 96,369); ``kv.open`` of a served store
+        in another process then waits for the daemon to stop (or LockedError). None (the
+        default): owned, unless the RESP door's store is shared (``RespOptions(own_kv=False)``),
+        then every store is. False: embedded processes share the key-value stores the daemon
+        serves (but the RESP door's, unless it says so too). True with the RESP door's store
+        shared is refused: one of the two would be ignored."""
+        if own_kv is None:
+            own_kv = resp is None or resp.own_kv
+        elif own_kv and resp is not None and not resp.own_kv:
             raise ValueError(
                 "own_kv (every key-value store owned) contradicts RespOptions(own_kv=False) "
-                "(--own-kv with --resp-shared-kv): choose one"
+                "(--own-kv with --shared-kv): choose one"
             )
         self.data = os.fspath(data)
         os.makedirs(self.data, exist_ok=True)
