@@ -176,6 +176,7 @@ def _encode_other(value: Any, out: list[bytes], depth: int) -> None:
 
 _HEAD = struct.Struct(">BI")
 _BYTES_HEAD = functools.partial(_HEAD.pack, BYTES)
+BYTES_HEAD = _BYTES_HEAD  # (a bytes value's encoding is ``BYTES_HEAD(len(value)) + value``)
 _STRING_HEAD = functools.partial(_HEAD.pack, STRING)
 _LIST_HEAD = functools.partial(_HEAD.pack, LIST)
 _MAP_HEAD = functools.partial(_HEAD.pack, MAP)
@@ -355,12 +356,20 @@ def _name_and_key(buf: bytes) -> tuple[str, str, int] | None:
         return None
 
 
-def decode_get_value_only(buf: bytes) -> dict[str, Any] | None:
-    """``decode_body(buf)`` if ``buf`` is exactly ``{"name": str, "key": str, "value_only":
-    true}`` in that order; else None (the caller decodes it the general way, which also names
-    any error)."""
+def get_value_only_fields(buf: bytes) -> tuple[str, str] | None:
+    """The name and key of a body that is exactly ``{"name": str, "key": str, "value_only":
+    true}`` in that order (the client's get); else None (the caller decodes it the general
+    way, which also names any error)."""
     found = _name_and_key(buf)
     if found is None or buf[found[2] :] != _GET_TAIL:
+        return None
+    return found[0], found[1]
+
+
+def decode_get_value_only(buf: bytes) -> dict[str, Any] | None:
+    """``decode_body(buf)`` for a body ``get_value_only_fields`` takes; else None."""
+    found = get_value_only_fields(buf)
+    if found is None:
         return None
     return {"name": found[0], "key": found[1], "value_only": True}
 

@@ -85,8 +85,9 @@ def _agrees_or_declines(fast_path: Callable[[bytes], object], body: bytes, data:
 def test_the_get_fast_path_decodes_as_the_decoder_or_declines(
     name: str, key: str, data: st.DataObject
 ) -> None:
-    """``decode_get_value_only`` (the daemon's kv.GET path) gives what ``decode_body`` gives for
-    the client's get body, and for that body mutated or cut it gives the same or None."""
+    """``decode_get_value_only`` (over ``get_value_only_fields``, the daemon's kv.GET path) gives
+    what ``decode_body`` gives for the client's get body, and for that body mutated or cut it
+    gives the same or None."""
     body = p.encode_frame(p.REQUEST, p.KV_GET, 1, {"name": name, "key": key, "value_only": True})[16:]
     assert (
         p.decode_get_value_only(body) == p.decode_body(body) == {"name": name, "key": key, "value_only": True}

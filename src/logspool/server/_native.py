@@ -133,6 +133,9 @@ class _Views:
         state.used(entry, now)
         if not data:
             return _FOUND_PROBE
+        if entry.vtype == kv_ops.BYTES:  # (the common value, its encoding written out: §2)
+            raw = store._bytes(entry)
+            return b"".join((_FOUND_VALUE, p.BYTES_HEAD(len(raw)), raw))
         parts = [_FOUND_VALUE]
         p.encode_value(kv_ops.decode_value(entry.vtype, store._bytes(entry), store.path), parts, 1)
         return b"".join(parts)
@@ -271,8 +274,21 @@ class NativeConnection(asyncio.Protocol):
                 if end > end_all:
                     self._wanted = end - at
                     break
+                raw_body = chunk[at + p.HEADER_SIZE : end]
+                if command == p.KV_GET and self.authed:
+                    # The client's get by its fixed bytes (``get_value_only_fields``): no body's
+                    # dict, no field checks; else, or if it cannot run here, as below.
+                    fields = p.get_value_only_fields(raw_body)
+                    payload = None if fields is None else self._value_now(fields, views)
+                    if payload is not None:
+                        at = end
+                        replies.append(
+                            _REPLY_HEADER(p.MAGIC, p.VERSION, p.REPLY, p.KV_GET, 0, request_id, len(payload))
+                            + payload
+                        )
+                        gets += 1
+                        continue
                 try:
-                    raw_body = chunk[at + p.HEADER_SIZE : end]
                     body = _decode_fast(command, raw_body) or p.decode_body(raw_body)
                 except p.ProtocolError as err:
                     self._refuse(replies, request_id, "ProtocolError", str(err))
@@ -421,6 +437,18 @@ class NativeConnection(asyncio.Protocol):
             return p.encode_frame(p.REPLY, command, request_id, body)
         except (TypeError, ValueError) as err:  # (a server bug: say so rather than hang the client)
             return error_frame(command, request_id, err)
+
+    def _value_now(self, fields: tuple[str, str], views: _Views) -> bytes | None:
+        """The reply body of the client's get of (name, key) (``value_only``, data and touch by
+        default), read on the loop as ``_get_now`` reads it; None if it cannot run here (the
+        dispatch runs it, and answers any error)."""
+        store = self.server.stores.opened("kv", fields[0])
+        if store is None:
+            return None
+        try:
+            return views.value(store, fields[1], True, True)
+        except Exception:
+            return None
 
     def _get_now(self, request_id: int, body: dict[str, Any], replies: list[bytes], views: _Views) -> bool:
         """A kv.GET on the loop, if its store is open and its mutex free (never wait on the
