@@ -69,7 +69,7 @@ def wait_port(port: int) -> None:
 NATIVE_CASES = [
     ("set16", "kv.SET, 16 connections, durable", p.KV_SET, 16, 1, 20_000, 6_000, "set16"),
     ("set50", "kv.SET, 50 connections, durable", p.KV_SET, 50, 1, 20_000, 6_000, "set50"),
-    ("getp16", "kv.GET, 16 connections, pipelined x16", p.KV_GET, 16, 16, 200_000, 50_000, "getp16"),
+    ("getp16", "kv.GET, 16 connections, pipelined x16", p.KV_GET, 16, 16, 1_000_000, 300_000, "getp16"),
     ("get1", "kv.GET, 1 connection", p.KV_GET, 1, 1, 20_000, 5_000, "get1"),
     ("set1", "kv.SET, 1 connection, durable", p.KV_SET, 1, 1, 5_000, 2_000, "set1"),
     ("append16", "log.APPEND of 1 record, 16 connections, durable", p.LOG_APPEND, 16, 1, 20_000, 6_000,
