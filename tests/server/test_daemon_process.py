@@ -190,6 +190,70 @@ def test_serve_shared_kv_shares_the_key_value_stores_with_embedded_processes(
         d.kill()
 
 
+def _shares(d: Daemon) -> bool:
+    """Whether an embedded ``kv.open`` of a store ``d`` serves gets it (shared) or gives up
+    (owned: LockedError)."""
+    with client.connect(d.address, timeout=10) as c:
+        c.kv("probe").set("k", 1)
+    try:
+        with kv.open(d.data / "kv" / "probe", lock_timeout_s=0.5) as embedded:
+            return bool(embedded.get("k") == 1)
+    except LockedError:
+        return False
+
+
+@pytest.mark.parametrize(
+    ("config", "flags", "shared"),
+    [
+        ("own_kv = false", (), True),  # (it said "shared" before ownership was the default)
+        ("own_kv = true", (), False),
+        ("shared_kv = true", (), True),
+        ("resp_shared_kv = true", (), True),
+        ("shared_kv = true", ("--own-kv",), False),  # (the command line says over the file)
+        ("own_kv = true", ("--shared-kv",), True),
+        ("", (), False),
+    ],
+)
+def test_serve_config_says_whether_the_key_value_stores_are_shared(
+    tmp_path: Path, config: str, flags: tuple[str, ...], shared: bool
+) -> None:
+    """The ownership settings of ``serve --config`` (``own_kv``, ``shared_kv``, the older
+    ``resp_shared_kv``) say what they say, and the command line's flags say over them."""
+    conf = tmp_path / "serve.toml"
+    conf.write_text(config + "\n")
+    d = Daemon(tmp_path / "data", "--config", str(conf), *flags).start()
+    try:
+        assert _shares(d) is shared
+    finally:
+        d.kill()
+
+
+@pytest.mark.parametrize(
+    ("config", "flags", "named"),
+    [
+        ('shared_kv = "no"', (), ["shared_kv", "true or false", "'no'"]),
+        ("own_kv = true\nshared_kv = true", (), ["own_kv = true", "shared_kv = true"]),
+        ("own_kv = false\nresp_shared_kv = false", (), ["own_kv = false", "resp_shared_kv = false"]),
+        ("", ("--own-kv", "--resp-shared-kv"), ["--own-kv", "--resp-shared-kv", "command line"]),
+    ],
+)
+def test_serve_refuses_ownership_settings_that_contradict_or_are_not_booleans(
+    tmp_path: Path, config: str, flags: tuple[str, ...], named: list[str]
+) -> None:
+    import subprocess
+    import sys
+
+    conf = tmp_path / "serve.toml"
+    conf.write_text(config + "\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "logspool.cli", "serve", "--data", str(tmp_path / "data"),
+         "--config", str(conf), *flags],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode != 0
+    assert all(word in done.stderr for word in named), done.stderr
+
+
 def _soft_files_limit(pid: int) -> int:
     with open(f"/proc/{pid}/limits") as f:
         for line in f:

@@ -1051,14 +1051,14 @@ def test_a_round_on_the_loop_does_not_wait_for_another_store_being_opened(tmp_pa
     reader, writer = connect_raw(r.address), connect_raw(r.address)
     try:
         with client.connect(r.address) as c:
-            c.kv("shared").set("n", 0)  # (the store open)
+            c.kv("served").set("n", 0)  # (the store open)
         holder = logspool.open(data / "logs" / "x", single_writer=True)  # (its writer lock, held)
         reader.sendall(request(p.LOG_READ, 2, name="x"))  # (in the pool: opens x, waits for the lock)
         deadline = time.monotonic() + 30
         while not r.server.stores._lock.locked():  # bounded: until the open holds the table
             assert time.monotonic() < deadline, "the read never began opening the log"
             time.sleep(0.001)
-        writer.sendall(request(p.KV_ADD, 3, name="shared", key="n", amount=1))
+        writer.sendall(request(p.KV_ADD, 3, name="served", key="n", amount=1))
         [added] = read_frames(writer, 1)  # (answered while the open waits)
         assert not added.flags & p.FLAG_ERROR, added.body
         _ping(r.address)
@@ -1068,7 +1068,7 @@ def test_a_round_on_the_loop_does_not_wait_for_another_store_being_opened(tmp_pa
         [read] = read_frames(reader, 1)
         assert not read.flags & p.FLAG_ERROR, read.body
         with client.connect(r.address) as c:
-            assert c.kv("shared").get("n") == 1
+            assert c.kv("served").get("n") == 1
     finally:
         if holder is not None:
             holder.close()

@@ -378,10 +378,20 @@ def test_plain_sets_of_many_connections_at_once_answer_each_as_alone(running: Ru
             assert s.get(f"k{i}") == b"v-%d-39" % i
 
 
-def test_a_store_that_fails_its_decision_fails_only_its_own_sets(running: Running) -> None:
+@pytest.mark.parametrize("own_kv", [None, False], ids=["owned", "shared"])
+def test_a_store_that_fails_its_decision_fails_only_its_own_sets(tmp_path: Path, own_kv: bool | None) -> None:
     """A store closed while the daemon serves it (as its eviction past ``stores_max`` closes one)
     fails the decision of every SET to it; the plain SETs of the same rounds to another store
-    are each answered +ok and land: one store's error is its requests' alone, never the round's."""
+    are each answered +ok and land: one store's error is its requests' alone, never the round's.
+    Owned (rounds on the loop) and shared (a decision that fails to open on the loop)."""
+    running = Running(tmp_path / "data", own_kv=own_kv)
+    try:
+        _fails_only_its_own_sets(running)
+    finally:
+        running.stop()
+
+
+def _fails_only_its_own_sets(running: Running) -> None:
     with client.connect(running.address) as c:
         c.kv("good").set("warm", 0)
         c.kv("bad").set("warm", 0)

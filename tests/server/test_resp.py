@@ -317,6 +317,28 @@ def test_a_shared_resp_store_is_read_and_written_by_embedded_processes(tmp_path:
         d.kill()
 
 
+def test_a_shared_resp_store_shares_the_native_doors_stores_too(tmp_path: Path) -> None:
+    """``Server(resp=RespOptions(own_kv=False))`` and ``own_kv`` not said: every key-value store
+    is shared, the native door's as the RESP door's (an embedded open of each works beside the
+    daemon); ``own_kv=False`` with the RESP door's store owned shares only the native door's."""
+    for resp_own, own, native_shared, resp_shared in ((False, None, True, True), (True, False, True, False)):
+        data = tmp_path / f"data-{resp_own}"
+        r = Running(data, resp=RespOptions(host="127.0.0.1", port=0, own_kv=resp_own), own_kv=own)
+        try:
+            assert r.server.resp is not None
+            with client.connect(r.address) as c:
+                c.kv("native").set("k", 1)
+            redis.Redis(port=r.server.resp.options.port, socket_timeout=10).set("k", "v")
+            for name, shared in (("native", native_shared), ("default", resp_shared)):
+                try:
+                    with kv.open(data / "kv" / name, lock_timeout_s=0.5) as embedded:
+                        assert shared and embedded.get("k") is not None
+                except LockedError:
+                    assert not shared, name
+        finally:
+            r.stop()
+
+
 def test_owning_every_store_and_sharing_the_resp_doors_store_is_refused(tmp_path: Path) -> None:
     """``--own-kv`` with ``--shared-kv`` (or its older spelling ``--resp-shared-kv``; one of
     them would be ignored): refused by the command, naming both, and by ``Server``."""
@@ -327,7 +349,7 @@ def test_owning_every_store_and_sharing_the_resp_doors_store_is_refused(tmp_path
             capture_output=True, text=True, timeout=60,
         )  # fmt: skip
         assert done.returncode != 0
-        assert "--own-kv" in done.stderr and "--shared-kv" in done.stderr, done.stderr
+        assert "--own-kv" in done.stderr and f"{shared} (shared" in done.stderr, done.stderr
     with pytest.raises(ValueError, match="own_kv"):
         logspool.server.Server(tmp_path / "data", resp=RespOptions(port=0, own_kv=False), own_kv=True)
 
@@ -1237,6 +1259,7 @@ def test_hiredis_parses_as_the_python_parser(
 _gets_and_sets = st.lists(
     st.one_of(
         st.binary(max_size=12).map(lambda k: _encode([b"GET", k])),
+        st.sampled_from([99, 999, 9_999, 99_999, 100_000]).map(lambda n: _encode([b"GET", b"k" * n])),
         st.tuples(st.binary(max_size=12), st.binary(max_size=20)).map(lambda kv: _encode([b"SET", *kv])),
         st.sampled_from(
             [
@@ -1277,12 +1300,21 @@ def test_the_parser_free_reads_parse_as_the_parser(pieces: list[bytes]) -> None:
         assert error is None and parser.buffered == 0 and got == [[b"SET", *found]]
     if len(got) == 1 and got[0][0] == b"SET" and got[0][1] and data == _encode(got[0]):
         assert found == (got[0][1], got[0][2])  # (a SET as clients send it is taken; an empty key not)
-    if (
-        got
-        and all(c[0] == b"GET" and c[1] and _resp._LONE_GET not in c[1] for c in got)
-        and data == b"".join(map(_encode, got))
-    ):
-        assert keys == [c[1] for c in got]  # (so are GETs as clients send them, but keys that hold a GET)
+    if got and all(c[0] == b"GET" and c[1] for c in got) and data == b"".join(map(_encode, got)):
+        # GETs as clients send them are taken, unless a key holds bytes a GET's header starts
+        # with (``_GET_HEADS`` matches elsewhere than at each command's start)
+        starts = list(itertools.accumulate(len(_encode(c)) for c in got[:-1]))
+        if [m.start() for m in _resp._GET_HEADS.finditer(data)] == [0, *starts]:
+            assert keys == [c[1] for c in got]
+
+
+def test_a_read_of_more_gets_than_a_batch_holds_goes_to_the_parser() -> None:
+    """``_whole_gets`` takes a read of at most ``BATCH_COMMANDS_MAX`` GETs (a batch's bound);
+    one more and the parser takes the read, which bounds each batch itself."""
+    gets = [_encode([b"GET", b"k%d" % i]) for i in range(_resp.BATCH_COMMANDS_MAX + 1)]
+    taken = _resp._whole_gets(b"".join(gets[:-1]))
+    assert taken is not None and len(taken) == _resp.BATCH_COMMANDS_MAX
+    assert _resp._whole_gets(b"".join(gets)) is None
 
 
 @settings(max_examples=200, deadline=None)

@@ -35,12 +35,47 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
             raise SystemExit(
                 f"logspool serve: unknown settings in {args.config}: {unknown} (known: {sorted(known)})"
             )
+    from_file = _kv_sharing(conf, f"{args.config}")
+    from_line = _kv_sharing(vars(args), "the command line")
     for key, value in vars(args).items():
         if value is not None and key not in ("config", "func", "command"):
             conf[key] = value
     if not conf.get("data"):
         raise SystemExit("logspool serve: --data DIR (or data in --config) is required")
+    for key in _OWNERSHIP:
+        conf.pop(key, None)
+    # (the command line's say over the file's; neither: owned)
+    conf["shared_kv"] = from_line if from_line is not None else bool(from_file)
     return conf
+
+
+# The settings that say whether the daemon owns the key-value stores it serves or shares them
+# (``resp_shared_kv``: the older spelling of ``shared_kv``, from when only the RESP door owned).
+_OWNERSHIP = ("own_kv", "shared_kv", "resp_shared_kv")
+
+
+def _kv_sharing(settings: dict[str, Any], where: str) -> bool | None:
+    """Whether ``settings`` (a config file's, or the command line's) share the key-value stores
+    served: None if they say nothing of it. SystemExit naming the settings if one is not true
+    or false, or if they contradict each other (``own_kv = false`` says to share)."""
+    said = {key: settings[key] for key in _OWNERSHIP if settings.get(key) is not None}
+    line = where == "the command line"
+
+    def named(key: str) -> str:
+        return "--" + key.replace("_", "-") if line else f"{key} = {str(said[key]).lower()}"
+
+    for key, value in said.items():
+        if type(value) is not bool:
+            raise SystemExit(f"logspool serve: {key} in {where} is true or false, not {value!r}")
+    shared = [key for key, value in said.items() if value is (key != "own_kv")]
+    owned = [key for key in said if key not in shared]
+    if shared and owned:
+        raise SystemExit(
+            f"logspool serve: {', '.join(map(named, owned))} (every key-value store owned by the "
+            f"daemon) and {', '.join(map(named, shared))} (shared with other processes) in "
+            f"{where} contradict each other: choose one"
+        )
+    return bool(shared) if said else None
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
@@ -52,15 +87,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     from ..server import Limits, RespOptions, Server
 
     conf = _settings(args)
-    # Every key-value store served is owned unless --shared-kv (or its older spelling, from when
-    # the native door shared its stores by default: --resp-shared-kv) says to share them all.
-    shared_kv = bool(conf.get("shared_kv") or conf.get("resp_shared_kv"))
-    if shared_kv and conf.get("own_kv"):
-        raise SystemExit(
-            "logspool serve: --own-kv (every key-value store owned by the daemon) and "
-            "--shared-kv (every key-value store shared with other processes) contradict each "
-            "other: choose one"
-        )
+    shared_kv = conf["shared_kv"]  # (every key-value store served shared, or every one owned)
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)  # a client that went away is an error, not death
     # --resp alone serves RESP only; with --listen (or neither) the native port too.
     native = conf.get("listen") is not None or conf.get("resp") is None
