@@ -281,14 +281,14 @@ def native_main(
                         rates.append(benchmark_rate(port, resp_args[resp_short], n))
                         cpu.append((cpu_s(proc.pid) - before) / n * 1e6)
                 m = statistics.median
-                cpu_text = f"{m(cpu_nat):.0f} / {m(cpu_resp):.0f} / {m(cpu_redis):.0f}"
+                cpu_text = f"{_us(m(cpu_nat))} / {_us(m(cpu_resp))} / {_us(m(cpu_redis))}"
                 row = (label, median(native), median(resp), median(redis), f"{m(native) / m(redis):.2f}x",
                        f"{m(native) / m(resp):.2f}x", cpu_text, f"{m(gen_cpu):.2f}")  # fmt: skip
                 rows.append(row)
                 print(row, flush=True)
                 if other:
                     print(f"    versus {versus}: {median(other)}, {m(other) / m(redis):.2f}x redis, "
-                          f"CPU {m(cpu_other):.0f} us an op", flush=True)  # fmt: skip
+                          f"CPU {_us(m(cpu_other))} us an op", flush=True)  # fmt: skip
         finally:
             for proc in (nat_proc, vs_proc, ls_proc, rd_proc):
                 if proc is not None:
@@ -313,6 +313,12 @@ def start_redis(d: str, durable: bool) -> tuple[subprocess.Popen[bytes], int]:
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wait_port(port)
     return proc, port
+
+
+def _us(cpu: float) -> str:
+    """CPU microseconds an op: a tenth under 20 (a GET's few us, where a whole one hides a
+    change of a fifth), whole above."""
+    return f"{cpu:.1f}" if cpu < 20 else f"{cpu:.0f}"
 
 
 def median(samples: list[float]) -> str:
@@ -406,13 +412,13 @@ def resp_main(quick: bool, runs: int, cases: list[str] | None = None, versus: st
                         rates.append(benchmark_rate(port, case_args, n))
                         cpu.append((cpu_s(proc.pid) - before) / n * 1e6)
                 ratio = statistics.median(ours) / statistics.median(theirs)
-                cpu_text = f"{statistics.median(cpu_ours):.0f} / {statistics.median(cpu_theirs):.0f}"
+                cpu_text = f"{_us(statistics.median(cpu_ours))} / {_us(statistics.median(cpu_theirs))}"
                 rows.append((label, median(ours), median(theirs), f"{ratio:.2f}x", cpu_text))
                 print(rows[-1], flush=True)
                 if other:
                     vs_ratio = statistics.median(other) / statistics.median(theirs)
                     print(f"    versus {versus}: {median(other)}, {vs_ratio:.2f}x redis, "
-                          f"CPU {statistics.median(cpu_other):.0f} us an op", flush=True)  # fmt: skip
+                          f"CPU {_us(statistics.median(cpu_other))} us an op", flush=True)  # fmt: skip
         finally:
             for proc in (ls_proc, rd_proc, vs_proc):
                 if proc is not None:
