@@ -190,40 +190,44 @@ def test_serve_shared_kv_shares_the_key_value_stores_with_embedded_processes(
         d.kill()
 
 
-def _shares(d: Daemon) -> bool:
-    """Whether an embedded ``kv.open`` of a store ``d`` serves gets it (shared) or gives up
-    (owned: LockedError)."""
+def _shares(d: Daemon, name: str) -> bool:
+    """Whether an embedded ``kv.open`` of the store ``name`` that ``d`` serves gets it (shared)
+    or gives up (owned: LockedError)."""
     with client.connect(d.address, timeout=10) as c:
-        c.kv("probe").set("k", 1)
+        c.kv(name).set("k", 1)
     try:
-        with kv.open(d.data / "kv" / "probe", lock_timeout_s=0.5) as embedded:
+        with kv.open(d.data / "kv" / name, lock_timeout_s=0.5) as embedded:
             return bool(embedded.get("k") == 1)
     except LockedError:
         return False
 
 
 @pytest.mark.parametrize(
-    ("config", "flags", "shared"),
+    ("config", "flags", "native", "resp"),
     [
-        ("own_kv = false", (), True),  # (it said "shared" before ownership was the default)
-        ("own_kv = true", (), False),
-        ("shared_kv = true", (), True),
-        ("resp_shared_kv = true", (), True),
-        ("shared_kv = true", ("--own-kv",), False),  # (the command line says over the file)
-        ("own_kv = true", ("--shared-kv",), True),
-        ("", (), False),
+        ("", (), False, False),
+        ("own_kv = true", (), False, False),
+        ("own_kv = false", (), True, False),  # (what it said before ownership was the default)
+        ("shared_kv = true", (), True, True),
+        ("resp_shared_kv = true", (), True, True),
+        ("shared_kv = true\nresp_shared_kv = false", (), True, True),  # (a false shares nothing)
+        ("own_kv = false\nshared_kv = false", (), True, False),
+        ("shared_kv = true", ("--own-kv",), False, False),  # (the command line says over the file)
+        ("own_kv = true", ("--shared-kv",), True, True),
+        ("own_kv = 1\nshared_kv = true", ("--own-kv",), False, False),  # (the file's keys unread)
     ],
 )
 def test_serve_config_says_whether_the_key_value_stores_are_shared(
-    tmp_path: Path, config: str, flags: tuple[str, ...], shared: bool
+    tmp_path: Path, config: str, flags: tuple[str, ...], native: bool, resp: bool
 ) -> None:
     """The ownership settings of ``serve --config`` (``own_kv``, ``shared_kv``, the older
-    ``resp_shared_kv``) say what they say, and the command line's flags say over them."""
+    ``resp_shared_kv``) say what they say for the native door's stores and the RESP door's, and
+    the command line's flags say over them."""
     conf = tmp_path / "serve.toml"
     conf.write_text(config + "\n")
-    d = Daemon(tmp_path / "data", "--config", str(conf), *flags).start()
+    d = Daemon(tmp_path / "data", "--config", str(conf), *flags, resp=True).start()
     try:
-        assert _shares(d) is shared
+        assert (_shares(d, "probe"), _shares(d, "default")) == (native, resp)
     finally:
         d.kill()
 
@@ -233,7 +237,7 @@ def test_serve_config_says_whether_the_key_value_stores_are_shared(
     [
         ('shared_kv = "no"', (), ["shared_kv", "true or false", "'no'"]),
         ("own_kv = true\nshared_kv = true", (), ["own_kv = true", "shared_kv = true"]),
-        ("own_kv = false\nresp_shared_kv = false", (), ["own_kv = false", "resp_shared_kv = false"]),
+        ("own_kv = true\nresp_shared_kv = true", (), ["own_kv = true", "resp_shared_kv = true"]),
         ("", ("--own-kv", "--resp-shared-kv"), ["--own-kv", "--resp-shared-kv", "command line"]),
     ],
 )

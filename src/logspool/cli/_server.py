@@ -35,8 +35,9 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
             raise SystemExit(
                 f"logspool serve: unknown settings in {args.config}: {unknown} (known: {sorted(known)})"
             )
-    from_file = _kv_sharing(conf, f"{args.config}")
     from_line = _kv_sharing(vars(args), "the command line")
+    # (the command line's say over the file's, whatever the file says of them; neither: owned)
+    from_file = _kv_sharing(conf, f"{args.config}") if from_line is None else None
     for key, value in vars(args).items():
         if value is not None and key not in ("config", "func", "command"):
             conf[key] = value
@@ -44,38 +45,38 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
         raise SystemExit("logspool serve: --data DIR (or data in --config) is required")
     for key in _OWNERSHIP:
         conf.pop(key, None)
-    # (the command line's say over the file's; neither: owned)
-    conf["shared_kv"] = from_line if from_line is not None else bool(from_file)
+    conf["shared_kv"], conf["resp_shared_kv"] = from_line or from_file or (False, False)
     return conf
 
 
-# The settings that say whether the daemon owns the key-value stores it serves or shares them
-# (``resp_shared_kv``: the older spelling of ``shared_kv``, from when only the RESP door owned).
+# The settings that say whether the daemon owns the key-value stores it serves or shares them:
+# ``shared_kv`` (every one shared), ``resp_shared_kv`` (its older spelling, from when only the
+# RESP door owned its store) and ``own_kv`` (false: the native door's shared, as it was then).
 _OWNERSHIP = ("own_kv", "shared_kv", "resp_shared_kv")
 
 
-def _kv_sharing(settings: dict[str, Any], where: str) -> bool | None:
-    """Whether ``settings`` (a config file's, or the command line's) share the key-value stores
-    served: None if they say nothing of it. SystemExit naming the settings if one is not true
-    or false, or if they contradict each other (``own_kv = false`` says to share)."""
+def _kv_sharing(settings: dict[str, Any], where: str) -> tuple[bool, bool] | None:
+    """Whether ``settings`` (a config file's, or the command line's) share the native door's
+    key-value stores and the RESP door's: None if they say nothing of it. ``shared_kv`` or
+    ``resp_shared_kv`` true: both; ``own_kv`` false: the native door's (a config written when
+    that was the default keeps its meaning); false for the others says nothing. SystemExit
+    naming the settings if one is not true or false, or for ``own_kv`` true with a share."""
     said = {key: settings[key] for key in _OWNERSHIP if settings.get(key) is not None}
-    line = where == "the command line"
-
-    def named(key: str) -> str:
-        return "--" + key.replace("_", "-") if line else f"{key} = {str(said[key]).lower()}"
-
+    if not said:
+        return None
     for key, value in said.items():
         if type(value) is not bool:
             raise SystemExit(f"logspool serve: {key} in {where} is true or false, not {value!r}")
-    shared = [key for key, value in said.items() if value is (key != "own_kv")]
-    owned = [key for key in said if key not in shared]
-    if shared and owned:
+    shared = [key for key in ("shared_kv", "resp_shared_kv") if said.get(key)]
+    if shared and said.get("own_kv"):
+        named = ["--" + k.replace("_", "-") if where == "the command line" else f"{k} = true"
+                 for k in ("own_kv", *shared)]  # fmt: skip
         raise SystemExit(
-            f"logspool serve: {', '.join(map(named, owned))} (every key-value store owned by the "
-            f"daemon) and {', '.join(map(named, shared))} (shared with other processes) in "
-            f"{where} contradict each other: choose one"
+            f"logspool serve: {named[0]} (every key-value store owned by the daemon) and "
+            f"{', '.join(named[1:])} (shared with other processes) in {where} contradict each "
+            "other: choose one"
         )
-    return bool(shared) if said else None
+    return bool(shared) or said.get("own_kv") is False, bool(shared)
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
@@ -87,7 +88,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     from ..server import Limits, RespOptions, Server
 
     conf = _settings(args)
-    shared_kv = conf["shared_kv"]  # (every key-value store served shared, or every one owned)
+    # (the native door's key-value stores shared, the RESP door's: see _kv_sharing)
+    shared_kv, resp_shared_kv = conf["shared_kv"], conf["resp_shared_kv"]
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)  # a client that went away is an error, not death
     # --resp alone serves RESP only; with --listen (or neither) the native port too.
     native = conf.get("listen") is not None or conf.get("resp") is None
@@ -97,7 +99,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         resp_host, resp_port = parse_address(conf["resp"])
         resp = RespOptions(resp_host, resp_port, kv=conf.get("resp_kv", "default"),
                            flushdb=bool(conf.get("resp_flushdb", False)),
-                           own_kv=not shared_kv)  # fmt: skip
+                           own_kv=not resp_shared_kv)  # fmt: skip
     token = conf.get("token")
     if conf.get("token_file"):
         with open(conf["token_file"]) as f:
