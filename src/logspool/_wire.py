@@ -396,6 +396,69 @@ def decode_set_plain(buf: bytes) -> dict[str, Any] | None:
         return None
 
 
+# A read of the client's gets only (kv.GET pipelined), of one store: each frame a request header
+# of kv.GET with no flag, then the body ``get_value_only_fields`` takes, its name the first
+# frame's. Its fixed bytes: the header up to the request id (``GET_REQUEST_HEAD``), and from the
+# body's start to the key's size the first frame's (the name's head, size and bytes, the key's
+# head); one unpack reads a frame's request id, body size, those bytes and its key's size
+# (``_gets_struct``).
+GET_REQUEST_HEAD = HEADER.pack(MAGIC, VERSION, REQUEST, KV_GET, 0, 0, 0)[:8]
+_GET_NAME_SIZE_MAX = 128  # a store's name (``NAME_RE``) has at most this many bytes
+_GET_FIRST = struct.Struct(f">{len(GET_REQUEST_HEAD)}s8x{len(_NAME_HEAD)}sI")  # name's head, size
+_GET_TAIL_SIZE = len(_GET_TAIL)
+
+
+@functools.lru_cache(maxsize=_GET_NAME_SIZE_MAX + 1)  # (one a name's size: bounded)
+def _gets_struct(name_size: int) -> struct.Struct:
+    """A frame's header up to its request id, request id, body size, body up to its key's
+    size (the name's of ``name_size`` bytes) and key's size."""
+    middle_size = len(_NAME_HEAD) + 4 + name_size + len(_KEY_FIELD)
+    return struct.Struct(f">{len(GET_REQUEST_HEAD)}s4sI{middle_size}sI")
+
+
+def value_only_gets(buf: bytes, size_max: int) -> tuple[bytes, list[tuple[bytes, bytes]]] | None:
+    """The name and each (request id, key) of the frames of ``buf``, as their raw bytes (the id
+    as the header's 4, to be copied into the reply's; the name and key as UTF-8, not yet
+    checked), if ``buf`` is whole frames of the client's get only, of one store, as the frame
+    loop would take them one by one (``decode_header``, then ``get_value_only_fields``), each
+    body at most ``size_max`` bytes; else None (the caller takes ``buf`` the general way, which
+    also names any error). Each frame read by one unpack, with no slice but its key's (the frame
+    loop's header check, body slice and ``get_value_only_fields`` cost three times this)."""
+    if len(buf) < _GET_FIRST.size:
+        return None
+    head, name_head, name_size = _GET_FIRST.unpack_from(buf)
+    if head != GET_REQUEST_HEAD or name_head != _NAME_HEAD or name_size > _GET_NAME_SIZE_MAX:
+        return None
+    frame = _gets_struct(name_size)
+    middle_end = frame.size - 4  # (the key's size follows)
+    middle = buf[HEADER_SIZE:middle_end]  # the name's head, size and bytes, then the key's head
+    if not middle.endswith(_KEY_FIELD):
+        return None
+    frame_at = frame.unpack_from
+    key_at_frame = frame.size
+    end_all = len(buf)
+    out = []
+    at = 0
+    try:
+        for _ in range(end_all // frame.size):  # bounded: each turn takes a frame of more bytes
+            head, request_id, size, body_head, key_size = frame_at(buf, at)
+            if head != GET_REQUEST_HEAD or body_head != middle or size > size_max:
+                return None
+            end = at + HEADER_SIZE + size
+            key_at = at + key_at_frame
+            key_end = key_at + key_size
+            # (the tail ends the frame, its bytes in ``buf``: the frame is whole, its key inside)
+            if key_end + _GET_TAIL_SIZE != end or not buf.startswith(_GET_TAIL, key_end):
+                return None
+            out.append((request_id, buf[key_at:key_end]))
+            at = end
+            if at == end_all:
+                return middle[len(_NAME_HEAD) + 4 : -len(_KEY_FIELD)], out
+    except struct.error:  # (a frame cut short: ``buf`` ends within its fixed bytes)
+        return None
+    return None
+
+
 def decode_frames(buf: bytes, size_max: int) -> Iterator[Frame]:
     """Every whole frame in ``buf`` (tests and fuzzing); ProtocolError on the first bad one."""
     at = 0

@@ -124,3 +124,84 @@ def test_the_set_fast_path_decodes_as_the_decoder_or_declines(
     _agrees_or_declines(p.decode_set_plain, body, data)
     with_option = {"name": name, "key": key, "value": b"v", "ttl": 5}
     assert p.decode_set_plain(p.encode_frame(p.REQUEST, p.KV_SET, 1, with_option)[16:]) is None
+
+
+def _as_frame_loop_reads(buf: bytes, size_max: int) -> tuple[bytes, list[tuple[bytes, bytes]]] | None:
+    """What the frame loop takes from ``buf`` as the daemon's read of gets only: its name and
+    each (request id, key) as bytes if ``buf`` is whole frames, each a request of kv.GET with no
+    flag whose body is exactly the client's value_only get, all of one store; else None."""
+    try:
+        frames = list(p.decode_frames(buf, size_max))
+    except p.ProtocolError:
+        return None
+    names = {f.body.get("name") for f in frames}
+    if not frames or len(names) != 1:
+        return None
+    out = []
+    for f in frames:
+        if (f.kind, f.command, f.flags) != (p.REQUEST, p.KV_GET, 0) or list(f.body) != [
+            "name",
+            "key",
+            "value_only",
+        ]:
+            return None
+        if not (isinstance(f.body["key"], str) and f.body["value_only"] is True):
+            return None
+        out.append((f.request_id.to_bytes(4, "big"), f.body["key"].encode("utf-8")))
+    name = frames[0].body["name"]
+    return (name.encode("utf-8"), out) if isinstance(name, str) else None
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.text(max_size=40),
+    st.lists(st.tuples(st.integers(0, 2**32 - 1), st.text(max_size=40)), min_size=1, max_size=20),
+    st.data(),
+)
+def test_the_read_of_gets_only_is_what_the_frame_loop_takes_or_declined(
+    name: str, requests: list[tuple[int, str]], data: st.DataObject
+) -> None:
+    """``value_only_gets`` (the daemon's read of pipelined gets, server/_native.py ``_gets_now``)
+    gives for a read of the client's gets what the frame loop decodes from it; for that read
+    mutated, cut, with a byte after it, or with one frame of another store or command, it gives
+    the same or declines (None), or gives a name or key that is not UTF-8, which the daemon
+    declines as it decodes it: it never takes a read the frame loop would read otherwise."""
+    frames = [
+        p.encode_frame(p.REQUEST, p.KV_GET, rid, {"name": name, "key": key, "value_only": True})
+        for rid, key in requests
+    ]
+    read = b"".join(frames)
+    expected = (name.encode(), [(rid.to_bytes(4, "big"), key.encode()) for rid, key in requests])
+    assert p.value_only_gets(read, SIZE_MAX) == _as_frame_loop_reads(read, SIZE_MAX) == expected
+    mutated = bytearray(read)
+    for _ in range(data.draw(st.integers(1, 4))):
+        mutated[data.draw(st.integers(0, len(mutated) - 1))] = data.draw(st.integers(0, 255))
+    at = data.draw(st.integers(0, len(frames) - 1))
+    other = data.draw(
+        st.sampled_from(
+            [
+                {"name": name + "x", "key": "k", "value_only": True},
+                {"name": name, "key": "k"},
+                {"name": name, "key": "k", "value_only": False},
+                {"key": "k", "name": name, "value_only": True},
+            ]
+        )
+    )
+    mixed = b"".join([*frames[:at], p.encode_frame(p.REQUEST, p.KV_GET, 1, other), *frames[at + 1 :]])
+    small = data.draw(st.integers(1, SIZE_MAX))  # (a bound below some body: the frame loop refuses it)
+    for candidate in (bytes(mutated), read[: data.draw(st.integers(0, len(read)))], read + b"\x00", mixed):
+        for size_max in (SIZE_MAX, small):
+            fast = p.value_only_gets(candidate, size_max)
+            if fast is not None and _utf8(fast):  # (else the daemon declines it as it decodes)
+                assert fast == _as_frame_loop_reads(candidate, size_max)
+
+
+def _utf8(found: tuple[bytes, list[tuple[bytes, bytes]]]) -> bool:
+    """Whether the name and every key ``value_only_gets`` found are UTF-8 (it leaves them to its
+    caller, which declines the read if one is not: ``_gets_now``)."""
+    try:
+        for raw in (found[0], *(key for _, key in found[1])):
+            raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
