@@ -57,7 +57,7 @@ from typing import Any, cast
 from .. import _wire as p
 from .. import errors, limits
 from ..kv import _ops as kv_ops
-from ._native_rounds import _REPLY_HEADER, KV_WRITES, WRITES, _Request, _Writes, error_frame
+from ._native_rounds import _REPLY_HEADER, KEY_CHARS_SAFE, KV_WRITES, WRITES, _Request, _Writes, error_frame
 from ._resp_commit import Committer
 from ._server import (  # (_server imports this module only in Server.start)
     READ_LIMIT_MAX,
@@ -90,6 +90,8 @@ def _waits(body: dict[str, Any]) -> bool:
 
 OUTPUT_HIGH_SIZE = 1024 * 1024  # no request is taken while more than this waits to be sent
 _HEADER_AT = p.HEADER.unpack_from
+_ID_AND_SIZE_AT = struct.Struct(">II").unpack_from  # a header's request id and body size
+assert p.HEADER.format.endswith("II") and len(p.SET_REQUEST_HEAD) + 8 == p.HEADER_SIZE
 # value_only kv.GET replies, encoded once (PROTOCOL.md, kv.GET): {found: false}, {found: true}
 # (a probe), and the head of {found: true, value: ...}.
 _NOT_FOUND = p.encode_frame(p.REPLY, p.KV_GET, 0, {"found": False})[p.HEADER_SIZE :]
@@ -110,7 +112,6 @@ assert p.encode_frame(p.REPLY, p.KV_GET, 7, {"found": False}) == _REPLY_HEAD + b
 assert p.encode_frame(p.REPLY, p.KV_GET, 7, {"found": True, "value": b"v"}) == (
     _FOUND_BYTES_FRAME(_REPLY_HEAD, b"\0\0\0\7", _FOUND_BYTES_SIZE + 1, _FOUND_BYTES, 1) + b"v"
 )
-_KEY_CHARS_SAFE = limits.KV_KEY_SIZE_MAX // 4  # a key of at most this many characters fits in UTF-8
 
 
 class _Views:
@@ -128,7 +129,7 @@ class _Views:
     def value(self, store: Any, key: str, data: bool, touch: bool) -> bytes | None:
         """A value_only kv.GET's reply body (encoded), or None if it cannot run here (the store
         busy, a key the store would refuse, a touch TTL to extend: the pool runs those)."""
-        if not key or (len(key) > _KEY_CHARS_SAFE and len(key.encode("utf-8")) > limits.KV_KEY_SIZE_MAX):
+        if not key or (len(key) > KEY_CHARS_SAFE and len(key.encode("utf-8")) > limits.KV_KEY_SIZE_MAX):
             return None  # (the pool's kv.GET answers the store's error)
         held = self._hold(store)
         if held is None:
@@ -396,27 +397,21 @@ class NativeConnection(asyncio.Protocol):
         takes it."""
         if (
             len(data) < p.HEADER_SIZE
+            or not data.startswith(p.SET_REQUEST_HEAD)  # (the magic, a request of kv.SET, no flag)
             or self._in_flight
             or self._paused
             or not self.authed
             or not self._writable.is_set()
         ):
             return False
-        magic, version, kind, command, flags, request_id, size = _HEADER_AT(data, 0)
-        if (
-            command != p.KV_SET
-            or len(data) != p.HEADER_SIZE + size
-            or magic != p.MAGIC
-            or version != p.VERSION
-            or kind != p.REQUEST
-            or flags
-            or size > self.server.limits.frame_size_max
-        ):
+        server = self.server
+        request_id, size = _ID_AND_SIZE_AT(data, len(p.SET_REQUEST_HEAD))
+        if len(data) != p.HEADER_SIZE + size or size > server.limits.frame_size_max:
             return False
         body = p.decode_set_plain(data[p.HEADER_SIZE :])
-        if body is None or self.server.stores.opened("kv", body["name"]) is None:
+        if body is None or server.stores.opened("kv", body["name"]) is None:
             return False
-        counts = self.server.counters.requests
+        counts = server.counters.requests
         counts["kv.set"] = counts.get("kv.set", 0) + 1
         self._commit([(p.KV_SET, request_id, body)], ready=True)
         return True
