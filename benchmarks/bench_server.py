@@ -5,7 +5,10 @@ Run: apt-get install redis-server   (benchmark-only reference; not a dependency)
 
 Cases, SET and GET of a 100-byte value, each the median of 3 runs (min and max beside it):
 - 1 client, one request at a time (a round trip per op);
-- 16 clients at once (16 connections; for logspool, 16 threads in 4 processes);
+- 16 clients at once (16 connections; for logspool's native door, spread over ``--procs`` load
+  processes, each one selector loop: 2 by default, which keep the generator below half a core
+  (its CPU is printed); 8 cost the 2-core machine's server more in wake-ups than they
+  gave: native SET x16 9,455-10,061/s against 11,112-11,178 with 2, benchmarks/RESULTS.md);
 - 1 client pipelining 16 requests at a time (redis-benchmark -P 16; logspool's ``pipeline``).
 Settings written beside the numbers: logspool with durability "always" (a SET returns after its
 fsync; concurrent SETs share one) and "os" (page cache); redis with ``appendonly yes`` and
@@ -493,7 +496,7 @@ def main() -> None:
     )
     ap.add_argument("--shared-kv", action="store_true",
                     help="the native daemon shares its key-value stores (serve --shared-kv)")  # fmt: skip
-    ap.add_argument("--procs", type=int, default=8, help="processes of the native load generator")
+    ap.add_argument("--procs", type=int, default=2, help="processes of the native load generator (default 2)")
     ap.add_argument("--versus", metavar="SRC", help="also run the logspool of this src directory (A/B)")
     args = ap.parse_args()
     if args.part == "memory":
