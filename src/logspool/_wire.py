@@ -418,6 +418,52 @@ def decode_set_plain(buf: bytes) -> dict[str, Any] | None:
     return None
 
 
+# A plain append's body, by its fixed bytes: ``{"name": str, "records": [bytes, ...]}`` in that
+# order, as the client's append and append_many encode it; the name's head and size read by one
+# unpack, the records' field and count by one, each record's tag and size by one.
+_APPEND_NAME_HEAD = b"\x08\x00\x00\x00\x02\x00\x04name\x02"  # a map of 2; "name": a string
+_RECORDS_FIELD = b"\x00\x07records\x07"  # "records": a list, its count next
+_APPEND_NAME_AT = struct.Struct(f">{len(_APPEND_NAME_HEAD)}sI").unpack_from
+_RECORDS_AT = struct.Struct(f">{len(_RECORDS_FIELD)}sI").unpack_from
+_RECORD_AT = struct.Struct(">BI").unpack_from  # a record's tag and size
+_APPEND_NAME_SIZE = len(_APPEND_NAME_HEAD) + 4
+_RECORDS_SIZE = len(_RECORDS_FIELD) + 4
+
+
+def decode_append_plain(buf: bytes) -> dict[str, Any] | None:
+    """``decode_body(buf)`` if ``buf`` is exactly ``{"name": str, "records": [bytes, ...]}`` in
+    that order; else None (as ``decode_set_plain``: the general decoder names what is wrong).
+    The daemon decodes one a log.APPEND on its event loop, without the general decoder's
+    recursion (a call a value)."""
+    try:
+        name_head, name_size = _APPEND_NAME_AT(buf)
+        records_at = _APPEND_NAME_SIZE + name_size
+        records_head, count = _RECORDS_AT(buf, records_at)
+    except struct.error:  # (``buf`` ends within a field's head)
+        return None
+    at = records_at + _RECORDS_SIZE
+    end_all = len(buf)
+    if name_head != _APPEND_NAME_HEAD or records_head != _RECORDS_FIELD or count > end_all - at:
+        return None
+    records = []
+    try:
+        for _ in range(count):  # bounded: a record takes at least 5 bytes of ``buf``
+            tag, size = _RECORD_AT(buf, at)
+            start = at + 5
+            at = start + size
+            if tag != BYTES or at > end_all:
+                return None
+            records.append(buf[start:at])
+    except struct.error:  # (``buf`` ends within a record's head)
+        return None
+    if at != end_all:
+        return None
+    try:
+        return {"name": buf[_APPEND_NAME_SIZE:records_at].decode("utf-8"), "records": records}
+    except UnicodeDecodeError:
+        return None
+
+
 # A read of the client's gets only (kv.GET pipelined), of one store: each frame a request header
 # of kv.GET with no flag, then the body ``get_value_only_fields`` takes, its name the first
 # frame's. Its fixed bytes: the header up to the request id (``GET_REQUEST_HEAD``), and from the
@@ -426,6 +472,7 @@ def decode_set_plain(buf: bytes) -> dict[str, Any] | None:
 # (``_gets_struct``).
 GET_REQUEST_HEAD = HEADER.pack(MAGIC, VERSION, REQUEST, KV_GET, 0, 0, 0)[:8]
 SET_REQUEST_HEAD = HEADER.pack(MAGIC, VERSION, REQUEST, KV_SET, 0, 0, 0)[:8]  # (a kv.SET's, likewise)
+APPEND_REQUEST_HEAD = HEADER.pack(MAGIC, VERSION, REQUEST, LOG_APPEND, 0, 0, 0)[:8]  # (a log.APPEND's)
 _GET_NAME_SIZE_MAX = 128  # a store's name (``NAME_RE``) has at most this many bytes
 _GET_FIRST = struct.Struct(f">{len(GET_REQUEST_HEAD)}s8x{len(_NAME_HEAD)}sI")  # name's head, size
 _GET_TAIL_SIZE = len(_GET_TAIL)

@@ -1,12 +1,12 @@
 """A read that is one plain kv.SET frame goes to the commit rounds without the frame loop
-(server/_native.py ``_lone_set``: its header matched as a kv.SET request's fixed bytes, then its
+(server/_native.py ``_lone_write``: its header matched as a kv.SET request's fixed bytes, then its
 request id and size; ``_wire.decode_set_plain``: its body read by each field's fixed head;
 ``_native_rounds._plain_set_op``: a value of bytes and a short key taken as ``encode_value`` gives
 them; the reply packed in one call), answered as the frame loop answers the same frame.
 
 What it proves, on real sockets on 127.0.0.1 against a daemon in a thread:
 - a SET sent alone (the path under test) and the same SET behind a PING in one read (which
-  ``_lone_set`` declines: the frame loop's way) get the same reply, byte for byte, the documented
+  ``_lone_write`` declines: the frame loop's way) get the same reply, byte for byte, the documented
   one ({ok: true}, request ids across their whole range), and store the same value: bytes, empty
   bytes, a string; keys of ASCII and of 2-, 3- and 4-byte characters up to the key limit; a key
   over it (ASCII, or 2- or 4-byte characters: the limit counts bytes, not characters) gets the

@@ -205,3 +205,18 @@ def _utf8(found: tuple[bytes, list[tuple[bytes, bytes]]]) -> bool:
     except UnicodeDecodeError:
         return False
     return True
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=40), st.lists(st.binary(max_size=300), max_size=8), st.data())
+def test_the_append_fast_path_decodes_as_the_decoder_or_declines(
+    name: str, records: list[bytes], data: st.DataObject
+) -> None:
+    """``decode_append_plain`` (the daemon's plain log.APPEND path) gives what ``decode_body``
+    gives for the client's append body; for that body mutated or cut it gives the same or None;
+    a body with another field, or a record not of bytes, it declines."""
+    body = p.encode_frame(p.REQUEST, p.LOG_APPEND, 1, {"name": name, "records": records})[16:]
+    assert p.decode_append_plain(body) == p.decode_body(body) == {"name": name, "records": records}
+    _agrees_or_declines(p.decode_append_plain, body, data)
+    for other in ({"records": records, "name": name}, {"name": name, "records": [*records, "text"]}):
+        assert p.decode_append_plain(p.encode_frame(p.REQUEST, p.LOG_APPEND, 1, other)[16:]) is None

@@ -64,6 +64,19 @@ _SET_REPLY_HEAD = p.HEADER.pack(p.MAGIC, p.VERSION, p.REPLY, p.KV_SET, 0, 0, 0)[
 _OK_TRUE_TAIL = _OK_SIZE.to_bytes(4, "big") + _OK_TRUE
 _OK_TRUE_FRAME = struct.Struct(f">{len(_SET_REPLY_HEAD)}sI{len(_OK_TRUE_TAIL)}s").pack
 assert _OK_TRUE_FRAME(_SET_REPLY_HEAD, 7, _OK_TRUE_TAIL) == p.encode_frame(p.REPLY, p.KV_SET, 7, {"ok": True})
+# log.APPEND's reply {first: lsn, count: n} (records appended), packed in one call likewise: the
+# reply header up to its request id, the request id, the body's size, then the map's head and
+# "first" with its integer tag, the lsn, "count" with its tag, the count.
+_APPEND_REPLY_HEAD = p.HEADER.pack(p.MAGIC, p.VERSION, p.REPLY, p.LOG_APPEND, 0, 0, 0)[:8]
+_FIRST_FIELD = b"\x08\x00\x00\x00\x02\x00\x05first" + bytes([p.INTEGER])
+_COUNT_FIELD = b"\x00\x05count" + bytes([p.INTEGER])
+_APPENDED_SIZE = len(_FIRST_FIELD) + 8 + len(_COUNT_FIELD) + 8
+_APPENDED_FRAME = struct.Struct(
+    f">{len(_APPEND_REPLY_HEAD)}sII{len(_FIRST_FIELD)}sq{len(_COUNT_FIELD)}sq"
+).pack
+assert _APPENDED_FRAME(_APPEND_REPLY_HEAD, 7, _APPENDED_SIZE, _FIRST_FIELD, 2**40, _COUNT_FIELD, 3) == (
+    p.encode_frame(p.REPLY, p.LOG_APPEND, 7, {"first": 2**40, "count": 3})
+)
 
 
 KEY_CHARS_SAFE = limits.KV_KEY_SIZE_MAX // 4  # a key of at most this many characters fits in UTF-8
@@ -322,8 +335,9 @@ class _Writes:
                     name = _store_name(body)
                     store = stores.log(body) if command == p.LOG_APPEND else stores.kv(body)
                 if command == p.LOG_APPEND:
-                    reply = self._append(round_.log(name, store, self.tails), body)
-                elif command == p.KV_SET and _plain_set(body):
+                    frames.append(self._append(round_.log(name, store, self.tails), request_id, body))
+                    continue
+                if command == p.KV_SET and _plain_set(body):
                     # A plain SET (no option): the handler's call with its defaults, and its
                     # reply encoded once (a fifth of a SET's time in the round went to options).
                     round_.kv(name, store)
@@ -391,16 +405,18 @@ class _Writes:
             return []  # (checked before any op is applied)
         return outcomes
 
-    def _append(self, tail: Any, body: dict[str, Any]) -> dict[str, Any]:
+    def _append(self, tail: Any, request_id: int, body: dict[str, Any]) -> bytes:
+        """A log.APPEND's reply frame, its records written to ``tail``."""
         records = body.get("records")
         if records is None:
             raise ValueError("field 'records' is missing")
         if not isinstance(records, list) or not all(isinstance(r, bytes) for r in records):
             raise TypeError("field 'records' must be a list of bytes")
         if not records:
-            return {"first": None, "count": 0}
+            return p.encode_frame(p.REPLY, p.LOG_APPEND, request_id, {"first": None, "count": 0})
         lsns = tail.append_many(records)  # written now, fsynced by the round before any reply
-        return {"first": lsns[0], "count": len(lsns)}
+        return _APPENDED_FRAME(_APPEND_REPLY_HEAD, request_id, _APPENDED_SIZE, _FIRST_FIELD, lsns[0],
+                               _COUNT_FIELD, len(lsns))  # fmt: skip
 
     def take_writes(self) -> tuple[bool, dict[str, Any]]:
         """(wrote, {}): whether the round has written a store so far, so that the Committer
