@@ -23,23 +23,12 @@ from logspool import _wire as p
 from logspool import client
 from tests.server.conftest import Running
 from tests.server.test_native import connect_raw, read_frames, request
-from tests.server.test_native_set_fast import raw_replies
+from tests.server.test_native_set_fast import both_ways, raw_replies
 
 
 def _append_both_ways(address: str, name: str, records: list[bytes], request_id: int) -> tuple[bytes, bytes]:
     """The reply to an APPEND sent alone, and to the same APPEND sent behind a PING in one read."""
-    frame = request(p.LOG_APPEND, request_id, name=name, records=records)
-    lone, loop = connect_raw(address), connect_raw(address)
-    try:
-        lone.sendall(frame)
-        (alone,) = raw_replies(lone, 1)
-        loop.sendall(request(p.PING, 1) + frame)
-        replies = raw_replies(loop, 2)
-        behind = next(r for r in replies if r[4:6] == p.LOG_APPEND.to_bytes(2, "big"))
-        return alone, behind
-    finally:
-        lone.close()
-        loop.close()
+    return both_ways(address, p.LOG_APPEND, request_id, name=name, records=records)
 
 
 def _payloads(address: str, name: str) -> list[bytes]:

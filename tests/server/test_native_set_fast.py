@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import socket
 import time
+from typing import Any
 
 from logspool import _wire as p
 from logspool import client, limits
@@ -46,20 +47,26 @@ def raw_replies(sock: socket.socket, count: int) -> list[bytes]:
     return out
 
 
-def _set_both_ways(address: str, name: str, key: str, value: object, request_id: int) -> tuple[bytes, bytes]:
-    """The reply to a SET sent alone, and to the same SET sent behind a PING in one read."""
-    frame = request(p.KV_SET, request_id, name=name, key=key, value=value)
+def both_ways(address: str, command: int, request_id: int, **body: Any) -> tuple[bytes, bytes]:
+    """The reply to a request sent alone (a lone write's path), and to the same request sent
+    behind a PING in one read (the frame loop's)."""
+    frame = request(command, request_id, **body)
     lone, loop = connect_raw(address), connect_raw(address)
     try:
         lone.sendall(frame)
         (alone,) = raw_replies(lone, 1)
         loop.sendall(request(p.PING, 1) + frame)
         replies = raw_replies(loop, 2)
-        behind = next(r for r in replies if r[4:6] == p.KV_SET.to_bytes(2, "big"))
+        behind = next(r for r in replies if r[4:6] == command.to_bytes(2, "big"))
         return alone, behind
     finally:
         lone.close()
         loop.close()
+
+
+def _set_both_ways(address: str, name: str, key: str, value: object, request_id: int) -> tuple[bytes, bytes]:
+    """The reply to a SET sent alone, and to the same SET sent behind a PING in one read."""
+    return both_ways(address, p.KV_SET, request_id, name=name, key=key, value=value)
 
 
 def test_a_lone_set_answers_and_stores_as_the_frame_loop_does(running: Running) -> None:
