@@ -31,7 +31,7 @@ from logspool.errors import (
     RemoteError,
     ValueTypeError,
 )
-from logspool.server import Limits
+from logspool.server import Limits, Server
 from tests.server.conftest import Running
 
 
@@ -480,3 +480,26 @@ def test_waiting_takes_and_listens_hold_no_thread_of_the_pool(tmp_path: Path) ->
                 sub.close()
     finally:
         r.stop()
+
+
+@pytest.mark.parametrize(
+    ("bound", "value"),
+    [
+        ("in_flight_max", 0),
+        ("connections_max", -1),
+        ("frame_size_max", 0),
+        ("threads", 0),
+        ("stores_max", 1.5),
+    ],
+)
+def test_a_limit_that_is_not_a_positive_integer_is_refused_naming_it(
+    tmp_path: Path, bound: str, value: object
+) -> None:
+    """A daemon whose limit could never be met (in_flight_max 0 paused every connection before its
+    first request, for ever, while a lone SET still went through) is refused before it makes
+    anything, the error naming the limit and its value."""
+    limits = Limits()
+    setattr(limits, bound, value)
+    with pytest.raises(ValueError, match=rf"limit {bound} must be a positive integer, not {value!r}"):
+        Server(tmp_path / "data", port=0, limits=limits)
+    assert not (tmp_path / "data").exists()

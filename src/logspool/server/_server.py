@@ -40,7 +40,7 @@ import ssl
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Literal
 
 from .. import _wire as p
@@ -74,6 +74,15 @@ class Limits:
     in_flight_max: int = 64  # requests per connection being served at once
     threads: int = 32  # store calls at once (a LISTEN or a take with wait holds none as it waits)
     stores_max: int = 4096  # stores open at once (each holds files open); more are refused
+
+    def check(self) -> None:
+        """ValueError naming the first bound that is not a positive integer: with
+        ``in_flight_max`` 0 a connection would be paused before its first request, for ever;
+        with the others 0 every connection, request or store would be refused."""
+        for bound in fields(self):
+            value = getattr(self, bound.name)
+            if type(value) is not int or value < 1:
+                raise ValueError(f"the daemon's limit {bound.name} must be a positive integer, not {value!r}")
 
 
 @dataclass
@@ -409,6 +418,8 @@ class Server:
                 "own_kv (every key-value store owned) contradicts RespOptions(own_kv=False) "
                 "(--own-kv with --shared-kv): choose one"
             )
+        if limits is not None:
+            limits.check()  # (before anything is made)
         self.data = os.fspath(data)
         os.makedirs(self.data, exist_ok=True)
         self.host, self.port = host, port
