@@ -54,10 +54,9 @@ _time_ns = time.time_ns
 
 def checked_payloads(payloads: Iterable[object], size_max: int) -> list[bytes]:
     """The payloads as bytes, after checking every type and size (before anything is written)."""
-    items = [_as_bytes(p) for p in payloads]
-    for item in items:
-        if len(item) > size_max:
-            raise RecordTooLargeError(len(item), size_max)
+    items = [p if type(p) is bytes else _as_bytes(p) for p in payloads]
+    if items and max(map(len, items)) > size_max:
+        raise RecordTooLargeError(next(n for n in map(len, items) if n > size_max), size_max)
     return items
 
 

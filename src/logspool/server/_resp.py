@@ -942,7 +942,7 @@ class Session:
         a context manager a SET (a fifth of its cost in the round). False, having done nothing,
         for anything else (see ``plain_set_op``): ``execute`` runs those and answers their
         errors."""
-        op = self.plain_set_op(args)
+        op = self.plain_set_op(args, self.round)
         if op is None:
             return False
         self._wrote_kv = True
@@ -952,10 +952,11 @@ class Session:
             return False  # (checked before any op is applied: execute answers the error)
         return True
 
-    def plain_set_op(self, args: list[bytes]) -> Set | None:
+    def plain_set_op(self, args: list[bytes], d: Any) -> Set | None:
         """The op of ``SET key value`` (no option; ``args`` holds three items) in the committer's
-        round, as ``Decision.set`` makes it, not written; None for anything else (MULTI, before
-        AUTH, a key that is not one, a value too large, a key another owner locked)."""
+        round's decision ``d``, as ``Decision.set`` makes it, not written; None for anything else
+        (MULTI, before AUTH, a key that is not one, a value too large, a key another owner
+        locked)."""
         raw, value = args[1], args[2]
         if self.multi is not None or not self.authed or not raw or len(raw) > limits.KV_KEY_SIZE_MAX:
             return None
@@ -966,7 +967,7 @@ class Session:
         except UnicodeDecodeError:
             return None
         vtype, stored = from_bytes(value)
-        return self.round.plain_set_op(key, vtype, stored, self.name)  # type: ignore[no-any-return]
+        return d.plain_set_op(key, vtype, stored, self.name)  # type: ignore[no-any-return]
 
     def plain_sets(self, round_: Sequence[tuple[Any, list[Any], Any]], start: int) -> list[_Batch]:
         """In the committer's round (this session's ``round`` set, the round's batches in
@@ -979,13 +980,9 @@ class Session:
         d = self.round
         made: list[Set] = []
         for session, cmds, _ in itertools.islice(round_, start, None):  # bounded by the round
-            if len(cmds) != 1 or len(cmds[0]) != 3 or cmds[0][0] not in _SET:
+            if len(cmds) != 1 or len(args := cmds[0]) != 3 or args[0] not in _SET:
                 break
-            session.round = d
-            try:
-                op = session.plain_set_op(cmds[0])
-            finally:
-                session.round = None
+            op = session.plain_set_op(args, d)
             if op is None:
                 break
             made.append(op)
