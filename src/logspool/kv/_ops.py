@@ -159,16 +159,21 @@ Op = Set | Update | Delete | Touch | Expire | Lock | Unlock | Rename
 
 
 def encode(op: Op) -> bytes:
+    if isinstance(op, Set):  # (most ops: its fields taken at once)
+        text, vtype, value, ts, expire_ns, touch_ns, volatile = op
+        key = text.encode("utf-8")
+        if volatile:
+            value = b""  # (a memory-only value: its bytes stay out of the log)
+        flags = FLAG_VOLATILE if volatile else 0
+        return b"".join(
+            (HEADER.pack(SET, vtype, flags, len(key), 0, ts, expire_ns, touch_ns, len(value)), key, value)
+        )
     key = op.key.encode("utf-8")
     second = b""
-    vtype = flags = 0
-    t1 = t2 = t3 = 0
+    vtype = 0
+    t1 = t2 = 0
     value = b""
-    if isinstance(op, Set):
-        kind, vtype, t1, t2, t3 = SET, op.vtype, op.ts, op.expire_ns, op.touch_ns
-        flags = FLAG_VOLATILE if op.volatile else 0
-        value = b"" if op.volatile else op.value
-    elif isinstance(op, Update):
+    if isinstance(op, Update):
         kind, vtype, t1, value = UPDATE, op.vtype, op.ts, op.value
     elif isinstance(op, Delete):
         kind, t1 = DELETE, op.ts
@@ -182,7 +187,7 @@ def encode(op: Op) -> bytes:
         kind = UNLOCK
     else:
         kind, t1, second = RENAME, op.ts, op.new.encode("utf-8")
-    head = HEADER.pack(kind, vtype, flags, len(key), len(second), t1, t2, t3, len(value))
+    head = HEADER.pack(kind, vtype, 0, len(key), len(second), t1, t2, 0, len(value))
     return b"".join((head, key, second, value))
 
 
