@@ -153,8 +153,12 @@ class Committer:
     # (benchmarks/RESULTS.md; the issue's prototype found the same).
     COMMIT_DELAY_S = 0.00015
     # Rounds run on the loop while the mean fsync of the last rounds is at most this; above it,
-    # on the thread (benchmarks/RESULTS.md, issue 34, eighth phase).
-    LOOP_SYNC_MAX_S = 0.001
+    # on the thread, which lets the loop read and answer meanwhile (a slow disk: a spinning one,
+    # a network file system). 5 ms, not 1: this machine's fdatasync of a round of 30 SETs takes
+    # 0.5-1.5 ms, and at 1 ms 13-83% of SET x50's rounds went to the thread, each a GIL hand-off
+    # and a wake-up (0.2-0.6 futex calls a SET); on the loop, 2-12% more SETs/s in 4 of 4
+    # paired runs (benchmarks/RESULTS.md, issue 34, fifteenth phase; eighth phase for 1 ms).
+    LOOP_SYNC_MAX_S = 0.005
     _SYNC_WEIGHT = 0.125  # of the newest round's fsync in the mean (an exponential moving mean)
 
     def __init__(self, front: RespFront, loop: asyncio.AbstractEventLoop) -> None:
