@@ -844,7 +844,7 @@ def test_redis_benchmark_runs_without_errors(daemon: Daemon) -> None:
 
 def test_a_lone_set_is_run_as_any_set(daemon: Daemon) -> None:
     """A read that is one whole ``SET key value`` goes to the commit round without the parser
-    (``_lone_set``, SET x16's path); every case it does not take falls to the common path. Each
+    (``_lone_write``, SET x16's path); every case it does not take falls to the common path. Each
     SET is sent alone on a raw socket and must do what Redis does: an empty value, a value and a
     key holding CRLF and the bytes of a SET's header, a length with a leading zero, a length
     that lies, a SET inside MULTI, a SET split over two sends, two SETs in one send."""
@@ -885,6 +885,60 @@ def test_a_lone_set_is_run_as_any_set(daemon: Daemon) -> None:
         s.close()
 
 
+def test_a_lone_xadd_is_run_as_any_xadd(daemon: Daemon) -> None:
+    """A read that is one whole ``XADD key * field value`` goes to the commit round without the
+    parser (``_lone_write``, XADD x16's path); every case it does not take falls to the common
+    path. Each XADD is sent alone on a raw socket and must do what Redis does: its id, its entry
+    read back; an empty value; a field and a value holding CRLF and an XADD's header; an
+    explicit id (not ``*``), which the lone path leaves to the parser; an XADD inside MULTI; one
+    split over two sends; two in one send; a length that lies."""
+    s = raw_conn(daemon.resp_port)
+    reader = s.makefile("rb")
+
+    def send(
+        key: bytes, field: bytes, value: bytes, entry_id: bytes = b"*", lie: bytes | None = None
+    ) -> bytes:
+        v = lie or b"%d" % len(value)
+        s.sendall(b"*5\r\n$4\r\nXADD\r\n$%d\r\n%b\r\n$%d\r\n%b\r\n$%d\r\n%b\r\n$%b\r\n%b\r\n"
+                  % (len(key), key, len(entry_id), entry_id, len(field), field, v, value))  # fmt: skip
+        head = reader.readline()
+        return head + reader.readline() if head.startswith(b"$") else head
+
+    check = redis.Redis(port=daemon.resp_port, socket_timeout=10)
+    try:
+        got = send(b"lx.a", b"payload", b"v" * 100)
+        assert got.startswith(b"$")
+        first = got.split(b"\r\n")[1]
+        assert check.xrange("lx.a") == [(first, {b"payload": b"v" * 100})]
+        assert send(b"lx.a", b"f", b"").startswith(b"$")
+        odd = b"a\r\n*5\r\n$4\r\nXADD\r\n$1\r\nx"
+        assert send(b"lx.a", odd, odd).startswith(b"$")
+        assert [fields for _, fields in check.xrange("lx.a")][1:] == [{b"f": b""}, {odd: odd}]
+        wanted = b"%d-3" % (int(first.split(b"-")[0]) + 60_000)  # (its lsn, a later time: honoured)
+        assert send(b"lx.a", b"f", b"x", entry_id=wanted) == b"$%d\r\n%b\r\n" % (len(wanted), wanted)
+        s.sendall(b"*1\r\n$5\r\nMULTI\r\n")
+        assert reader.readline() == b"+OK\r\n"
+        assert send(b"lx.m", b"f", b"in multi") == b"+QUEUED\r\n"
+        s.sendall(b"*1\r\n$4\r\nEXEC\r\n")
+        assert reader.readline() == b"*1\r\n" and reader.readline().startswith(b"$")
+        reader.readline()
+        assert [fields for _, fields in check.xrange("lx.m")] == [{b"f": b"in multi"}]
+        whole = b"*5\r\n$4\r\nXADD\r\n$6\r\nlx.cut\r\n$1\r\n*\r\n$1\r\nf\r\n$5\r\nparts\r\n"
+        s.sendall(whole[:30])
+        s.sendall(whole[30:])
+        assert reader.readline().startswith(b"$") and reader.readline()
+        s.sendall(whole.replace(b"parts", b"one!!") + whole.replace(b"parts", b"two!!"))
+        assert all(reader.readline() for _ in range(4))
+        assert [fields[b"f"] for _, fields in check.xrange("lx.cut")] == [b"parts", b"one!!", b"two!!"]
+        assert send(b"lx.lie", b"f", b"abc", lie=b"2").startswith(b"-ERR Protocol error")
+        assert reader.readline() == b""  # (and the connection with it)
+        assert check.exists("lx.lie") == 0
+    finally:
+        check.close()
+        reader.close()
+        s.close()
+
+
 # --- AUTH -----------------------------------------------------------------------------------------
 def test_auth_with_a_token(tmp_path: Path) -> None:
     d = Daemon(tmp_path / "data", "--token", "s3cret", resp=True).start()
@@ -904,7 +958,9 @@ def test_auth_with_a_token(tmp_path: Path) -> None:
             for _ in range(3):  # (after the first, each read is one whole GET: ``_lone_get``'s)
                 s.sendall(b"*2\r\n$3\r\nGET\r\n$4\r\ntext\r\n")
                 assert reader.readline().startswith(b"-NOAUTH")
-                s.sendall(b"*3\r\n$3\r\nSET\r\n$4\r\ntext\r\n$1\r\nx\r\n")  # (``_lone_set``'s)
+                s.sendall(b"*3\r\n$3\r\nSET\r\n$4\r\ntext\r\n$1\r\nx\r\n")  # (``_lone_write``'s)
+                assert reader.readline().startswith(b"-NOAUTH")
+                s.sendall(b"*5\r\n$4\r\nXADD\r\n$1\r\ns\r\n$1\r\n*\r\n$1\r\nf\r\n$1\r\nv\r\n")
                 assert reader.readline().startswith(b"-NOAUTH")
         s.close()
         assert ok.get("text") == b"a string"
@@ -1274,7 +1330,15 @@ _gets_and_sets = st.lists(
                 b"*2\r\n$3\r\nGET\r\n$1\r\nkXY",
                 b"*2\r\n$3\r\nGET\r\n$",
                 b"\r\n",
+                _encode([b"XADD", b"s", b"*", b"f", b"*5\r\n$4\r\nXADD\r\n$1\r\ns"]),
+                _encode([b"XADD", b"s", b"0-1", b"f", b"v"]),
+                _encode([b"XADD", b"s", b"*", b"f", b"v", b"g", b"w"]),
+                b"*5\r\n$4\r\nXADD\r\n$1\r\ns\r\n$1\r\n*\r\n$01\r\nf\r\n$1\r\nv\r\n",
+                b"*5\r\n$4\r\nXADD\r\n$1\r\ns\r\n$1\r\n*\r\n$1\r\nf\r\n$2\r\nvXY",
             ]
+        ),
+        st.tuples(st.binary(max_size=6), st.binary(max_size=6), st.binary(max_size=12)).map(
+            lambda kfv: _encode([b"XADD", kfv[0], b"*", kfv[1], kfv[2]])
         ),
         st.binary(max_size=8),
     ),
@@ -1287,8 +1351,8 @@ _gets_and_sets = st.lists(
 @given(_gets_and_sets)
 def test_the_parser_free_reads_parse_as_the_parser(pieces: list[bytes]) -> None:
     """A read the daemon takes without the parser (``_whole_gets``: GETs only, GET -P16;
-    ``_whole_set``: one SET, SET x16) is one the parser reads whole into the same commands; any
-    other read is left to the parser."""
+    ``_whole_set``: one SET, SET x16; ``_whole_xadd``: one XADD of one field, XADD x16) is one the
+    parser reads whole into the same commands; any other read is left to the parser."""
     data = b"".join(pieces)
     parser = RespParser(RespLimits())
     got, error = _parse_all(parser, [data])
@@ -1300,6 +1364,13 @@ def test_the_parser_free_reads_parse_as_the_parser(pieces: list[bytes]) -> None:
         assert error is None and parser.buffered == 0 and got == [[b"SET", *found]]
     if len(got) == 1 and got[0][0] == b"SET" and got[0][1] and data == _encode(got[0]):
         assert found == (got[0][1], got[0][2])  # (a SET as clients send it is taken; an empty key not)
+    xadd = _resp._whole_xadd(data) if data.startswith(_resp._LONE_XADD) else None
+    if xadd is not None:
+        assert error is None and parser.buffered == 0 and got == [[b"XADD", *xadd]]
+    if len(got) == 1 and got[0][:1] == [b"XADD"] and len(got[0]) == 5 and got[0][2] == b"*":
+        assert xadd == (got[0][1:] if data == _encode(got[0]) else None)  # (as clients send it: taken)
+    if got[:1] and got[0][:1] == [b"XADD"] and (len(got[0]) != 5 or got[0][2] != b"*"):
+        assert xadd is None  # (an explicit id, an option, more fields: the parser's, then the thread's)
     if got and all(c[0] == b"GET" and c[1] for c in got) and data == b"".join(map(_encode, got)):
         # GETs as clients send them are taken, unless a key holds bytes a GET's header starts
         # with (``_GET_HEADS`` matches elsewhere than at each command's start)

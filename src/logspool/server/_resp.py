@@ -106,7 +106,8 @@ _GET = (b"GET", b"get")  # (another spelling takes the common path)
 _LONE_GET = b"*2\r\n$3\r\nGET\r\n$"  # a read that may be one whole GET (``_lone_get``)
 # A GET's header up to its key, its length in plain digits (``_whole_gets`` cuts a read at each).
 _GET_HEADS = re.compile(rb"\*2\r\n\$3\r\nGET\r\n\$([1-9][0-9]{0,4})\r\n")
-_LONE_SET = b"*3\r\n$3\r\nSET\r\n$"  # a read that may be one whole SET (``_lone_set``)
+_LONE_SET = b"*3\r\n$3\r\nSET\r\n$"  # a read that may be one whole SET (``_lone_write``)
+_LONE_XADD = b"*5\r\n$4\r\nXADD\r\n$"  # a read that may be one whole XADD of one field (``_lone_write``)
 _SET = SET_NAMES
 # The header of a bulk string reply of each small size (``Session.gets``: no formatting a GET).
 _BULK_HEADS_N = 4096
@@ -153,28 +154,52 @@ def _whole_gets(data: bytes) -> list[bytes] | None:
     return keys
 
 
+def _whole_bulks(data: bytes, at: int, count: int) -> list[bytes] | None:
+    """The ``count`` bulk strings of a read that is one whole command as a client sends it and
+    nothing else, the first one's length starting at ``at`` (just past its ``$``): each length in
+    plain digits (no sign, no leading zero but a lone 0 for an empty string); None for anything
+    else (the parser takes it)."""
+    out: list[bytes] = []
+    for n in range(count):  # bounded by count
+        end = data.find(b"\r\n", at)
+        digits = data[at:end]
+        if (
+            end < 0
+            or not 0 < len(digits) <= 8
+            or not digits.isdigit()
+            or (digits[0] == 48 and len(digits) > 1)
+        ):
+            return None
+        start = end + 2
+        stop = start + int(digits)
+        if n + 1 < count:
+            if data[stop : stop + 3] != b"\r\n$":
+                return None
+            at = stop + 3
+        elif len(data) != stop + 2 or not data.endswith(b"\r\n"):
+            return None
+        out.append(data[start:stop])
+    return out
+
+
 def _whole_set(data: bytes) -> tuple[bytes, bytes] | None:
     """The key and value of a read that is one whole ``SET key value`` as a client sends it
-    (``_LONE_SET``, each length in plain digits: no sign, no leading zero but a lone 0 for an
-    empty value), and nothing else; None for anything else (the parser takes it)."""
-    at = len(_LONE_SET)
-    end = data.find(b"\r\n", at)
-    digits = data[at:end]
-    if not 0 < len(digits) <= 5 or not digits.isdigit() or digits[0] == 48:
+    (``_LONE_SET``, ``_whole_bulks``), the key not empty, and nothing else; None for anything
+    else (the parser takes it)."""
+    found = _whole_bulks(data, len(_LONE_SET), 2)
+    if found is None or not found[0]:
         return None
-    key_at = end + 2
-    key_end = key_at + int(digits)
-    if data[key_end : key_end + 3] != b"\r\n$":
+    return found[0], found[1]
+
+
+def _whole_xadd(data: bytes) -> list[bytes] | None:
+    """The key, ``*``, field and value of a read that is one whole ``XADD key * field value`` as
+    a client sends it (``_LONE_XADD``, ``_whole_bulks``: the id ``*``, one field), and nothing
+    else; None for anything else (the parser takes it)."""
+    found = _whole_bulks(data, len(_LONE_XADD), 4)
+    if found is None or found[1] != b"*":
         return None
-    end = data.find(b"\r\n", key_end + 3)
-    digits = data[key_end + 3 : end]
-    if not 0 < len(digits) <= 8 or not digits.isdigit() or (digits[0] == 48 and len(digits) > 1):
-        return None
-    value_at = end + 2
-    value_end = value_at + int(digits)
-    if len(data) != value_end + 2 or not data.endswith(b"\r\n"):
-        return None
-    return data[key_at:key_end], data[value_at:value_end]
+    return found
 
 
 @dataclass
@@ -390,7 +415,14 @@ class _Connection(asyncio.Protocol):
             data.startswith(_LONE_SET)
             and self._idle
             and not (self._inflight or self._paused)
-            and self._lone_set(data)
+            and self._lone_write(_whole_set(data), b"SET")
+        ):
+            return
+        if (
+            data.startswith(_LONE_XADD)
+            and self._idle
+            and not (self._inflight or self._paused)
+            and self._lone_write(_whole_xadd(data), b"XADD")
         ):
             return
         self.parser.feed(data)
@@ -523,24 +555,23 @@ class _Connection(asyncio.Protocol):
         self._write(reply)
         return True
 
-    def _lone_set(self, data: bytes) -> bool:
-        """A read that is one whole ``SET key value`` and nothing else, nothing buffered before
-        it (SET x16, x50, x1: each client waits for its reply), handed to the committer as
-        ``_serve_now`` would hand it, without the parser. False, having done nothing, for
-        anything else: the parser takes it."""
-        found = _whole_set(data)
+    def _lone_write(self, found: Sequence[bytes] | None, name: bytes) -> bool:
+        """A read that is one whole plain write and nothing else, nothing buffered before it
+        (``_whole_set``: SET x16, x50, x1; ``_whole_xadd``: XADD x16; each client waits for its
+        reply), ``found`` its arguments after ``name``, handed to the committer as ``_serve_now``
+        would hand it, without the parser. False, having done nothing, for anything else
+        (``found`` None): the parser takes it."""
         if found is None:
             return False
-        key, value = found
         parser = self.parser
-        if len(value) > parser.limits.bulk_size_max:
+        if max(map(len, found)) > parser.limits.bulk_size_max:
             return False  # (the parser refuses it, in Redis's words)
         if parser.buffered or parser.failed or not parser.authenticated:
             return False  # (before AUTH the parser's tighter bounds apply)
         committer = self.front.committer
         if committer is None or not self._writable.is_set() or self._eof or not self._reading:
             return False
-        cmds = [[b"SET", key, value]]
+        cmds = [[name, *found]]
         self._inflight = True
         if not (self.front.owns_kv() and committer.gather(self.session, cmds, self)):
             committer.submit(self.session, cmds, self)
