@@ -404,27 +404,15 @@ class _Connection(asyncio.Protocol):
         if not self._reading:
             return
         self.server.counters.bytes_in += len(data)
-        if (
-            data.startswith(_LONE_GET)
-            and self._idle
-            and not (self._inflight or self._paused)
-            and self._lone_get(data)
-        ):
-            return
-        if (
-            data.startswith(_LONE_SET)
-            and self._idle
-            and not (self._inflight or self._paused)
-            and self._lone_write(_whole_set(data), b"SET")
-        ):
-            return
-        if (
-            data.startswith(_LONE_XADD)
-            and self._idle
-            and not (self._inflight or self._paused)
-            and self._lone_write(_whole_xadd(data), b"XADD")
-        ):
-            return
+        if self._idle and not (self._inflight or self._paused):  # (the reads taken without the parser)
+            if data.startswith(_LONE_GET):
+                if self._lone_get(data):
+                    return
+            elif data.startswith(_LONE_SET):
+                if self._lone_write(_whole_set(data), b"SET"):
+                    return
+            elif data.startswith(_LONE_XADD) and self._lone_write(_whole_xadd(data), b"XADD"):
+                return
         self.parser.feed(data)
         if self._inflight:  # (its commands run once the batch in flight is answered: _landed)
             if self.parser.buffered > INPUT_PAUSE_SIZE and not self._paused:
