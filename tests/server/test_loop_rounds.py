@@ -282,6 +282,12 @@ def _held_stream(tmp_path: Path, port: int) -> _LockHolder:
     return _LockHolder(tmp_path / "data" / "logs" / "held")
 
 
+def _ids_grow(entries: list[tuple[bytes, object]]) -> bool:
+    """Whether the ids of XRANGE's entries grow, each above the one before."""
+    ids = [tuple(map(int, eid.split(b"-"))) for eid, _ in entries]
+    return ids == sorted(set(ids))
+
+
 def test_xadds_of_a_turn_of_the_loop_share_a_round_on_the_loop(tmp_path: Path) -> None:
     """16 connections send an XADD each before any reads its reply: their rounds run on the
     loop (each stream's writer lock taken there without a wait), share rounds, and every entry
@@ -319,8 +325,67 @@ def test_xadds_of_a_turn_of_the_loop_share_a_round_on_the_loop(tmp_path: Path) -
                 entries = check.xrange(f"s{k}")
                 values = [fields[b"f"] for _, fields in entries[1:]]
                 assert sorted(values) == sorted(b"%d-%d" % (i, t) for i in range(k, 16, 2) for t in range(30))
-                ids = [tuple(map(int, eid.split(b"-"))) for eid, _ in entries]
-                assert ids == sorted(set(ids))
+                assert _ids_grow(entries)
+        finally:
+            check.close()
+    finally:
+        r.stop()
+
+
+def test_lone_xadds_take_the_parser_free_path_and_the_rounds_plain_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """XADD x16 as redis-benchmark sends it: each read one whole ``XADD key * field value`` on an
+    idle connection goes to the round without the parser (``_lone_write``), and the round
+    appends a run of them without the command's dispatch (``Session.plain_xadds``); their
+    entries are the ones the common path would have made (one each, in the order of their ids,
+    the replies those ids)."""
+    from logspool.server import _resp
+
+    taken = {"lone": 0, "plain": 0}
+    lone_write, plain_xadds = _resp._Connection._lone_write, _resp.Session.plain_xadds
+
+    def counted_lone(self: _resp._Connection, found: object, name: bytes) -> bool:
+        took = lone_write(self, found, name)  # type: ignore[arg-type]
+        taken["lone"] += took and name == b"XADD"
+        return took
+
+    def counted_plain(self: _resp.Session, *args: object) -> object:
+        out = plain_xadds(self, *args)  # type: ignore[arg-type]
+        taken["plain"] += len(out[0])
+        return out
+
+    monkeypatch.setattr(_resp._Connection, "_lone_write", counted_lone)
+    monkeypatch.setattr(_resp.Session, "plain_xadds", counted_plain)
+    r, port = _resp_running(tmp_path, _Fsyncs())
+    try:
+        setup = redis.Redis(port=port, socket_timeout=30)
+        setup.xadd("lone", {"f": "warm"})  # (the log open: the round's plain path takes it)
+        setup.close()
+        socks = [socket.create_connection(("127.0.0.1", port), timeout=30) for _ in range(16)]
+        readers = [sock.makefile("rb") for sock in socks]
+        ids: dict[bytes, bytes] = {}
+        try:
+            for turn in range(20):
+                for i, sock in enumerate(socks):
+                    args = [b"XADD", b"lone", b"*", b"f", b"%d-%d" % (i, turn)]
+                    sock.sendall(b"*5\r\n" + b"".join(b"$%d\r\n%b\r\n" % (len(a), a) for a in args))
+                for i, reader in enumerate(readers):
+                    assert reader.readline().startswith(b"$")
+                    ids[reader.readline()[:-2]] = b"%d-%d" % (i, turn)
+        finally:
+            for f in readers:
+                f.close()
+            for sock in socks:
+                sock.close()
+        # (a connection's first read comes before its task idles: the parser's; the rest lone)
+        assert taken["lone"] >= 16 * 19, taken
+        assert taken["plain"] >= 16 * 19, taken
+        check = redis.Redis(port=port, socket_timeout=30)
+        try:
+            entries = check.xrange("lone")[1:]
+            assert {eid: fields[b"f"] for eid, fields in entries} == ids
+            assert _ids_grow(entries)
         finally:
             check.close()
     finally:

@@ -24,6 +24,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -485,6 +486,20 @@ def test_a_lone_get_is_answered_as_any_get(daemon: Daemon) -> None:
 
 
 # --- streams --------------------------------------------------------------------------------------
+@contextlib.contextmanager
+def _raw_conns(port: int, n: int) -> Iterator[tuple[list[socket.socket], list[Any]]]:
+    """``n`` raw connections to the RESP port and a line reader of each, closed at the end."""
+    socks = [socket.create_connection(("127.0.0.1", port), timeout=30) for _ in range(n)]
+    readers = [sock.makefile("rb") for sock in socks]
+    try:
+        yield socks, readers
+    finally:
+        for f in readers:
+            f.close()
+        for sock in socks:
+            sock.close()
+
+
 def test_plain_sets_of_many_connections_at_once_answer_each_as_alone(daemon: Daemon) -> None:
     """A commit round writes the plain SETs of its connections with one write (``plain_sets``),
     each still checked against its own connection: 16 raw connections send their SETs at once,
@@ -498,9 +513,7 @@ def test_plain_sets_of_many_connections_at_once_answer_each_as_alone(daemon: Dae
         assert setup.execute_command("LS.LOCK", "round:locked", "owner-7", "60")
     finally:
         setup.close()
-    socks = [socket.create_connection(("127.0.0.1", daemon.resp_port), timeout=30) for _ in range(16)]
-    readers = [s.makefile("rb") for s in socks]
-    try:
+    with _raw_conns(daemon.resp_port, 16) as (socks, readers):
 
         def send(i: int, *args: bytes) -> None:
             socks[i].sendall(b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%b\r\n" % (len(a), a) for a in args))
@@ -528,17 +541,72 @@ def test_plain_sets_of_many_connections_at_once_answer_each_as_alone(daemon: Dae
                     assert reply.startswith(b"-ERR logspool keys are UTF-8"), reply
                 else:
                     assert reply == b"+OK\r\n", (i, turn, reply)
-    finally:
-        for f in readers:
-            f.close()
-        for s in socks:
-            s.close()
     check = redis.Redis(port=daemon.resp_port, socket_timeout=10)
     try:
         assert check.get("round:locked") == b"by-7-39"
         assert check.incr("round:int") == 391
         for i in set(range(16)) - {3, 5, 7, 9}:
             assert check.get(f"round:{i}") == b"v-%d-39" % i
+    finally:
+        check.close()
+
+
+def test_plain_xadds_of_many_connections_at_once_answer_each_as_alone(daemon: Daemon) -> None:
+    """A commit round appends the plain XADDs of its connections without the command's dispatch
+    (``plain_xadds``), each still checked against its own connection: 16 raw connections send an
+    XADD each at once, round after round, to two streams; among them a connection in MULTI (its
+    XADD is queued, then run by EXEC), a stream key that is not a log name (its error), a new
+    stream each turn (not open yet: the common path creates it), an explicit id and a trim
+    (the parser's path). Every reply is the id its entry has, in order within each stream, and
+    every entry holds what its connection sent."""
+    sent: dict[bytes, bytes] = {}  # id -> value
+    with _raw_conns(daemon.resp_port, 16) as (socks, readers):
+
+        def send(i: int, *args: bytes) -> None:
+            socks[i].sendall(b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%b\r\n" % (len(a), a) for a in args))
+
+        def bulk(i: int) -> bytes:
+            head = readers[i].readline()
+            assert head.startswith(b"$"), (i, head)
+            return readers[i].readline()[:-2]
+
+        send(4, b"MULTI")
+        assert readers[4].readline() == b"+OK\r\n"
+        for turn in range(30):  # each turn: 16 XADDs sent before any reply is read
+            for i in range(16):
+                value = b"v-%d-%d" % (i, turn)
+                if i == 5:
+                    send(i, b"XADD", b"bad:key", b"*", b"f", value)
+                elif i == 6:
+                    send(i, b"XADD", b"new-%d" % turn, b"*", b"f", value)
+                elif i == 8:
+                    send(i, b"XADD", b"plain-a", b"MAXLEN", b"~", b"100000", b"*", b"f", value)
+                else:
+                    send(i, b"XADD", b"plain-%s" % (b"a" if i % 2 else b"b"), b"*", b"f", value)
+            for i in range(16):
+                value = b"v-%d-%d" % (i, turn)
+                if i == 4:
+                    assert readers[i].readline() == b"+QUEUED\r\n"
+                elif i == 5:
+                    assert readers[i].readline().startswith(b"-ERR logspool stream keys are log names")
+                elif i == 6:
+                    bulk(i)
+                else:
+                    sent[b"%s %s" % (b"a" if i % 2 or i == 8 else b"b", bulk(i))] = value
+        send(4, b"EXEC")
+        assert readers[4].readline() == b"*30\r\n"
+        for turn in range(30):
+            sent[b"b " + bulk(4)] = b"v-4-%d" % turn
+    check = redis.Redis(port=daemon.resp_port, socket_timeout=10)
+    try:
+        for stream in (b"a", b"b"):
+            entries = check.xrange(b"plain-" + stream)
+            ids = [entry_id for entry_id, _ in entries]
+            assert ids == sorted(ids, key=lambda x: tuple(map(int, x.split(b"-"))))
+            assert {entry_id: fields[b"f"] for entry_id, fields in entries} == {
+                k.split(b" ")[1]: v for k, v in sent.items() if k.startswith(stream + b" ")
+            }
+        assert [check.xlen(f"new-{turn}") for turn in range(30)] == [1] * 30
     finally:
         check.close()
 

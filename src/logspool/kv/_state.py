@@ -174,8 +174,10 @@ class State:
         value the op keeps takes the key's entry in place, as an UPDATE does (no entry to
         allocate, untrack and free: a sixth of such a round's decision, where most SETs
         overwrite). Elsewhere an entry read before a write must keep what it held (SET's GET
-        option answers the old value from it): ``apply`` gives each SET a new one. ``loaded``
-        gives no stale bytes to an entry changed here: it holds its value."""
+        option answers the old value from it): ``apply`` gives each SET a new one. No reader
+        holds an entry across such a round: every read of the store, and every value read back
+        from disk and given to its entry (``loaded``), is under the store's mutex, which the
+        round holds."""
         if type(op) is not ops.Set or op.volatile:
             self.apply(lsn, timestamp_ns, op)
             return

@@ -357,6 +357,13 @@ class _Writes:
         self._wrote = bool(round_.synced)
         return frames
 
+    def plain_xadds(
+        self, round_: Sequence[tuple[Any, list[Any], Any]], start: int, held: HeldTails
+    ) -> tuple[list[list[bytes]], dict[str, Any]]:
+        """The RESP door's plain XADDs (``Session.plain_xadds``): none here (a log.APPEND runs in
+        ``run``, a plain one as cheaply)."""
+        return [], {}
+
     def plain_sets(self, round_: Sequence[tuple[Any, list[Any], Any]], start: int) -> list[list[bytes]]:
         """In the committer's round (``round`` set, the round's batches in ``round_``): the
         batches from ``start`` on whose requests are all plain kv.SETs (``_plain_set``) of one

@@ -552,7 +552,7 @@ class _Connection(asyncio.Protocol):
         if found is None:
             return False
         parser = self.parser
-        if max(map(len, found)) > parser.limits.bulk_size_max:
+        if max(map(len, found)) > parser.limits.bulk_size_max or len(found) >= parser.limits.args_max:
             return False  # (the parser refuses it, in Redis's words)
         if parser.buffered or parser.failed or not parser.authenticated:
             return False  # (before AUTH the parser's tighter bounds apply)
@@ -1013,6 +1013,38 @@ class Session:
             return []  # (checked before any op is applied)
         self.front.requests[b"SET"] += len(made)
         return [_Batch([w.OK], []) for _ in made]
+
+    def plain_xadds(
+        self, round_: Sequence[tuple[Any, list[Any], Any]], start: int, held: HeldTails
+    ) -> tuple[list[_Batch], dict[str, Any]]:
+        """In the committer's round (``held``: its writer locks of logs): how many batches, from
+        ``start`` on, are each one plain ``XADD key * field value`` of an open log (the lone
+        path's: the id ``*``, no option, one field; each checked against its own session),
+        appended here as ``_xadd`` appends them (``Streams.add`` under the round's locks)
+        without the command's dispatch and its options' parsing (XADD x16). Their outcomes, each
+        the entry's id, one a batch taken, and the logs they wrote; none if the first is not one
+        (``run`` takes it, opens a new log, answers its errors)."""
+        streams, stores = self.front.streams, self.front.server.stores
+        out: list[_Batch] = []
+        wrote: dict[str, Any] = {}
+        for session, cmds, _ in itertools.islice(round_, start, None):  # bounded by the round
+            if len(cmds) != 1 or len(args := cmds[0]) != 5 or args[0] != b"XADD" or args[2] != b"*":
+                break
+            if session.multi is not None or not session.authed:
+                break
+            name = args[1].decode("ascii", "replace")
+            log = stores.opened("logs", name) if _wire.NAME_RE.fullmatch(name) else None
+            if log is None:
+                break
+            try:
+                entry_id = streams.add(log, args[3:], None, held)
+            except (errors.LogspoolError, ValueError, TypeError):
+                break  # (checked before it is appended: ``run`` answers it)
+            wrote[name] = log
+            out.append(_Batch([w.bulk(entry_id)], []))
+        if out:
+            self.front.requests[b"XADD"] += len(out)
+        return out, wrote
 
     def sync(self) -> None:
         """Make the batch's writes durable before its replies go out (see the module docstring)."""

@@ -328,6 +328,17 @@ class Committer:
                             )
                             i += len(plain)
                             continue
+                        # XADD x16: plain XADDs of open logs, appended under the round's locks
+                        plain, appended = session.plain_xadds(round_, i, held)
+                        if plain:
+                            if waits is None:  # (as any command but a plain SET: see above)
+                                waits = self._decided_before()
+                            logs.update(appended)
+                            done.extend(
+                                zip([f for _, _, f in round_[i : i + len(plain)]], plain, strict=True)
+                            )
+                            i += len(plain)
+                            continue
                     i += 1
                     if waits is None:  # (a command that may read what the other door wrote)
                         waits = self._decided_before()

@@ -199,7 +199,8 @@ class Decision(View):
         """Write the ops of plain SETs (``plain_set_op``) in one call (each checked before any is
         applied: an error writes none), applied by ``State.apply_plain``: nothing here holds an
         entry of the state."""
-        self.w.write_many(made, self.state.apply_plain)  # type: ignore[attr-defined]
+        # (the state's function now: ``self.state`` is the one this decision began with)
+        self.w.write_many(made, self.store._state.apply_plain)  # type: ignore[attr-defined]
 
     def unlocked(self, key: str) -> None:
         """KeyLockedError if another owner than this connection's name holds a lock on ``key``."""
