@@ -165,3 +165,32 @@ def test_dead_subscribers_expire_by_idle_age(log_dir: str) -> None:
 def test_bad_policies_get_clear_errors(kwargs: dict[str, object], match: str) -> None:
     with pytest.raises((ValueError, TypeError), match=match):
         logspool.Retention(**kwargs)  # type: ignore[arg-type]
+
+
+def test_a_writer_left_behind_by_retention_appends_at_the_end(log_dir: str) -> None:
+    """A handle that last wrote in a segment which retention has since removed, with the
+    segment its seal names removed too (another handle wrote on through several rotations, and
+    a subscriber consumed them): its next append goes at the log's end, after every record the
+    other wrote, never into a segment made again under a removed one's name (which took lsns
+    the log had used, and was then cut as a torn tail, records of the other writer with it)."""
+    behind = logspool.open(log_dir, durability="os", segment_size_max=4096)
+    behind.append(b"first")
+    with build(log_dir, 0) as other:
+        for i in range(200):
+            other.append(f"record {i:04d} ".encode() * 6)
+        other.add_subscriber("done", start=150)
+        removed = other.enforce_retention(logspool.Retention(consumed=True)).removed
+        kept = segment_bases(log_dir)
+    # (its own segment and the one its seal names: gone)
+    assert len(removed) >= 2 and removed[0].base_lsn == 0 and kept[0] > removed[1].base_lsn
+    with behind.exclusive(sync=False) as tail:
+        assert tail.next_lsn == 201
+        assert tail.append_many([b"decided"]) == [201]
+    assert behind.append(b"appended") == 202
+    behind.close()
+    with logspool.open(log_dir) as fresh:
+        records = list(fresh.read(start=kept[0]))
+    assert [r.lsn for r in records] == list(range(kept[0], 203))
+    assert [r.payload for r in records[-2:]] == [b"decided", b"appended"]
+    assert records[-3].payload == b"record 0199 " * 6
+    assert segment_bases(log_dir)[0] == kept[0]  # (no segment made again below the kept ones)

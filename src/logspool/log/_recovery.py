@@ -48,6 +48,11 @@ _CATCH_UP_READ = 4096  # what a catch-up reads at least (one syscall for a few r
 _SCAN_CHUNK = seg.SCAN_CHUNK  # what recovery and catch-up read at most at once (unless a record is longer)
 
 
+class _PassedByRetention(Exception):
+    """A catch-up crossed a seal into a segment that retention removed, and later segments
+    exist (``Recovery._scan_from``): the handle was behind by more than the log keeps."""
+
+
 class Recovery:
     """Recovery and catch-up for one writer handle, over its ``ActiveSegment``. Called under
     the writer lock only."""
@@ -356,6 +361,14 @@ class Recovery:
                 next_base = stop.next_lsn
                 next_path = segment_path(self._root, next_base)
                 if not self._fs.exists(next_path):
+                    if not recovering and list_segments(self._fs, self._root)[-1:] > [next_base]:
+                        # Not a crash mid-rotation: the log goes on past it, and retention
+                        # removed it (every record in it consumed) while this handle was
+                        # behind, its own segment removed too. Made again here, it would take
+                        # lsns the log has used, the next write landing in a segment before
+                        # the newest (then cut as a torn tail). The caller starts again from
+                        # the newest segment.
+                        raise _PassedByRetention(next_base)
                     # A crash between the seal and the next segment: the sealed segment's index
                     # may not have been fsynced with it. Make it whole and durable first.
                     if index_pos < 0 or a.rewrite_index_if_needed(due, index_pos):
@@ -468,7 +481,14 @@ class Recovery:
             _CATCH_UP_READ,
         )
         data = fs.pread(a.fd, want, end)
-        due, index_pos = self._scan_from(data, end, partial=len(data) == want)
+        try:
+            due, index_pos = self._scan_from(data, end, partial=len(data) == want)
+        except _PassedByRetention:
+            # (as for a segment cut under us, above: a recovery from the newest segment)
+            self._syncer.may_wait()
+            a.close_fds()
+            self.recover()
+            return
         if index_pos == 0 and a.index_ok:
             # Crossed a seal: the new segment's index must hold exactly what its records imply
             # (a peer killed mid-rotation may have left it without a header or without entries).
