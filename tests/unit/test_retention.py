@@ -194,3 +194,33 @@ def test_a_writer_left_behind_by_retention_appends_at_the_end(log_dir: str) -> N
     assert [r.payload for r in records[-2:]] == [b"decided", b"appended"]
     assert records[-3].payload == b"record 0199 " * 6
     assert segment_bases(log_dir)[0] == kept[0]  # (no segment made again below the kept ones)
+
+
+def _segment_bytes(path: str) -> dict[str, bytes]:
+    found = {}
+    for name in os.listdir(path):
+        if name.endswith(".seg"):
+            with open(os.path.join(path, name), "rb") as f:
+                found[name] = f.read()
+    return found
+
+
+def test_a_writer_behind_a_hole_in_the_segments_is_told_it_is_damage(log_dir: str) -> None:
+    """The same writer left behind, but only the segment its seal names is gone, the segments
+    before and after it still there: not retention's doing (it removes a prefix), so the
+    write is refused with an error naming the missing segment (repair records the loss),
+    never made again under a used lsn, and nothing of what is there is changed."""
+    behind = logspool.open(log_dir, durability="os", segment_size_max=4096)
+    behind.append(b"first")
+    with build(log_dir, 0) as other:
+        for i in range(200):
+            other.append(f"record {i:04d} ".encode() * 6)
+    bases = segment_bases(log_dir)
+    os.unlink(os.path.join(log_dir, fmt.segment_name(bases[1])))
+    before = _segment_bytes(log_dir)
+    with pytest.raises(
+        logspool.CorruptionError, match=f"segment {bases[1]} is missing between segments 0 and"
+    ):
+        behind.append(b"refused")
+    behind.close()
+    assert _segment_bytes(log_dir) == before

@@ -53,7 +53,7 @@ from typing import Any, NamedTuple, TypeVar, overload
 
 from .. import _format as fmt
 from .. import limits
-from .._fold import FoldedStore, _Writer, snapshot_name
+from .._fold import FoldedStore, _Writer
 from .._fs import FileSystem
 from ..errors import (
     AppendError,
@@ -581,9 +581,6 @@ class Store(FoldedStore[State, ops.Op], MutableMapping[str, ops.Value]):
             try:
                 value = self._read_at(entry.where, key)
             except (PositionError, DataLossError):
-                deciding = self._deciding
-                if deciding is not None and deciding[2] == threading.get_ident():
-                    return self._bytes_in_snapshot(entry)  # (a decision's state is never replaced)
                 self._load()  # the newest snapshot holds what the compacted op log held
                 self._catch_up()
                 found = self._state.values.get(key)
@@ -596,28 +593,6 @@ class Store(FoldedStore[State, ops.Op], MutableMapping[str, ops.Value]):
             self._state.loaded(entry, value)
             return value
         raise CorruptionError(self.path, 0, f"value of {key!r}: not found on disk after 4 reloads")
-
-    def _bytes_in_snapshot(self, entry: Entry) -> bytes:
-        """Inside a decision of this thread: the bytes of ``entry``'s value, whose op another
-        process's compaction removed from the op log, read from a snapshot that holds that very
-        op (the entry's version), loaded into a state of its own. Outside a decision ``_bytes``
-        reloads the store's state instead; inside one that would drop the ops the decision has
-        applied and not yet written (they would be written, and missing from this handle's
-        state). The entry is current (the decision caught up under the writer lock), and the
-        op log keeps every op above the older kept snapshot, so a newer snapshot holds it."""
-        for lsn in self._snapshot_lsns():  # newest first
-            if lsn <= entry.version:
-                break  # (a snapshot at lsn holds the ops below it)
-            try:
-                held = self._read_snapshot(os.path.join(self.path, snapshot_name(lsn)))
-            except (FileNotFoundError, CorruptionError):
-                continue  # (removed by a newer one's cleanup, or unreadable: an older one may do)
-            found = held.values.get(entry.key)
-            if found is not None and found.version == entry.version:
-                value = found.value if found.value is not None else self._read_at(found.where, entry.key)
-                self._state.loaded(entry, value)
-                return value
-        raise CorruptionError(self.path, 0, f"value of {entry.key!r} (lsn {entry.version}): in no snapshot")
 
     def _value(self, entry: Entry, now: int, data: bool) -> Value:
         lock = self._state.lock_of(entry.key, now)

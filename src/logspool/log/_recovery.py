@@ -361,12 +361,20 @@ class Recovery:
                 next_base = stop.next_lsn
                 next_path = segment_path(self._root, next_base)
                 if not self._fs.exists(next_path):
-                    if not recovering and list_segments(self._fs, self._root)[-1:] > [next_base]:
-                        # Not a crash mid-rotation: the log goes on past it, and retention
-                        # removed it (every record in it consumed) while this handle was
-                        # behind, its own segment removed too. Made again here, it would take
-                        # lsns the log has used, the next write landing in a segment before
-                        # the newest (then cut as a torn tail). The caller starts again from
+                    bases = [] if recovering else list_segments(self._fs, self._root)
+                    if bases and bases[-1] > next_base:
+                        # Not a crash mid-rotation (the next segment is made, its name made
+                        # durable, before anything is written after it): the log goes on past
+                        # it. Made again here, it would take lsns the log has used, the next
+                        # write landing in a segment before the newest.
+                        if bases[0] < next_base:
+                            # (a hole: retention removes only a prefix, the newest never)
+                            raise CorruptionError(
+                                next_path, 0, f"segment {next_base} is missing between segments "
+                                f"{bases[0]} and {bases[-1]} (logspool repair records the loss)"
+                            )  # fmt: skip
+                        # Removed by retention (every record in it consumed) while this handle
+                        # was behind, its own segment removed too: the caller starts again from
                         # the newest segment.
                         raise _PassedByRetention(next_base)
                     # A crash between the seal and the next segment: the sealed segment's index
@@ -468,9 +476,7 @@ class Recovery:
             # written): start again from the segment's beginning (a recovery, which waits for the
             # sync role and flock: refused to a caller that must not wait, which leaves it to the
             # next writer, ``catch_up``).
-            self._syncer.may_wait()
-            a.close_fds()
-            self.recover()
+            self._recover_from_newest()
             return
         # The bytes written since, and the header after them, in one read of at least a page:
         # catching up costs what the others appended and a page at most. The header read says
@@ -484,10 +490,7 @@ class Recovery:
         try:
             due, index_pos = self._scan_from(data, end, partial=len(data) == want)
         except _PassedByRetention:
-            # (as for a segment cut under us, above: a recovery from the newest segment)
-            self._syncer.may_wait()
-            a.close_fds()
-            self.recover()
+            self._recover_from_newest()  # (as for a segment cut under us, above)
             return
         if index_pos == 0 and a.index_ok:
             # Crossed a seal: the new segment's index must hold exactly what its records imply
@@ -499,6 +502,18 @@ class Recovery:
         if a.alloc_end < a.end:
             a.alloc_end = a.end  # (the others preallocated; allocate() says how far)
         a.mark_written()
+
+    def _recover_from_newest(self) -> None:
+        """In a catch-up that found its segment cut under it, or passed by retention: start
+        again from the newest segment, as an opening writer does. Flagged first, so that a
+        recovery that fails (an OSError, or damage in the newest segment) is tried again by the
+        next write, never left with the segment's fds closed."""
+        a = self._active
+        self._syncer.may_wait()
+        a.needs_recovery = True
+        a.close_fds()
+        self.recover()
+        a.needs_recovery = False
 
     def _adopt_tail_hint(self) -> bool:
         """Under the writer lock, others having written after our end: adopt the end of their
