@@ -188,6 +188,7 @@ class FoldedStore(Generic[S, OpT]):
         self._ops_lost = 0
         self._stale = False  # the state holds ops that are not in the log (see _Writer)
         self._others_write = False  # the last decision found ops it had not applied
+        self._writer: _Writer[S, OpT] | None = None  # the decision under way (under _mutex: ours)
         created = self._open_marker(create)
         self._log = Log(
             os.path.join(self.path, OPS_DIR),
@@ -310,6 +311,17 @@ class FoldedStore(Generic[S, OpT]):
 
     def _load(self) -> None:
         """Load the newest snapshot that reads back whole; the caller catches up from the op log."""
+        state, reader, start = self._newest()
+        if self._reader is not None:
+            self._reader.close()
+        self._reader = reader
+        self._state = state if state is not None else self._new_state(None, self.path)
+        self._snapshot_lsn = start
+        self._fold_bytes = 0
+
+    def _newest(self) -> tuple[S | None, Reader, int]:
+        """The newest snapshot that reads back whole (None: none, the op log holds every op), a
+        reader of the op log from the lsn it ends at, and that lsn."""
         for _ in range(16):  # bounded: each turn follows a compaction that raced with us
             state = None
             listed = self._snapshot_lsns()
@@ -356,13 +368,7 @@ class FoldedStore(Generic[S, OpT]):
                         f"before it ({len(listed)} snapshots unreadable)",
                     ) from err
                 continue  # a newer snapshot was written and compacted past ours: load that one
-            if self._reader is not None:
-                self._reader.close()
-            self._reader = reader
-            self._state = state if state is not None else self._new_state(None, self.path)
-            self._snapshot_lsn = start
-            self._fold_bytes = 0
-            return
+            return state, reader, start
         raise CorruptionError(self.path, 0, "no snapshot and op log position agree after 16 tries")
 
     # --- catching up ------------------------------------------------------------------------------
@@ -401,6 +407,35 @@ class FoldedStore(Generic[S, OpT]):
                 self._load()  # compaction removed segments we had not read: a snapshot covers them
         else:
             raise CorruptionError(self.path, 0, "could not catch up with the op log after 16 reloads")
+
+    def _state_at(self, lsn: int) -> S | None:
+        """The state with every op below ``lsn`` applied, built aside (this handle's state and
+        reader untouched) from the newest snapshot and the op log; None if the newest snapshot
+        is past ``lsn`` (it holds ops this handle has not applied). Under ``_mutex``."""
+        for _ in range(16):  # bounded: each turn follows a compaction that raced with the read
+            state, reader, start = self._newest()
+            try:
+                if start > lsn:
+                    return None
+                if state is None:
+                    state = self._new_state(None, self.path)
+                for rec in reader:
+                    if rec.lsn >= lsn:
+                        break
+                    state.next_lsn = rec.lsn  # (past ops quarantined by a repair: counted already)
+                    state.apply(
+                        rec.lsn, rec.timestamp, self._decode_op(rec.payload, f"{self.path}: lsn {rec.lsn}")
+                    )
+            except DataLossError:
+                continue  # compacted past the snapshot read: the newer one holds what went
+            finally:
+                reader.close()
+            if state.next_lsn != lsn:
+                raise CorruptionError(
+                    self._log.path, 0, f"the op log ends at lsn {state.next_lsn}, not {lsn}"
+                )
+            return state
+        raise CorruptionError(self.path, 0, "no snapshot and op log position agree after 16 tries")
 
     def _catch_up_some(self) -> bool:
         """While waiting for the writer lock (under ``_mutex``): apply what its holders wrote so
@@ -448,9 +483,11 @@ class FoldedStore(Generic[S, OpT]):
                         base, start = tail.end
                     first = tail.next_lsn
                     writer = _Writer(self, tail)
+                    outer, self._writer = self._writer, writer
                     try:
                         yield writer
                     finally:
+                        self._writer = outer
                         # One write for the decision's ops. Also after an error in the decision: the
                         # ops it made before are applied, and stay made, as each was when written.
                         writer.flush()
@@ -743,6 +780,19 @@ class _Writer(Generic[S, OpT]):
             raise AssertionError(f"{op!r} does not read back from its own bytes")  # pragma: no cover
         self._payloads.append(payload)
         state.next_lsn += 1
+
+    def replay(self, state: S) -> None:
+        """Apply to ``state`` (built aside at the lsn of the first op not written yet:
+        ``FoldedStore._state_at``) the ops made and not written yet, as they were applied."""
+        store = self._store
+        first = store._state.next_lsn - len(self._payloads)
+        assert state.next_lsn == first, (state.next_lsn, first)
+        for lsn, payload in enumerate(self._payloads, first):
+            state.apply(lsn, self._timestamp, store._decode_op(payload, f"{store.path}: lsn {lsn}"))
+
+    def unwritten(self) -> int:
+        """How many ops the decision made that are not written yet."""
+        return len(self._payloads)
 
     def flush(self) -> None:
         """Write the ops made since the last flush (their records share one timestamp)."""

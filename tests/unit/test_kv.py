@@ -648,3 +648,71 @@ def test_a_handle_left_behind_by_another_handles_compaction_writes_at_the_end(tm
     with kv.open(path) as fresh:
         assert fresh.get("cold") == b"c" * 200 + b"!" and fresh.get("k") == b"new"
         assert len(fresh) == 122
+
+
+def test_a_cold_value_read_inside_a_decision_after_a_compaction_keeps_the_decisions_ops(
+    tmp_path: Path,
+) -> None:
+    """A decision that made an op (the EXPIRE of a key past its TTL), then reads a value on disk
+    only whose op another handle's snapshots compacted away: the value comes from the newest
+    snapshot, and the op made before stays made. (The read used to reload the handle's state
+    from the snapshot and the op log, which do not hold the decision's ops not yet written: the
+    EXPIRE was dropped from the state, and the next op applied at an lsn it did not have.)"""
+    path = str(tmp_path / "shared")
+    now = [1_000 * 10**9]
+    behind = kv.open(path, memory_max=0, segment_size_max=4096, clock=lambda: now[0])
+    ahead = kv.open(path, segment_size_max=4096, clock=lambda: now[0])
+    try:
+        behind.set("cold", b"c" * 200)
+        behind.set("brief", b"b", ttl=1.0)
+        behind.set("moved", b"m" * 300)
+        behind.rename("moved", "there")  # (a renamed cold value: found under its new name)
+        for i in range(60):
+            ahead.set(f"f{i}", b"x" * 100)
+        ahead.snapshot()
+        for i in range(60):
+            ahead.set(f"g{i}", b"x" * 100)
+        assert behind.get("f0") == b"x" * 100  # (caught up: "cold" still named by its op's lsn)
+        ahead.snapshot()  # (the op log below the first snapshot goes, the ops of "cold" with it)
+        assert behind._state.values["cold"].value is None
+        now[0] += 2 * 10**9  # "brief" is past its TTL: the next decision expires it first
+        assert behind.modify("cold", lambda v: v + b"!") == b"c" * 200 + b"!"  # type: ignore[operator]
+        assert behind.get("there") == b"m" * 300  # (repointed too: no second reload)
+        behind.set("k", b"new")
+        for handle in (behind, ahead):
+            assert handle.get("cold") == b"c" * 200 + b"!" and handle.get("k") == b"new"
+            assert "brief" not in handle and handle.get("there") == b"m" * 300
+        assert behind.snapshot() is not None  # (the state reads back whole: every value found)
+    finally:
+        behind.close()
+        ahead.close()
+    with kv.open(path) as fresh:
+        assert fresh.get("cold") == b"c" * 200 + b"!" and fresh.get("k") == b"new"
+        assert "brief" not in fresh and fresh.get("there") == b"m" * 300
+        assert len(fresh) == 123
+
+
+def test_a_snapshot_by_a_handle_left_behind_by_compaction_holds_its_values_on_disk(tmp_path: Path) -> None:
+    """A handle whose values are on disk only (a memory bound of 0), named by ops another
+    handle's snapshots compacted away, writes a snapshot: it holds every value, read from where
+    they are now. (Its snapshot read them at the ops' lsns and failed with a PositionError.)"""
+    path = str(tmp_path / "shared")
+    behind = kv.open(path, memory_max=0, segment_size_max=4096)
+    ahead = kv.open(path, segment_size_max=4096)
+    try:
+        for i in range(5):
+            behind.set(f"cold{i}", bytes([65 + i]) * 300)
+        for turn in range(2):
+            for i in range(60):
+                ahead.set(f"f{turn}.{i}", b"x" * 100)
+            assert len(behind) == 5 + 60 * (turn + 1)  # (caught up: its reader past its ops)
+            ahead.snapshot()  # (the second compacts away the op log below the first)
+        assert behind._state.values["cold0"].value is None
+        lsn = behind.snapshot()
+        assert lsn is not None and os.path.exists(os.path.join(path, f"snapshot.{lsn:016x}"))
+    finally:
+        behind.close()
+        ahead.close()
+    with kv.open(path) as fresh:
+        assert [fresh.get(f"cold{i}") for i in range(5)] == [bytes([65 + i]) * 300 for i in range(5)]
+        assert len(fresh) == 125

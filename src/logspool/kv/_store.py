@@ -53,7 +53,7 @@ from typing import Any, NamedTuple, TypeVar, overload
 
 from .. import _format as fmt
 from .. import limits
-from .._fold import FoldedStore, _Writer
+from .._fold import SNAPSHOT_SUBSCRIBER, FoldedStore, _Writer
 from .._fs import FileSystem
 from ..errors import (
     AppendError,
@@ -439,6 +439,11 @@ class Store(FoldedStore[State, ops.Op], MutableMapping[str, ops.Value]):
 
     def _before_snapshot(self) -> None:
         state = self._state
+        if self.memory_max is not None and self._cold_below(self._compacted_below()):
+            # Values on disk only at ops that compaction may have removed (another process's
+            # snapshots): where are they now. (Under the snapshot lock, which every compaction
+            # takes to move the op log's start: none moves it until this snapshot is written.)
+            self._relocate()
         horizon = state.last_ns - int(limits.KV_TOMBSTONE_S * _NS)
         for key in [k for k, ts in state.tombstones.items() if ts < horizon]:
             del state.tombstones[key]
@@ -581,7 +586,12 @@ class Store(FoldedStore[State, ops.Op], MutableMapping[str, ops.Value]):
             try:
                 value = self._read_at(entry.where, key)
             except (PositionError, DataLossError):
-                self._load()  # the newest snapshot holds what the compacted op log held
+                if self._relocate():  # (the newest snapshot holds what the compacted op log held)
+                    continue
+                # Outside a decision, behind another process's newest snapshot: load it, and
+                # read the key's value now (a read is as new as the state it is made from).
+                assert self._writer is None
+                self._load()
                 self._catch_up()
                 found = self._state.values.get(key)
                 if found is None:
@@ -593,6 +603,45 @@ class Store(FoldedStore[State, ops.Op], MutableMapping[str, ops.Value]):
             self._state.loaded(entry, value)
             return value
         raise CorruptionError(self.path, 0, f"value of {key!r}: not found on disk after 4 reloads")
+
+    def _compacted_below(self) -> int:
+        """The lsn below which retention may remove the op log's segments: the older kept
+        snapshot's (``FoldedStore.snapshot``)."""
+        for info in self._log.subscribers():
+            if info.name == SNAPSHOT_SUBSCRIBER:
+                return info.lsn
+        return 0
+
+    def _cold_below(self, lsn: int) -> bool:
+        """Whether a value on disk only is in the op log below ``lsn``."""
+        return any(
+            e.value is None and type(e.where) is int and e.where < lsn for e in self._state.values.values()
+        )
+
+    def _relocate(self) -> bool:
+        """After another process's snapshots compacted away ops that hold values of this
+        handle's state: point every value at where it is now, the newest snapshot or the op log
+        after it. The state there is built aside, with the decision under way's ops not written
+        yet applied after (the same ops as this one's, to the same entries), and this handle's
+        state is kept: a decision under way holds it, and writes the ops applied to it (loading
+        anew dropped them from the state: the decision's next op applied at an lsn it did not
+        have). False, nothing done, if the newest snapshot holds ops this handle has not applied
+        (outside a decision only: under the writer lock no process appends). Under ``_mutex``."""
+        state, writer = self._state, self._writer
+        unwritten = writer.unwritten() if writer is not None else 0
+        aside = self._state_at(state.next_lsn - unwritten)
+        if aside is None:
+            if writer is not None:
+                raise CorruptionError(self.path, 0, "a snapshot holds ops past the op log's end")
+            return False
+        if writer is not None:
+            writer.replay(aside)
+        found = aside.values
+        for key, entry in state.values.items():
+            there = found.get(key)
+            if there is not None and there.version == entry.version and there.where is not None:
+                entry.where = there.where
+        return True
 
     def _value(self, entry: Entry, now: int, data: bool) -> Value:
         lock = self._state.lock_of(entry.key, now)
