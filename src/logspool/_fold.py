@@ -375,9 +375,10 @@ class FoldedStore(Generic[S, OpT]):
     def _catch_up(self) -> None:
         """Apply every op in the log that this handle has not applied. Under ``_mutex``."""
         self._check_open()
-        if self._stale:
+        if self._stale and self._writer is None:
             # A decision's ops were applied but not all written (its write failed): the state is
-            # ahead of the log. Start again from disk.
+            # ahead of the log. Start again from disk. (Inside a decision its ops not written yet
+            # are the state's own: a read within it, ``get`` in ``modify``'s function, keeps them.)
             self._load()
             self._stale = False
         for _ in range(16):  # bounded: each turn follows a compaction that removed what we needed
@@ -408,19 +409,20 @@ class FoldedStore(Generic[S, OpT]):
         else:
             raise CorruptionError(self.path, 0, "could not catch up with the op log after 16 reloads")
 
-    def _state_at(self, lsn: int) -> S | None:
-        """The state with every op below ``lsn`` applied, built aside (this handle's state and
-        reader untouched) from the newest snapshot and the op log; None if the newest snapshot
-        is past ``lsn`` (it holds ops this handle has not applied). Under ``_mutex``."""
+    def _state_at(self, lsn: int | None) -> S | None:
+        """The state with every op below ``lsn`` the op log holds applied (None: every op),
+        built aside (this handle's state and reader untouched) from the newest snapshot and the
+        op log; None if the newest snapshot is past ``lsn`` (it holds ops this handle has not
+        applied). Under ``_mutex``."""
         for _ in range(16):  # bounded: each turn follows a compaction that raced with the read
             state, reader, start = self._newest()
             try:
-                if start > lsn:
+                if lsn is not None and start > lsn:
                     return None
                 if state is None:
                     state = self._new_state(None, self.path)
                 for rec in reader:
-                    if rec.lsn >= lsn:
+                    if lsn is not None and rec.lsn >= lsn:
                         break
                     state.next_lsn = rec.lsn  # (past ops quarantined by a repair: counted already)
                     state.apply(
@@ -430,10 +432,8 @@ class FoldedStore(Generic[S, OpT]):
                 continue  # compacted past the snapshot read: the newer one holds what went
             finally:
                 reader.close()
-            if state.next_lsn != lsn:
-                raise CorruptionError(
-                    self._log.path, 0, f"the op log ends at lsn {state.next_lsn}, not {lsn}"
-                )
+            if lsn is not None:
+                state.next_lsn = lsn  # (the ops below it the log lacks were quarantined by a repair)
             return state
         raise CorruptionError(self.path, 0, "no snapshot and op log position agree after 16 tries")
 
@@ -793,6 +793,11 @@ class _Writer(Generic[S, OpT]):
     def unwritten(self) -> int:
         """How many ops the decision made that are not written yet."""
         return len(self._payloads)
+
+    def unwritten_payload(self, lsn: int) -> bytes | None:
+        """The payload of the op at ``lsn`` if the decision made it and has not written it yet."""
+        first = self._store._state.next_lsn - len(self._payloads)
+        return self._payloads[lsn - first] if first <= lsn < first + len(self._payloads) else None
 
     def flush(self) -> None:
         """Write the ops made since the last flush (their records share one timestamp)."""

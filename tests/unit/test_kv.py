@@ -716,3 +716,130 @@ def test_a_snapshot_by_a_handle_left_behind_by_compaction_holds_its_values_on_di
     with kv.open(path) as fresh:
         assert [fresh.get(f"cold{i}") for i in range(5)] == [bytes([65 + i]) * 300 for i in range(5)]
         assert len(fresh) == 125
+
+
+def _left_behind(path: str) -> tuple[kv.Store, kv.Store]:
+    """Two handles of one store: ``behind`` (a memory bound of 0: every value on disk only)
+    holds "cold", named by its op's lsn, which ``ahead``'s two snapshots compacted away."""
+    behind = kv.open(path, memory_max=0, segment_size_max=4096)
+    ahead = kv.open(path, segment_size_max=4096)
+    behind.set("cold", b"c" * 200)
+    for turn in range(2):
+        for i in range(60):
+            ahead.set(f"f{turn}.{i}", b"x" * 100)
+        assert behind.get(f"f{turn}.0") == b"x" * 100  # (caught up: its reader past the op)
+        ahead.snapshot()
+    assert behind._state.values["cold"].value is None
+    return behind, ahead
+
+
+def test_set_get_of_a_compacted_cold_value_in_a_round_answers_the_old_value(tmp_path: Path) -> None:
+    """A commit round's plain SET, then ``SET cold new GET`` of a value on disk only whose op
+    was compacted away: the new SET replaces the key's entry first, then the old entry's bytes
+    are read. The old entry is found where it is now (the newest snapshot), though no longer in
+    the state. (Found by review: relocation repointed the state's entries only, and the read
+    failed after 4 tries.) Then a RENAME of it in a decision, and a read of the new name in the
+    same decision: relocation replays the RENAME."""
+    from logspool.kv import _ops as kv_ops
+    from logspool.server._resp_kv import RedisKV
+
+    path = str(tmp_path / "shared")
+    behind, ahead = _left_behind(path)
+    try:
+        r = RedisKV(behind)
+        with r.decide() as d:
+            d.write_many([d.plain_set_op("k", kv_ops.BYTES, b"v", None)])  # (the round's plain SET)
+            done, old = r.set(d, "cold", b"new")  # type: ignore[misc]
+            assert done and old is not None and d.value(old) == b"c" * 200
+        assert behind.get("cold") == b"new" and ahead.get("cold") == b"new"
+    finally:
+        behind.close()
+        ahead.close()
+    behind, ahead = _left_behind(str(tmp_path / "renamed"))
+    try:
+
+        def fn(value: object) -> bytes:
+            behind.rename("cold", "there")  # (part of modify's decision)
+            return behind.modify("there", lambda old: old + b"!")[-2:]  # type: ignore[operator,index,no-any-return]
+
+        assert behind.modify("a", fn) == b"c!"
+        assert behind.get("there") == b"c" * 200 + b"!" and "cold" not in behind
+        assert behind.snapshot() is not None
+    finally:
+        behind.close()
+        ahead.close()
+    with kv.open(path) as fresh:
+        assert fresh.get("cold") == b"new" and fresh.get("k") == b"v"
+    with kv.open(tmp_path / "renamed") as fresh:
+        assert fresh.get("there") == b"c" * 200 + b"!" and "cold" not in fresh
+
+
+def test_a_value_made_in_a_decision_and_out_of_memory_at_once_reads_back_in_it(tmp_path: Path) -> None:
+    """A memory bound of 0: a value set inside a decision leaves memory at once, before its op
+    is written (at the decision's end). A read of it later in the decision comes from the
+    decision's own unwritten op. (Found by review: it was looked for in the op log, at an lsn
+    not written yet, and failed.)"""
+    path = str(tmp_path / "s")
+    with kv.open(path, memory_max=0) as s:
+        s.set("a", b"start")
+
+        def fn(value: object) -> bytes:
+            s.set("big", b"z" * 200)  # (part of modify's decision: applied, not written, evicted)
+            assert s._state.values["big"].value is None
+            return s.modify("big", lambda old: old + b"!")[:4]  # type: ignore[operator,index,no-any-return]
+
+        assert s.modify("a", fn) == b"zzzz"
+        assert s.get("big") == b"z" * 200 + b"!"
+    with kv.open(path) as fresh:
+        assert fresh.get("big") == b"z" * 200 + b"!" and fresh.get("a") == b"zzzz"
+
+
+def test_a_read_inside_a_decision_after_its_first_op_keeps_the_ops(tmp_path: Path) -> None:
+    """``modify``'s function makes an op (a nested ``set``: part of the decision), then reads
+    through the public API: the read sees the op, and the decision writes both. (Found by
+    review: the read's catch-up took the decision's unwritten op for a failed write's and
+    loaded the state anew, dropping it; the decision's write then failed.)"""
+    path = str(tmp_path / "s")
+    with kv.open(path) as s:
+        s.set("a", b"1")
+
+        def fn(value: object) -> bytes:
+            s.set("b", b"2")
+            assert s.get("b") == b"2" and len(s) == 2
+            return b"x"
+
+        assert s.modify("a", fn) == b"x"
+    with kv.open(path) as fresh:
+        assert fresh.get("a") == b"x" and fresh.get("b") == b"2"
+
+
+def test_a_page_read_behind_another_processs_newest_snapshot_reads_every_value(tmp_path: Path) -> None:
+    """A page of values on disk only is being read (the state caught up once, at its start)
+    when another handle compacts their ops away and snapshots past this handle's state: each
+    value is found in the newest snapshot, the page's state object is kept (a page walks it),
+    and a value the other handle changed since reads as it is now. (Found by review: the first
+    read loaded the newer state in place of the page's, whose other entries then failed.)"""
+    path = str(tmp_path / "shared")
+    behind = kv.open(path, memory_max=0, segment_size_max=4096)
+    ahead = kv.open(path, segment_size_max=4096)
+    try:
+        for i in range(5):
+            behind.set(f"d{i}", bytes([97 + i]) * 200)
+        for turn in range(2):
+            for i in range(60):
+                ahead.set(f"f{turn}.{i}", b"x" * 100)
+            assert len(behind) == 5 + 60 * (turn + 1)  # (caught up: its reader past the d ops)
+            ahead.snapshot()  # (the second compacts away the op log below the first)
+        ahead.set("d4", b"changed" * 30)
+        ahead.snapshot()  # (past this handle's state)
+        with behind._mutex:  # (as a page read holds it: the state caught up at its start)
+            state = behind._state
+            entries = [state.values[f"d{i}"] for i in range(5)]
+            assert all(e.value is None for e in entries)
+            got = [behind._bytes(e) for e in entries]
+            assert behind._state is state and len(state.values) == 125
+        assert got == [bytes([97 + i]) * 200 for i in range(4)] + [b"changed" * 30]
+        assert behind.get("d0") == b"a" * 200 and behind.get("d4") == b"changed" * 30
+    finally:
+        behind.close()
+        ahead.close()

@@ -286,6 +286,14 @@ def _limit(value: object) -> int:
     return value
 
 
+def _same(state: State, entry: Entry) -> Entry | None:
+    """``entry`` as ``state`` holds it (its key at the same version: the same op's value)."""
+    found = state.values.get(entry.key)
+    if found is not None and found.version == entry.version and found.where is not None:
+        return found
+    return None
+
+
 class Store(FoldedStore[State, ops.Op], MutableMapping[str, ops.Value]):
     """A key-value store in a directory. Use ``logspool.kv.open``. See the module docstring.
 
@@ -582,27 +590,37 @@ class Store(FoldedStore[State, ops.Op], MutableMapping[str, ops.Value]):
         if entry.value is not None:
             return entry.value
         key = entry.key
+        found: Entry | None = entry
         for _ in range(4):  # bounded: each turn follows a compaction by another process
-            try:
-                value = self._read_at(entry.where, key)
-            except (PositionError, DataLossError):
-                if self._relocate():  # (the newest snapshot holds what the compacted op log held)
+            if found is None:
+                raise KeyNotFoundError(self.path, key)
+            entry = found
+            if entry.value is not None:
+                return entry.value
+            value = self._unwritten_value(entry.where)
+            if value is None:
+                try:
+                    value = self._read_at(entry.where, key)
+                except (PositionError, DataLossError):
+                    # The op was compacted away: the newest snapshot holds what it held.
+                    found = self._relocate(entry)
                     continue
-                # Outside a decision, behind another process's newest snapshot: load it, and
-                # read the key's value now (a read is as new as the state it is made from).
-                assert self._writer is None
-                self._load()
-                self._catch_up()
-                found = self._state.values.get(key)
-                if found is None:
-                    raise KeyNotFoundError(self.path, key) from None
-                entry = found
-                if entry.value is not None:
-                    return entry.value
-                continue
             self._state.loaded(entry, value)
             return value
-        raise CorruptionError(self.path, 0, f"value of {key!r}: not found on disk after 4 reloads")
+        raise CorruptionError(self.path, 0, f"value of {key!r}: not found on disk after 4 relocations")
+
+    def _unwritten_value(self, where: int | SnapRef | None) -> bytes | None:
+        """The value of the op at ``where`` if the decision under way made it and has not
+        written it yet (a value that left memory at once: a memory bound of 0)."""
+        writer = self._writer
+        if writer is None or type(where) is not int:
+            return None
+        payload = writer.unwritten_payload(where)
+        if payload is None:
+            return None
+        op = ops.decode(payload, f"{self.path}: lsn {where}")
+        assert isinstance(op, ops.Set | ops.Update), op
+        return op.value
 
     def _compacted_below(self) -> int:
         """The lsn below which retention may remove the op log's segments: the older kept
@@ -618,30 +636,49 @@ class Store(FoldedStore[State, ops.Op], MutableMapping[str, ops.Value]):
             e.value is None and type(e.where) is int and e.where < lsn for e in self._state.values.values()
         )
 
-    def _relocate(self) -> bool:
+    def _relocate(self, entry: Entry | None = None) -> Entry | None:
         """After another process's snapshots compacted away ops that hold values of this
         handle's state: point every value at where it is now, the newest snapshot or the op log
-        after it. The state there is built aside, with the decision under way's ops not written
-        yet applied after (the same ops as this one's, to the same entries), and this handle's
-        state is kept: a decision under way holds it, and writes the ops applied to it (loading
-        anew dropped them from the state: the decision's next op applied at an lsn it did not
-        have). False, nothing done, if the newest snapshot holds ops this handle has not applied
-        (outside a decision only: under the writer lock no process appends). Under ``_mutex``."""
+        after it. The state there is built aside (``_state_at``), with the decision under way's
+        ops not written yet replayed onto it (the same ops as this one's, to the same entries: an
+        entry's version is the lsn of the op that last changed it), and this handle's state is
+        kept, never replaced or changed but for where its values are: a decision under way
+        holds it and writes the ops applied to it (loading anew dropped them from the state: the
+        decision's next op applied at an lsn it did not have), and a page being read walks it.
+        ``entry``: one the caller holds, perhaps no longer in the state (``SET k v GET``'s old
+        value, replaced in the decision): returned again, pointed where its bytes are now; or,
+        outside a decision, if another process's ops changed its key past this handle's state
+        (its newest snapshot holds them), the key's entry there, as it is now (None: no value
+        now): a read as new as the store. Under ``_mutex``."""
         state, writer = self._state, self._writer
         unwritten = writer.unwritten() if writer is not None else 0
         aside = self._state_at(state.next_lsn - unwritten)
+        newer = aside is None
         if aside is None:
-            if writer is not None:
+            if writer is not None:  # (under the writer lock no process appends, or snapshots past it)
                 raise CorruptionError(self.path, 0, "a snapshot holds ops past the op log's end")
-            return False
+            aside = self._state_at(None)
+            assert aside is not None
+        found = None if entry is None else _same(aside, entry)  # (one the decision's ops replaced)
         if writer is not None:
             writer.replay(aside)
-        found = aside.values
-        for key, entry in state.values.items():
-            there = found.get(key)
-            if there is not None and there.version == entry.version and there.where is not None:
-                entry.where = there.where
-        return True
+        if entry is not None and found is None:
+            found = _same(aside, entry)  # (one the decision's ops renamed)
+        there = aside.values
+        for key, mine in state.values.items():
+            other = there.get(key)
+            if other is not None and other.version == mine.version and other.where is not None:
+                mine.where = other.where
+        if entry is None:
+            return None
+        if found is not None:
+            entry.where = found.where
+            return entry
+        if newer:
+            return there.get(entry.key)
+        raise CorruptionError(
+            self.path, 0, f"value of {entry.key!r}: in neither the newest snapshot nor the op log after it"
+        )
 
     def _value(self, entry: Entry, now: int, data: bool) -> Value:
         lock = self._state.lock_of(entry.key, now)
