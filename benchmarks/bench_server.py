@@ -26,6 +26,9 @@ errors. ``--cases set16,getp16,...`` runs some of them, ``--runs N`` takes the m
 ``--versus SRC`` runs a third server, the logspool of another tree's ``src`` (``git archive
 COMMIT src | tar -x -C DIR``), in the same turns: a change measured against the commit before it
 on the same machine at the same time.
+``--floor`` runs ``resp_floor.py`` in the same turns: a Python server on uvloop with none of
+logspool's code, answering with constant replies after redis-server's own fsync work (what Python
+and uvloop alone reach on this machine: the issue's targets set against it).
 ``--part memory``: the RSS of each server after 1,000,000 SETs of 100-byte values.
 """
 
@@ -385,16 +388,32 @@ def cpu_s(pid: int) -> float:
     return sum(int(fields[i]) for i in (11, 12, 13, 14)) / os.sysconf("SC_CLK_TCK")
 
 
-def resp_main(quick: bool, runs: int, cases: list[str] | None = None, versus: str | None = None) -> None:
+def start_floor(d: str) -> tuple[subprocess.Popen[bytes], int]:
+    """``resp_floor.py``: a Python server on uvloop with none of logspool's code (its floor)."""
+    port = free_port()
+    os.makedirs(d)
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "resp_floor.py")
+    proc = subprocess.Popen([sys.executable, script, str(port), d], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)  # fmt: skip
+    wait_port(port)
+    return proc, port
+
+
+def resp_main(
+    quick: bool, runs: int, cases: list[str] | None = None, versus: str | None = None, floor: bool = False
+) -> None:
     """``cases``: the short names of RESP_CASES to run (None: all). ``versus``: the ``src`` of
-    another logspool tree, run in the same turns (its ops/s as a fraction of redis's too)."""
+    another logspool tree, run in the same turns (its ops/s as a fraction of redis's too).
+    ``floor``: ``resp_floor.py`` too, in the same turns (what Python on uvloop reaches at all)."""
     rows = []
+    floor_rows: list[tuple[str, ...]] = []
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="bench-resp-") as d:
         ls_proc, ls_port = start_logspool_resp(os.path.join(d, "logspool"))
         os.makedirs(os.path.join(d, "redis"))
         rd_proc, rd_port = start_redis(os.path.join(d, "redis"), durable=True)
         vs_proc, vs_port = start_logspool_resp(os.path.join(d, "versus"), versus) if versus else (None, 0)
+        fl_proc, fl_port = start_floor(os.path.join(d, "floor")) if floor else (None, 0)
         try:
             for port in (ls_port, rd_port, vs_port):  # the keys GET reads: every key SET may write
                 if not port:
@@ -406,9 +425,13 @@ def resp_main(quick: bool, runs: int, cases: list[str] | None = None, versus: st
                 n = n_quick if quick else n_full
                 ours, theirs, other = [], [], []
                 cpu_ours, cpu_theirs, cpu_other = [], [], []  # each server's CPU time an op, in us
+                floors: list[float] = []
+                cpu_floor: list[float] = []
                 servers = [(ls_port, ls_proc, ours, cpu_ours), (rd_port, rd_proc, theirs, cpu_theirs)]
                 if vs_proc is not None:
                     servers.append((vs_port, vs_proc, other, cpu_other))
+                if fl_proc is not None:
+                    servers.append((fl_port, fl_proc, floors, cpu_floor))
                 for _ in range(runs):  # in turns: both see the same machine
                     for port, proc, rates, cpu in servers:
                         before = cpu_s(proc.pid)
@@ -422,8 +445,13 @@ def resp_main(quick: bool, runs: int, cases: list[str] | None = None, versus: st
                     vs_ratio = statistics.median(other) / statistics.median(theirs)
                     print(f"    versus {versus}: {median(other)}, {vs_ratio:.2f}x redis, "
                           f"CPU {_us(statistics.median(cpu_other))} us an op", flush=True)  # fmt: skip
+                if floors:
+                    fl_ratio = statistics.median(floors) / statistics.median(theirs)
+                    floor_rows.append((label, median(floors), f"{fl_ratio:.2f}x", f"{ratio / fl_ratio:.2f}x",
+                                       _us(statistics.median(cpu_floor))))  # fmt: skip
+                    print("    floor:", floor_rows[-1], flush=True)
         finally:
-            for proc in (ls_proc, rd_proc, vs_proc):
+            for proc in (ls_proc, rd_proc, vs_proc, fl_proc):
                 if proc is not None:
                     proc.terminate()
                     proc.wait(30)
@@ -437,6 +465,14 @@ def resp_main(quick: bool, runs: int, cases: list[str] | None = None, versus: st
     print("|---|---|---|---|---|")
     for row in rows:
         print("| " + " | ".join(row) + " |")
+    if floor_rows:
+        print(
+            "\n| the same cases | floor (resp_floor.py: Python on uvloop, no logspool), ops/s | floor / "
+            "redis | logspool / floor | floor's CPU an op, us |"
+        )
+        print("|---|---|---|---|---|")
+        for row in floor_rows:
+            print("| " + " | ".join(row) + " |")
 
 
 def rss_kib(pid: int) -> int:
@@ -498,12 +534,17 @@ def main() -> None:
                     help="the native daemon shares its key-value stores (serve --shared-kv)")  # fmt: skip
     ap.add_argument("--procs", type=int, default=2, help="processes of the native load generator (default 2)")
     ap.add_argument("--versus", metavar="SRC", help="also run the logspool of this src directory (A/B)")
+    ap.add_argument(
+        "--floor", action="store_true", help="also run resp_floor.py (RESP cases): Python's own floor"
+    )
     args = ap.parse_args()
     if args.part == "memory":
         memory_main(100_000 if args.quick else 1_000_000)
         return
     if args.part in ("all", "resp"):
-        resp_main(args.quick, args.runs, args.cases.split(",") if args.cases else None, args.versus)
+        resp_main(
+            args.quick, args.runs, args.cases.split(",") if args.cases else None, args.versus, args.floor
+        )
     if args.part == "resp":
         return
     native_cases = args.native_cases.split(",") if args.native_cases else None
