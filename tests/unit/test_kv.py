@@ -692,22 +692,29 @@ def test_a_cold_value_read_inside_a_decision_after_a_compaction_keeps_the_decisi
         assert len(fresh) == 123
 
 
+def _left_behind(path: str, values: dict[str, bytes]) -> tuple[kv.Store, kv.Store]:
+    """Two handles of one store: ``behind`` (a memory bound of 0: every value on disk only)
+    sets ``values``, named by their ops' lsns, which ``ahead``'s two snapshots compact away."""
+    behind = kv.open(path, memory_max=0, segment_size_max=4096)
+    ahead = kv.open(path, segment_size_max=4096)
+    for key, value in values.items():
+        behind.set(key, value)
+    for turn in range(2):
+        for i in range(60):
+            ahead.set(f"f{turn}.{i}", b"x" * 100)
+        assert len(behind) == len(values) + 60 * (turn + 1)  # (caught up: its reader past its ops)
+        ahead.snapshot()  # (the second compacts away the op log below the first)
+    assert all(behind._state.values[key].value is None for key in values)
+    return behind, ahead
+
+
 def test_a_snapshot_by_a_handle_left_behind_by_compaction_holds_its_values_on_disk(tmp_path: Path) -> None:
     """A handle whose values are on disk only (a memory bound of 0), named by ops another
     handle's snapshots compacted away, writes a snapshot: it holds every value, read from where
     they are now. (Its snapshot read them at the ops' lsns and failed with a PositionError.)"""
     path = str(tmp_path / "shared")
-    behind = kv.open(path, memory_max=0, segment_size_max=4096)
-    ahead = kv.open(path, segment_size_max=4096)
+    behind, ahead = _left_behind(path, {f"cold{i}": bytes([65 + i]) * 300 for i in range(5)})
     try:
-        for i in range(5):
-            behind.set(f"cold{i}", bytes([65 + i]) * 300)
-        for turn in range(2):
-            for i in range(60):
-                ahead.set(f"f{turn}.{i}", b"x" * 100)
-            assert len(behind) == 5 + 60 * (turn + 1)  # (caught up: its reader past its ops)
-            ahead.snapshot()  # (the second compacts away the op log below the first)
-        assert behind._state.values["cold0"].value is None
         lsn = behind.snapshot()
         assert lsn is not None and os.path.exists(os.path.join(path, f"snapshot.{lsn:016x}"))
     finally:
@@ -716,21 +723,6 @@ def test_a_snapshot_by_a_handle_left_behind_by_compaction_holds_its_values_on_di
     with kv.open(path) as fresh:
         assert [fresh.get(f"cold{i}") for i in range(5)] == [bytes([65 + i]) * 300 for i in range(5)]
         assert len(fresh) == 125
-
-
-def _left_behind(path: str) -> tuple[kv.Store, kv.Store]:
-    """Two handles of one store: ``behind`` (a memory bound of 0: every value on disk only)
-    holds "cold", named by its op's lsn, which ``ahead``'s two snapshots compacted away."""
-    behind = kv.open(path, memory_max=0, segment_size_max=4096)
-    ahead = kv.open(path, segment_size_max=4096)
-    behind.set("cold", b"c" * 200)
-    for turn in range(2):
-        for i in range(60):
-            ahead.set(f"f{turn}.{i}", b"x" * 100)
-        assert behind.get(f"f{turn}.0") == b"x" * 100  # (caught up: its reader past the op)
-        ahead.snapshot()
-    assert behind._state.values["cold"].value is None
-    return behind, ahead
 
 
 def test_set_get_of_a_compacted_cold_value_in_a_round_answers_the_old_value(tmp_path: Path) -> None:
@@ -744,7 +736,7 @@ def test_set_get_of_a_compacted_cold_value_in_a_round_answers_the_old_value(tmp_
     from logspool.server._resp_kv import RedisKV
 
     path = str(tmp_path / "shared")
-    behind, ahead = _left_behind(path)
+    behind, ahead = _left_behind(path, {"cold": b"c" * 200})
     try:
         r = RedisKV(behind)
         with r.decide() as d:
@@ -755,7 +747,7 @@ def test_set_get_of_a_compacted_cold_value_in_a_round_answers_the_old_value(tmp_
     finally:
         behind.close()
         ahead.close()
-    behind, ahead = _left_behind(str(tmp_path / "renamed"))
+    behind, ahead = _left_behind(str(tmp_path / "renamed"), {"cold": b"c" * 200})
     try:
 
         def fn(value: object) -> bytes:
@@ -820,16 +812,8 @@ def test_a_page_read_behind_another_processs_newest_snapshot_reads_every_value(t
     and a value the other handle changed since reads as it is now. (Found by review: the first
     read loaded the newer state in place of the page's, whose other entries then failed.)"""
     path = str(tmp_path / "shared")
-    behind = kv.open(path, memory_max=0, segment_size_max=4096)
-    ahead = kv.open(path, segment_size_max=4096)
+    behind, ahead = _left_behind(path, {f"d{i}": bytes([97 + i]) * 200 for i in range(5)})
     try:
-        for i in range(5):
-            behind.set(f"d{i}", bytes([97 + i]) * 200)
-        for turn in range(2):
-            for i in range(60):
-                ahead.set(f"f{turn}.{i}", b"x" * 100)
-            assert len(behind) == 5 + 60 * (turn + 1)  # (caught up: its reader past the d ops)
-            ahead.snapshot()  # (the second compacts away the op log below the first)
         ahead.set("d4", b"changed" * 30)
         ahead.snapshot()  # (past this handle's state)
         with behind._mutex:  # (as a page read holds it: the state caught up at its start)
