@@ -600,7 +600,16 @@ class FoldedStore(Generic[S, OpT]):
         """Write a snapshot of the state now and compact the op log below the older kept one.
         Returns its lsn, or None if another process is writing one (and ``wait`` is False).
         Durability: the snapshot is fsynced (and its name in the directory) before any op it
-        covers is removed. Any thread or process (one at a time, by ``DIR/snapshot.lock``)."""
+        covers is removed. Any thread or process (one at a time, by ``DIR/snapshot.lock``); not
+        inside a decision of the same store (RuntimeError: a function given to ``modify``)."""
+        with self._mutex:
+            if self._writer is not None:  # (this thread's: a decision holds the mutex throughout)
+                # Its ops are applied and not written: a snapshot of the state would hold ops
+                # the op log does not (and compact the log past its end).
+                raise RuntimeError(
+                    f"{self.path}: snapshot() inside a decision of the same store (a function "
+                    "given to modify): call it after the decision"
+                )
         fd = self._fs.open(os.path.join(self.path, SNAPSHOT_LOCK), os.O_RDWR | os.O_CREAT)
         try:
             if not self._fs.lock(fd, limits.LOCK_TIMEOUT_S_DEFAULT if wait else 0.0):
@@ -781,14 +790,16 @@ class _Writer(Generic[S, OpT]):
         self._payloads.append(payload)
         state.next_lsn += 1
 
-    def replay(self, state: S) -> None:
+    def replay(self, state: S, each: Callable[[], None]) -> None:
         """Apply to ``state`` (built aside at the lsn of the first op not written yet:
-        ``FoldedStore._state_at``) the ops made and not written yet, as they were applied."""
+        ``FoldedStore._state_at``) the ops made and not written yet, as they were applied;
+        ``each`` called after each."""
         store = self._store
         first = store._state.next_lsn - len(self._payloads)
         assert state.next_lsn == first, (state.next_lsn, first)
         for lsn, payload in enumerate(self._payloads, first):
             state.apply(lsn, self._timestamp, store._decode_op(payload, f"{store.path}: lsn {lsn}"))
+            each()
 
     def unwritten(self) -> int:
         """How many ops the decision made that are not written yet."""

@@ -32,6 +32,7 @@ from logspool.errors import (
     ValueTypeError,
 )
 from logspool.kv import _ops as ops
+from logspool.kv._store import _Behind
 from tests.clock import START_S as NOW
 from tests.clock import Clock
 from tests.crash.faultfs import Fault, FaultFS
@@ -805,25 +806,91 @@ def test_a_read_inside_a_decision_after_its_first_op_keeps_the_ops(tmp_path: Pat
         assert fresh.get("a") == b"x" and fresh.get("b") == b"2"
 
 
-def test_a_page_read_behind_another_processs_newest_snapshot_reads_every_value(tmp_path: Path) -> None:
+@pytest.mark.parametrize("change", ["retyped", "deleted", "memory-only"])
+def test_a_read_behind_another_processs_newest_snapshot_is_made_again(tmp_path: Path, change: str) -> None:
     """A page of values on disk only is being read (the state caught up once, at its start)
-    when another handle compacts their ops away and snapshots past this handle's state: each
-    value is found in the newest snapshot, the page's state object is kept (a page walks it),
-    and a value the other handle changed since reads as it is now. (Found by review: the first
-    read loaded the newer state in place of the page's, whose other entries then failed.)"""
+    when another handle compacts their ops away, changes one of them (a value of another type,
+    a delete, a memory-only value) and snapshots past this handle's state: the read of that
+    value stops (``_Behind``) with the handle's state untouched, and the public read made again
+    from the state caught up gives the key as it is now. (Found by review: the bytes of the new
+    value were decoded with the old entry's type and size, a wrong value returned silently; a
+    memory-only one failed an assertion; a deleted one failed the page.)"""
     path = str(tmp_path / "shared")
     behind, ahead = _left_behind(path, {f"d{i}": bytes([97 + i]) * 200 for i in range(5)})
     try:
-        ahead.set("d4", b"changed" * 30)
+        if change == "retyped":
+            ahead.set("d4", 123456789)
+        elif change == "deleted":
+            ahead.delete("d4")
+        else:
+            ahead.set("z", b"1")
         ahead.snapshot()  # (past this handle's state)
+        if change == "memory-only":
+            ahead.set("d4", b"v" * 200, persist=False)
         with behind._mutex:  # (as a page read holds it: the state caught up at its start)
             state = behind._state
             entries = [state.values[f"d{i}"] for i in range(5)]
             assert all(e.value is None for e in entries)
-            got = [behind._bytes(e) for e in entries]
+            with pytest.raises(_Behind):
+                behind._bytes(entries[4])
             assert behind._state is state and len(state.values) == 125
-        assert got == [bytes([97 + i]) * 200 for i in range(4)] + [b"changed" * 30]
-        assert behind.get("d0") == b"a" * 200 and behind.get("d4") == b"changed" * 30
+            assert [e.value for e in entries] == [None] * 5
+        now = {"retyped": 123456789, "deleted": None, "memory-only": None}[change]
+        assert behind.get("d4") == now and behind.get("d0") == b"a" * 200
+        page = behind.range(start="d", end="e")
+        assert [(v.key, v.value) for v in page.items] == [
+            (f"d{i}", bytes([97 + i]) * 200) for i in range(4)
+        ] + ([("d4", now)] if now is not None else [])
     finally:
         behind.close()
         ahead.close()
+
+
+def test_a_value_renamed_then_replaced_in_one_decision_reads_its_old_bytes(tmp_path: Path) -> None:
+    """One decision: RENAME of a value on disk only whose op was compacted away, then ``SET new
+    value GET`` of the new name: the old value is the renamed entry, whose key and version are
+    the state's only between the two ops. It is found there, in the replay. (Found by review:
+    it was looked for before and after the replay only: a false CorruptionError.)"""
+    from logspool.server._resp_kv import RedisKV
+
+    path = str(tmp_path / "shared")
+    behind, ahead = _left_behind(path, {"cold": b"c" * 200})
+    try:
+        r = RedisKV(behind)
+        with r.decide() as d:
+            behind.rename("cold", "k")  # (part of the round's decision)
+            done, old = r.set(d, "k", b"new")  # type: ignore[misc]
+            assert done and old is not None and d.value(old) == b"c" * 200
+        assert behind.get("k") == b"new" and ahead.get("k") == b"new" and "cold" not in ahead
+    finally:
+        behind.close()
+        ahead.close()
+
+
+def test_a_snapshot_inside_a_decision_is_refused(tmp_path: Path) -> None:
+    """``snapshot()`` called inside a decision of the same store (``modify``'s function, after
+    an op made in it) is refused with a RuntimeError: the state holds the decision's ops, not
+    written yet, and a snapshot of it would hold ops the op log does not (and compact past its
+    end). The decision goes on and writes its ops. (Found by review: the snapshot was written,
+    and a crash before the decision's write left a snapshot that later opens trusted.)"""
+    path = str(tmp_path / "s")
+    with kv.open(path) as s:
+        s.set("a", b"1")
+        refused = []
+
+        def fn(value: object) -> bytes:
+            s.set("b", b"2")
+            with pytest.raises(RuntimeError, match="inside a decision"):
+                s.snapshot()
+            refused.append(True)
+            return b"x"
+
+        assert s.modify("a", fn) == b"x" and refused == [True]
+        assert s.snapshot() == 3  # (after the decision: lsns 0..2 written)
+    assert not [
+        n
+        for n in os.listdir(path)
+        if n.startswith("snapshot.") and n != "snapshot.lock" and n != "snapshot.0000000000000003"
+    ]
+    with kv.open(path) as fresh:
+        assert fresh.get("a") == b"x" and fresh.get("b") == b"2"

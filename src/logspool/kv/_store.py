@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import itertools
 import logging
 import operator
@@ -49,7 +50,7 @@ import weakref
 from collections.abc import Callable, Collection, ItemsView, Iterable, Iterator, MutableMapping, ValuesView
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, NamedTuple, TypeVar, overload
+from typing import Any, Concatenate, NamedTuple, ParamSpec, TypeVar, overload
 
 from .. import _format as fmt
 from .. import limits
@@ -63,6 +64,7 @@ from ..errors import (
     KeyLockedError,
     KeyNotFoundError,
     LockedError,
+    LogspoolError,
     PositionError,
     ValueTypeError,
 )
@@ -294,6 +296,41 @@ def _same(state: State, entry: Entry) -> Entry | None:
     return None
 
 
+class _Behind(LogspoolError):
+    """A read outside a decision met a value whose op another process compacted away, and the
+    newest snapshot is past this handle's state (the value may have changed since): the read
+    is made again from the state caught up (``_reads_anew``), never from old metadata and new
+    bytes."""
+
+    def __init__(self, path: str, key: str) -> None:
+        super().__init__(
+            f"{path}: the value of {key!r} was compacted away by another process past this "
+            "handle's state: read again"
+        )
+
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _reads_anew(read: Callable[Concatenate[Store, _P], _R]) -> Callable[Concatenate[Store, _P], _R]:
+    """A public read (outside a decision) made again, from the state caught up, when a value it
+    read was compacted away past this handle (``_Behind``): the read is as new as the store."""
+
+    def again(self: Store, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        for _ in range(3):  # bounded: each turn follows another process's compaction
+            try:
+                return read(self, *args, **kwargs)
+            except _Behind:
+                with self._mutex:
+                    self._reads_again += 1
+                    self._catch_up()
+        return read(self, *args, **kwargs)
+
+    functools.update_wrapper(again, read)  # (its name and docstring)
+    return again
+
+
 class Store(FoldedStore[State, ops.Op], MutableMapping[str, ops.Value]):
     """A key-value store in a directory. Use ``logspool.kv.open``. See the module docstring.
 
@@ -335,6 +372,7 @@ class Store(FoldedStore[State, ops.Op], MutableMapping[str, ops.Value]):
         self.memory_max = memory_max
         self._frozen_refs: list[tuple[str, int, int, int, int]] = []  # (see _encode_snapshot)
         self._snap_files: weakref.WeakSet[SnapFile] = weakref.WeakSet()
+        self._reads_again = 0  # reads made again after a value moved past this handle (_reads_anew)
         self._open_store(
             path,
             create=create,
@@ -586,24 +624,20 @@ class Store(FoldedStore[State, ops.Op], MutableMapping[str, ops.Value]):
         raise PositionError(self._log.path, where, 0, 0)  # (past the end: never for a live value)
 
     def _bytes(self, entry: Entry) -> bytes:
-        """``entry``'s value bytes, read back from disk if they left memory. Under ``_mutex``."""
+        """``entry``'s value bytes, read back from disk if they left memory. Under ``_mutex``.
+        Outside a decision, ``_Behind`` if another process compacted its op away past this
+        handle's state (the public read reads again: ``_reads_anew``)."""
         if entry.value is not None:
             return entry.value
         key = entry.key
-        found: Entry | None = entry
         for _ in range(4):  # bounded: each turn follows a compaction by another process
-            if found is None:
-                raise KeyNotFoundError(self.path, key)
-            entry = found
-            if entry.value is not None:
-                return entry.value
             value = self._unwritten_value(entry.where)
             if value is None:
                 try:
                     value = self._read_at(entry.where, key)
                 except (PositionError, DataLossError):
                     # The op was compacted away: the newest snapshot holds what it held.
-                    found = self._relocate(entry)
+                    self._relocate(entry)
                     continue
             self._state.loaded(entry, value)
             return value
@@ -636,7 +670,7 @@ class Store(FoldedStore[State, ops.Op], MutableMapping[str, ops.Value]):
             e.value is None and type(e.where) is int and e.where < lsn for e in self._state.values.values()
         )
 
-    def _relocate(self, entry: Entry | None = None) -> Entry | None:
+    def _relocate(self, entry: Entry | None = None) -> None:
         """After another process's snapshots compacted away ops that hold values of this
         handle's state: point every value at where it is now, the newest snapshot or the op log
         after it. The state there is built aside (``_state_at``), with the decision under way's
@@ -646,39 +680,47 @@ class Store(FoldedStore[State, ops.Op], MutableMapping[str, ops.Value]):
         holds it and writes the ops applied to it (loading anew dropped them from the state: the
         decision's next op applied at an lsn it did not have), and a page being read walks it.
         ``entry``: one the caller holds, perhaps no longer in the state (``SET k v GET``'s old
-        value, replaced in the decision): returned again, pointed where its bytes are now; or,
-        outside a decision, if another process's ops changed its key past this handle's state
-        (its newest snapshot holds them), the key's entry there, as it is now (None: no value
-        now): a read as new as the store. Under ``_mutex``."""
+        value, replaced in the decision; one renamed in it, then replaced): pointed where its
+        bytes are now, found by its key and version before, during or after the replay.
+        Outside a decision, ``_Behind`` if the newest snapshot is past this handle's state (it
+        holds ops this handle has not applied: the value may have changed since) or if
+        ``entry`` is not found (the caller held it across a catch-up). Under ``_mutex``."""
         state, writer = self._state, self._writer
         unwritten = writer.unwritten() if writer is not None else 0
-        aside = self._state_at(state.next_lsn - unwritten)
-        newer = aside is None
+        lsn = state.next_lsn - unwritten
+        newest = self._snapshot_lsns()[:1]
+        aside = None if newest and newest[0] > lsn else self._state_at(lsn)
         if aside is None:
             if writer is not None:  # (under the writer lock no process appends, or snapshots past it)
                 raise CorruptionError(self.path, 0, "a snapshot holds ops past the op log's end")
-            aside = self._state_at(None)
-            assert aside is not None
-        found = None if entry is None else _same(aside, entry)  # (one the decision's ops replaced)
+            if entry is None:
+                return  # (``_before_snapshot``: under the snapshot lock, after a catch-up; not met)
+            raise _Behind(self.path, entry.key)
+        found = None if entry is None else _same(aside, entry)
+
+        def look() -> None:
+            nonlocal found
+            if found is None and entry is not None:
+                found = _same(aside, entry)
+
         if writer is not None:
-            writer.replay(aside)
-        if entry is not None and found is None:
-            found = _same(aside, entry)  # (one the decision's ops renamed)
+            writer.replay(aside, look)
         there = aside.values
         for key, mine in state.values.items():
             other = there.get(key)
             if other is not None and other.version == mine.version and other.where is not None:
                 mine.where = other.where
         if entry is None:
-            return None
-        if found is not None:
-            entry.where = found.where
-            return entry
-        if newer:
-            return there.get(entry.key)
-        raise CorruptionError(
-            self.path, 0, f"value of {entry.key!r}: in neither the newest snapshot nor the op log after it"
-        )
+            return
+        if found is None:
+            if writer is None:
+                raise _Behind(self.path, entry.key)
+            raise CorruptionError(
+                self.path,
+                0,
+                f"value of {entry.key!r}: in neither the newest snapshot nor the op log after it",
+            )
+        entry.where = found.where
 
     def _value(self, entry: Entry, now: int, data: bool) -> Value:
         lock = self._state.lock_of(entry.key, now)
@@ -1034,6 +1076,7 @@ class Store(FoldedStore[State, ops.Op], MutableMapping[str, ops.Value]):
         found = self.entry(key)
         return default if found is None else found.value
 
+    @_reads_anew
     def entry(self, key: str, *, data: bool = True, touch: bool = True) -> Value | None:
         """``key``'s value with what the store knows of it (times, expiry, touch TTL, version,
         lock: a ``Value``), or None. ``data=False`` is a probe: everything but the value (and no
@@ -1119,6 +1162,7 @@ class Store(FoldedStore[State, ops.Op], MutableMapping[str, ops.Value]):
             cursor = page[-1][0]
         raise AssertionError("unreachable")  # pragma: no cover
 
+    @_reads_anew
     def _walk_page(self, cursor: str | None, data: bool) -> tuple[list[tuple[str, ops.Value]], bool]:
         """The (key, value) pairs after ``cursor``: ``range`` without its ``Value`` objects (10
         times faster for keys), with the same bounds; and whether more may follow."""
@@ -1210,6 +1254,7 @@ class Store(FoldedStore[State, ops.Op], MutableMapping[str, ops.Value]):
     def __hash__(self) -> int:
         return id(self)
 
+    @_reads_anew
     def range(
         self,
         start: str = "",
@@ -1256,6 +1301,7 @@ class Store(FoldedStore[State, ops.Op], MutableMapping[str, ops.Value]):
             more = i < len(order) and (end is None or order[i] < end)
             return Page(items, items[-1].key if more and items else None)
 
+    @_reads_anew
     def match(
         self,
         pattern: str,
