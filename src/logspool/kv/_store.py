@@ -689,7 +689,10 @@ class Store(FoldedStore[State, ops.Op], MutableMapping[str, ops.Value]):
         unwritten = writer.unwritten() if writer is not None else 0
         lsn = state.next_lsn - unwritten
         newest = self._snapshot_lsns()[:1]
-        aside = None if newest and newest[0] > lsn else self._state_at(lsn)
+        # (one past the op log's end holds ops a power loss took before they were durable: it is
+        # not newer, ``_newest`` passes over it)
+        newer = bool(newest) and lsn < newest[0] <= self._log.next_lsn
+        aside = None if newer else self._state_at(lsn)
         if aside is None:
             if writer is not None:  # (under the writer lock no process appends, or snapshots past it)
                 raise CorruptionError(self.path, 0, "a snapshot holds ops past the op log's end")
