@@ -73,3 +73,55 @@ def test_pages_read_while_another_process_changes_and_compacts_hold_whole_values
         writer.join(60)
         reader.close()
     assert writer.exitcode == 0
+
+
+def _snapshotter(path: str, ready: Any, stop: Any) -> None:
+    """A small write and a snapshot, again and again (an ordinary compacting writer)."""
+    with kv.open(path) as s:
+        turn = 0
+        while not stop.is_set():
+            turn += 1
+            s.set("w", turn)
+            s.snapshot()
+            if turn == 3:
+                ready.set()
+
+
+def test_a_page_read_while_another_process_snapshots_on_and_on_reads_every_value(tmp_path: Path) -> None:
+    """A handle with every value on disk only reads a page (900 values from the op log, then one
+    whose op was compacted away) while another process snapshots again and again, each
+    snapshot past the reader's state. The value compacted away is unchanged: it is found where
+    the newest snapshot holds it, and the read ends. (Found by review: the read stopped and was
+    made again from the state caught up, and again, until its retries ran out: each retry's
+    read of that value met a newer snapshot.)"""
+    path = str(tmp_path / "s")
+    # 1 MiB segments: the filler values (in the active segment) stay readable from the op log,
+    # the first value's segment is compacted away.
+    reader = kv.open(path, memory_max=0, segment_size_max=1 << 20)
+    with kv.open(path, segment_size_max=1 << 20) as other:
+        reader.set("zz", b"z" * 200)  # lsn 0: its segment will be compacted away
+        for i in range(6):  # fill the first segment so that it is sealed
+            other.set(f"junk{i}", b"j" * 200_000)
+        for i in range(6):
+            other.delete(f"junk{i}")
+        other.snapshot()
+        other.set("w", 0)
+        other.snapshot()  # compacts the sealed segment below the first snapshot
+        for i in range(FILLER):
+            other.set(f"a{i:04d}", bytes([97 + i % 26]) * 200)
+        assert len(reader) == FILLER + 2  # (caught up: every value on disk only, "zz" at lsn 0)
+        assert reader._state.values["zz"].value is None and reader._state.values["zz"].where == 0
+    ctx = multiprocessing.get_context("fork")
+    ready, stop = ctx.Event(), ctx.Event()
+    snapshotter = ctx.Process(target=_snapshotter, args=(path, ready, stop))
+    snapshotter.start()
+    try:
+        assert ready.wait(60)  # (3 snapshots past the reader's state)
+        values = list(reader.values())  # (iteration: a public read)
+        assert len(values) == FILLER + 2 and values[-1] == b"z" * 200
+        assert values[:FILLER] == [bytes([97 + i % 26]) * 200 for i in range(FILLER)]
+    finally:
+        stop.set()
+        snapshotter.join(60)
+        reader.close()
+    assert snapshotter.exitcode == 0

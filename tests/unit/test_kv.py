@@ -811,8 +811,9 @@ def test_a_read_behind_another_processs_newest_snapshot_is_made_again(tmp_path: 
     """A page of values on disk only is being read (the state caught up once, at its start)
     when another handle compacts their ops away, changes one of them (a value of another type,
     a delete, a memory-only value) and snapshots past this handle's state: the read of that
-    value stops (``_Behind``) with the handle's state untouched, and the public read made again
-    from the state caught up gives the key as it is now. (Found by review: the bytes of the new
+    value stops (``_Behind``) with the handle's state untouched, the others, unchanged, are
+    read where the newer state holds them, and the public read made again from the state
+    caught up gives the changed key as it is now. (Found by review: the bytes of the new
     value were decoded with the old entry's type and size, a wrong value returned silently; a
     memory-only one failed an assertion; a deleted one failed the page.)"""
     path = str(tmp_path / "shared")
@@ -835,6 +836,8 @@ def test_a_read_behind_another_processs_newest_snapshot_is_made_again(tmp_path: 
                 behind._bytes(entries[4])
             assert behind._state is state and len(state.values) == 125
             assert [e.value for e in entries] == [None] * 5
+            # (the values unchanged since are found where the newer state holds them)
+            assert [behind._bytes(e) for e in entries[:4]] == [bytes([97 + i]) * 200 for i in range(4)]
         now = {"retyped": 123456789, "deleted": None, "memory-only": None}[change]
         assert behind.get("d4") == now and behind.get("d0") == b"a" * 200
         page = behind.range(start="d", end="e")

@@ -297,15 +297,14 @@ def _same(state: State, entry: Entry) -> Entry | None:
 
 
 class _Behind(LogspoolError):
-    """A read outside a decision met a value whose op another process compacted away, and the
-    newest snapshot is past this handle's state (the value may have changed since): the read
-    is made again from the state caught up (``_reads_anew``), never from old metadata and new
-    bytes."""
+    """A read outside a decision met a value whose op another process compacted away and whose
+    key another process changed since, past this handle's state: the read is made again from
+    the state caught up (``_reads_anew``), never from old metadata and new bytes."""
 
     def __init__(self, path: str, key: str) -> None:
         super().__init__(
-            f"{path}: the value of {key!r} was compacted away by another process past this "
-            "handle's state: read again"
+            f"{path}: the value of {key!r} was compacted away and changed by another process "
+            "past this handle's state: read again"
         )
 
 
@@ -682,9 +681,11 @@ class Store(FoldedStore[State, ops.Op], MutableMapping[str, ops.Value]):
         ``entry``: one the caller holds, perhaps no longer in the state (``SET k v GET``'s old
         value, replaced in the decision; one renamed in it, then replaced): pointed where its
         bytes are now, found by its key and version before, during or after the replay.
-        Outside a decision, ``_Behind`` if the newest snapshot is past this handle's state (it
-        holds ops this handle has not applied: the value may have changed since) or if
-        ``entry`` is not found (the caller held it across a catch-up). Under ``_mutex``."""
+        Outside a decision, if the newest snapshot is past this handle's state (it holds ops
+        this handle has not applied), the state aside is built to the op log's end: values whose
+        keys are at the same versions there are unchanged, and are pointed where it holds them;
+        ``_Behind`` if ``entry`` is not among them (changed since, or held across a catch-up: the
+        public read is made again). Under ``_mutex``."""
         state, writer = self._state, self._writer
         unwritten = writer.unwritten() if writer is not None else 0
         lsn = state.next_lsn - unwritten
@@ -696,9 +697,10 @@ class Store(FoldedStore[State, ops.Op], MutableMapping[str, ops.Value]):
         if aside is None:
             if writer is not None:  # (under the writer lock no process appends, or snapshots past it)
                 raise CorruptionError(self.path, 0, "a snapshot holds ops past the op log's end")
-            if entry is None:
-                return  # (``_before_snapshot``: under the snapshot lock, after a catch-up; not met)
-            raise _Behind(self.path, entry.key)
+            # The state as it is now, past this handle's: values unchanged since (their keys at
+            # the same versions) are where it holds them; a changed one is not found (below).
+            aside = self._state_at(None)
+            assert aside is not None
         found = None if entry is None else _same(aside, entry)
 
         def look() -> None:
