@@ -314,7 +314,9 @@ _R = TypeVar("_R")
 
 def _reads_anew(read: Callable[Concatenate[Store, _P], _R]) -> Callable[Concatenate[Store, _P], _R]:
     """A public read (outside a decision) made again, from the state caught up, when a value it
-    read was compacted away past this handle (``_Behind``): the read is as new as the store."""
+    read was compacted away and changed past this handle (``_Behind``): the read is as new as
+    the store. The last try's ``_Behind`` reaches the caller (another process compacting and
+    changing that value faster than this handle catches up and reads, three times running)."""
 
     def again(self: Store, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
         for _ in range(3):  # bounded: each turn follows another process's compaction
@@ -624,8 +626,8 @@ class Store(FoldedStore[State, ops.Op], MutableMapping[str, ops.Value]):
 
     def _bytes(self, entry: Entry) -> bytes:
         """``entry``'s value bytes, read back from disk if they left memory. Under ``_mutex``.
-        Outside a decision, ``_Behind`` if another process compacted its op away past this
-        handle's state (the public read reads again: ``_reads_anew``)."""
+        Outside a decision, ``_Behind`` if another process compacted its op away and changed
+        its key past this handle's state (the public read reads again: ``_reads_anew``)."""
         if entry.value is not None:
             return entry.value
         key = entry.key
