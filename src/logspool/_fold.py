@@ -24,7 +24,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Generic, Protocol, Self, TypeVar
 
 from . import _forked, limits
@@ -504,6 +504,55 @@ class FoldedStore(Generic[S, OpT]):
             if explained is None:
                 raise
             raise explained from err
+
+    def _write_alone(self, items: Sequence[OpT], apply: Callable[[int, int, OpT], object]) -> bool:
+        """Under ``_mutex``, for a handle that holds the op log's writer lock for its life
+        (``single_writer``): the decision of ``items`` without the decision's layers (a
+        daemon's commit round of plain SETs: ``_decide`` and ``_Writer`` cost it four fifths of
+        its time; docs/DESIGN.md). The ops were made by the caller, under the mutex, from the
+        current state; each is one whose bytes decode to it exactly (``_exact``: they are
+        applied as made, not decoded back). They are written with one write
+        (``Log.append_alone``), then applied by ``apply`` (the state's ``apply`` or a cheaper
+        one to the same effect), each at its lsn with its record's timestamp. False, nothing
+        written or applied, whenever ``_decide`` would have more to do than that: the store
+        closed, its state to be rebuilt (``_stale``), a decision open, others' ops to fold, the
+        reader not at the log's end, a recovery or a rotation due (the caller takes
+        ``_decide`` then). Durable with the next ``sync``."""
+        if self._closed or self._stale or self._writer is not None or self._others_write:
+            return False
+        reader = self._reader
+        if reader is None:
+            return False
+        state = self._state
+        encode = self._encode_op
+        payloads = [encode(op) for op in items]
+        first = state.next_lsn
+        where = [0, 0]
+
+        def ready(base: int, start: int, next_lsn: int) -> bool:
+            where[0], where[1] = base, start
+            return next_lsn == first and reader.at(base, start)
+
+        try:
+            done = self._log.append_alone(payloads, ready)
+        except AppendError as err:
+            explained = self._append_failed(err)
+            if explained is None:
+                raise
+            raise explained from err
+        if done is None:
+            return False
+        timestamp, end_base, end = done
+        # Written: applied now. Until every op is, the state is not the log's (one that fails
+        # halfway leaves it to be rebuilt from disk, ``_catch_up``).
+        self._stale = True
+        for lsn, op in enumerate(items, first):
+            apply(lsn, timestamp, op)
+        self._stale = False
+        self._fold_bytes += sum(map(len, payloads))
+        if end_base == where[0]:  # (else rotated by age as it wrote: the reader reads them back)
+            reader.skip_written(where[0], where[1], end, first, state.next_lsn)
+        return True
 
     def _append_failed(self, err: AppendError) -> AppendError | None:
         """A write of a decision failed: the error to raise instead (a subclass explains what

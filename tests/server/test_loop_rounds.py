@@ -31,6 +31,7 @@ from logspool._fs import FileSystem
 from logspool.server import RespOptions
 from tests.server.conftest import Running
 from tests.server.test_native import connect_raw, read_frames, request
+from tests.server.test_resp import _raw_conns
 
 
 class _Fsyncs(FileSystem):
@@ -1139,4 +1140,65 @@ def test_a_round_on_the_loop_does_not_wait_for_another_store_being_opened(tmp_pa
             holder.close()
         reader.close()
         writer.close()
+        r.stop()
+
+
+def test_rounds_of_plain_sets_are_written_alone_and_others_decide(tmp_path: Path) -> None:
+    """On the store the daemon owns, a commit round of plain ``SET key value`` only is written
+    without a decision (``RespFront.plain_round``; INFO's ``logspool_commit_rounds_alone``):
+    each of a client's plain SETs is such a round, and so are the rounds 16 connections share.
+    A round with anything else decides: a SET with an option, a SET of a key another owner
+    locked (its -LOCKED error answered), a MULTI. Every value lands, and is there after the
+    daemon restarts."""
+    r, port = _resp_running(tmp_path, _Fsyncs())
+    expected: dict[bytes, bytes] = {}
+    try:
+        c = redis.Redis(port=port, socket_timeout=30)
+        try:
+            c.set("warm", "0")
+            before = _stats(port)
+            for i in range(20):
+                assert c.set(f"one:{i}", f"v{i}")
+                expected[b"one:%d" % i] = b"v%d" % i
+            after = _stats(port)
+            assert after["logspool_commit_rounds_alone"] - before["logspool_commit_rounds_alone"] == 20
+            assert after["logspool_commit_rounds"] - before["logspool_commit_rounds"] == 20
+            assert c.execute_command("LS.LOCK", "held", "someone", "60")
+            before = _stats(port)
+            assert c.set("opt", "1", ex=100)
+            with pytest.raises(redis.ResponseError, match="LOCKED"):
+                c.set("held", "not mine")
+            with c.pipeline(transaction=True) as tx:
+                tx.set("in-multi", "1")
+                tx.execute()
+            after = _stats(port)
+            assert after["logspool_commit_rounds_alone"] == before["logspool_commit_rounds_alone"]
+            assert after["logspool_commit_rounds"] - before["logspool_commit_rounds"] >= 3
+            expected.update({b"opt": b"1", b"in-multi": b"1"})
+        finally:
+            c.close()
+        before = _stats(port)
+        with _raw_conns(port, 16) as (socks, readers):
+            for turn in range(30):
+                for i, sock in enumerate(socks):
+                    args = [b"SET", b"many:%d" % i, b"%d-%d" % (i, turn)]
+                    sock.sendall(b"*3\r\n" + b"".join(b"$%d\r\n%b\r\n" % (len(a), a) for a in args))
+                for reader in readers:
+                    assert reader.readline() == b"+OK\r\n"
+        expected.update({b"many:%d" % i: b"%d-29" % i for i in range(16)})
+        after = _stats(port)
+        rounds = after["logspool_commit_rounds"] - before["logspool_commit_rounds"]
+        assert after["logspool_commit_rounds_alone"] - before["logspool_commit_rounds_alone"] == rounds
+        assert after["logspool_commit_batches"] - before["logspool_commit_batches"] == 16 * 30
+    finally:
+        r.stop()
+    r, port = _resp_running(tmp_path, _Fsyncs())
+    try:
+        c = redis.Redis(port=port, socket_timeout=30)
+        try:
+            assert dict(zip(expected, c.mget(list(expected)), strict=True)) == expected
+            assert c.get("held") is None
+        finally:
+            c.close()
+    finally:
         r.stop()

@@ -897,3 +897,124 @@ def test_a_snapshot_inside_a_decision_is_refused(tmp_path: Path) -> None:
     ]
     with kv.open(path) as fresh:
         assert fresh.get("a") == b"x" and fresh.get("b") == b"2"
+
+
+# --- a daemon's rounds of plain SETs written without a decision (``RedisKV.alone``) ---------------
+def _round_alone(s: kv.Store, pairs: list[tuple[str, bytes]], owner: str | None = None) -> bool:
+    from logspool.server._resp_kv import RedisKV
+
+    with RedisKV(s).alone() as a:
+        made = [a.plain_set_op(key, ops.BYTES, value, owner) for key, value in pairs]
+        assert all(op is not None for op in made)
+        return a.write_many(made)  # type: ignore[arg-type]
+
+
+def _round_decided(s: kv.Store, pairs: list[tuple[str, bytes]], owner: str | None = None) -> None:
+    from logspool.server._resp_kv import RedisKV
+
+    with RedisKV(s).decide(owner) as d:
+        d.write_many([d.plain_set_op(key, ops.BYTES, value, owner) for key, value in pairs])  # type: ignore[misc]
+
+
+def _ops_of(path: str) -> list[bytes]:
+    import logspool
+
+    with logspool.open(os.path.join(path, "ops"), readonly=True) as log:
+        return [rec.payload for rec in log.read()]
+
+
+def test_a_round_alone_writes_and_applies_what_its_decision_would(tmp_path: Path) -> None:
+    """The same rounds of plain SETs (new keys, overwrites, integers, a key locked by the
+    round's owner), written alone in one store and by decisions in another, on the same clock:
+    the op logs hold the same ops, byte for byte, and the states are the same, before a reopen
+    and after it."""
+    from logspool.server._resp_kv import from_bytes
+
+    clock = Clock()
+    alone = kv.open(tmp_path / "alone", single_writer=True, clock=clock)
+    decided = kv.open(tmp_path / "decided", single_writer=True, clock=clock)
+    try:
+        for s in (alone, decided):
+            s.lock("mine", "me", 60)
+        rounds = [
+            [(f"k{i % 7}", b"value %d" % i * (i % 3 + 1)), (f"n{i}", from_bytes(b"%d" % (i * 1000))[1])]
+            for i in range(40)
+        ]
+        for i, pairs in enumerate(rounds):
+            if i % 9 == 8:
+                pairs = [*pairs, ("mine", b"the owner's %d" % i)]
+            assert _round_alone(alone, pairs, owner="me")
+            _round_decided(decided, pairs, owner="me")
+            clock.advance(0.001)
+        assert _ops_of(alone.path) == _ops_of(decided.path)
+
+        def state(s: kv.Store) -> list[tuple[object, ...]]:
+            st = s._state
+            st.check()
+            rows = [(k, e.vtype, s._bytes(e), e.ts, e.version, e.expire_ns) for k, e in st.values.items()]
+            return [st.next_lsn, *sorted(rows)]  # type: ignore[list-item]
+
+        assert state(alone) == state(decided)
+        expected = state(alone)
+    finally:
+        alone.close()
+        decided.close()
+    with kv.open(tmp_path / "alone") as fresh:
+        assert state(fresh) == expected
+
+
+def test_a_round_alone_writes_nothing_where_the_store_needs_a_decision(tmp_path: Path) -> None:
+    """``write_many`` says False, nothing written, nothing applied: on a store other processes
+    may write (no ``single_writer``), with a value expired (its EXPIRE op is a decision's), and
+    when the records would rotate the op log's segment. The decision then writes the round, and
+    the next round is written alone again."""
+    clock = Clock()
+    shared = kv.open(tmp_path / "shared", clock=clock)
+    try:
+        assert not _round_alone(shared, [("a", b"1")])
+        assert shared._state.next_lsn == 0 and "a" not in shared
+    finally:
+        shared.close()
+    with kv.open(tmp_path / "own", single_writer=True, clock=clock, segment_size_max=4096) as s:
+        s.set("t", b"x", ttl=1)
+        clock.advance(2)
+        lsn = s._state.next_lsn
+        assert not _round_alone(s, [("a", b"1")])
+        assert s._state.next_lsn == lsn and "a" not in s
+        _round_decided(s, [("a", b"1")])  # (writes the EXPIRE op, then the SET)
+        assert s._state.next_lsn == lsn + 2 and s.get("a") == b"1" and "t" not in s
+        assert _round_alone(s, [("a", b"2")])
+        segments = len(os.listdir(os.path.join(s.path, "ops")))
+        refused = 0
+        for i in range(60):  # (4 KiB segments: 300-byte rounds fill one every dozen)
+            pairs = [(f"r{i}", b"v" * 300)]
+            if not _round_alone(s, pairs):
+                refused += 1
+                lsn = s._state.next_lsn
+                assert f"r{i}" not in s
+                _round_decided(s, pairs)  # (rotates the segment)
+                assert s._state.next_lsn == lsn + 1
+        assert refused >= 3 and len(os.listdir(os.path.join(s.path, "ops"))) > segments
+        expected = {f"r{i}": b"v" * 300 for i in range(60)}
+        assert {k: s.get(k) for k in expected} == expected
+    with kv.open(tmp_path / "own", clock=clock) as fresh:
+        assert {k: fresh.get(k) for k in expected} == expected and fresh.get("a") == b"2"
+
+
+def test_a_failed_write_alone_changes_nothing_and_the_next_one_writes(tmp_path: Path) -> None:
+    """An I/O error on the round's write (through the ``_fs`` seam): an AppendError, the state
+    and the op log as before (the ops are applied only once written); the next round, the disk
+    well again, is written alone, and a reopen finds it and not the failed one."""
+    fs = FaultFS(str(tmp_path))
+    with kv.open(tmp_path / "kv", single_writer=True, fs=fs) as s:
+        assert _round_alone(s, [("a", b"1"), ("b", b"1")])
+        fs.fault = Fault(fs.count + 1, errno.EIO, sticky=True, ops=("write", "pwrite"))
+        with pytest.raises(AppendError):
+            _round_alone(s, [("a", b"2"), ("c", b"2")])
+        assert s.get("a") == b"1" and "c" not in s and s._state.next_lsn == 2
+        fs.fault = None
+        assert _round_alone(s, [("b", b"3")])
+        assert (s.get("a"), s.get("b"), s.get("c")) == (b"1", b"3", None)
+    with kv.open(tmp_path / "kv") as fresh:
+        assert (fresh.get("a"), fresh.get("b"), fresh.get("c")) == (b"1", b"3", None)
+        assert fresh._state.next_lsn == 3

@@ -275,6 +275,12 @@ class State:
                 out.append(key)
         return out
 
+    def expired_by(self, now_ns: int) -> bool:
+        """Whether ``due`` might find a key (a value expired by ``now_ns``, or a stale mark that
+        ``due`` clears)."""
+        heap = self._expiring
+        return bool(heap) and heap[0][0] <= now_ns
+
     def undue(self, keys: list[str]) -> None:
         """Give back keys ``due`` returned, their EXPIRE ops not made (a decision refused)."""
         for key in keys:

@@ -809,6 +809,17 @@ class Store(FoldedStore[State, ops.Op], MutableMapping[str, ops.Value]):
             finally:
                 self._deciding = None
 
+    def _write_plain_alone(self, made: list[ops.Set], now: int) -> bool:
+        """Under ``_mutex``: ``_write_alone`` for ops of plain SETs made at ``now`` from the
+        current state (a daemon's commit round: ``Decision.plain_set_op``, a value of bytes kept
+        in the op, every field of its own type: exact), applied by ``State.apply_plain``. False,
+        nothing written, also when a value expired by ``now`` (its EXPIRE op is a decision's:
+        ``_change``)."""
+        state = self._state
+        if state.expired_by(now):
+            return False
+        return self._write_alone(made, state.apply_plain)
+
     def _unlocked(self, key: str, owner: str | None, now: int) -> None:
         lock = self._state.lock_of(key, now)
         if lock is not None and lock[0] != owner:

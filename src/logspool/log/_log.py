@@ -252,6 +252,21 @@ class Log:
         """
         return self._writer.append_many(payloads)
 
+    def append_alone(
+        self, payloads: list[bytes], ready: Callable[[int, int, int], bool]
+    ) -> tuple[int, int, int] | None:
+        """For a handle that holds the writer lock for its life (``single_writer``), a state
+        machine's shortest way down (a daemon's commit round of plain writes): append
+        ``payloads`` in order, as one write, unless that would rotate the active segment (by
+        size or by age) or ``ready(base, start, next_lsn)`` (where they would go, called under
+        the writer lock just before the write) says no. Returns (the records' timestamp, the
+        segment and offset where they end), or None, nothing written, for any other handle, a
+        recovery due, a rotation, or no from ``ready``: the caller takes ``exclusive()``
+        instead. Errors and durability as ``Tail.append_many`` (durable with the next ``sync``;
+        all or nothing). The segment the records went to is the ``base`` ``ready`` was given
+        unless the clock passed the segment's age between the look and the write."""
+        return self._writer.append_alone(payloads, ready)
+
     def sync(self, *, gather: bool = True, wait: bool = True) -> bool:
         """Make every record this handle has written durable (fsync). Any thread. True on
         return: durable.

@@ -386,6 +386,34 @@ class Writer:
             self._after_rotation()
         return list(range(first, first + len(items)))
 
+    def append_alone(
+        self, payloads: list[bytes], ready: Callable[[int, int, int], bool]
+    ) -> tuple[int, int, int] | None:
+        """``Log.append_alone``."""
+        active = self._active
+        if not active.single or active.needs_recovery or self.exclusive_owner is not None:
+            return None
+        items = checked_payloads(payloads, self._size_max)
+        if not items:
+            return None
+        flags = self.compress(items)
+        size = sum(map(len, items)) + len(items) * fmt.RECORD_OVERHEAD
+        with self.locked(None):
+            base, start = active.base, active.end
+            # (no rotation, by size or by age: ``write_records`` would rotate for either)
+            if (
+                start + size > active.segment_size_max - fmt.RECORD_OVERHEAD
+                or _time_ns() >= active.deadline_ns
+            ):
+                return None
+            if not ready(base, start, active.next_lsn):
+                return None
+            active.write_records(items, flags)
+            done = active.last_ts, active.base, active.end
+        if active.rotated:  # (the clock passed the deadline since the look above: rotated by age)
+            self._after_rotation()
+        return done
+
     @property
     def compressor(self) -> _codec.Compressor | None:
         """The log's compressor, or None if the log is not compressed."""

@@ -272,6 +272,12 @@ class NativeFront:
         writes it: always entered."""
         return True
 
+    def plain_round(self, round_: object) -> None:
+        """The RESP door's round written without a decision (``RespFront.plain_round``): none
+        here yet (a native round's plain kv.SETs are written with one ``write_many`` inside
+        the round's decision: ``_Writes.plain_sets``)."""
+        return None
+
     def committers(self) -> tuple[Committer | None, Committer | None]:
         """This door's committer and the RESP door's (None where a door has none)."""
         resp = self.server.resp

@@ -313,6 +313,33 @@ class RespFront:
         of XADDs only (each stream's lock is the round's own: ``hold_streams``)."""
         return not all(args[0].upper() == b"XADD" for _, cmds, _ in round_ for args in cmds)
 
+    def plain_round(self, round_: Sequence[tuple[Any, list[list[bytes]], Any]]) -> list[_Batch] | None:
+        """A commit round whose every batch is one plain ``SET key value`` (SET x1, SET x16), on a
+        store the daemon owns: written without a decision (``RedisKV.alone``), each checked
+        against its own session as ``Session.plain_sets`` checks it. Their outcomes, each +OK; or
+        None, nothing written, for any other round, or if one is not plain (a lock, MULTI,
+        before AUTH...), or if the store needs a decision for them: the round then runs as any
+        round does (``Committer._decide``)."""
+        if not self.kv.store.single_writer:
+            return None
+        for _, cmds, _ in round_:
+            if len(cmds) != 1 or len(args := cmds[0]) != 3 or args[0] not in _SET:
+                return None
+        with self.kv.alone() as a:
+            made: list[Set] = []
+            for session, cmds, _ in round_:
+                op = session.plain_set_op(cmds[0], a)
+                if op is None:
+                    return None
+                made.append(op)
+            try:
+                if not a.write_many(made):
+                    return None
+            except errors.RecordTooLargeError:
+                return None  # (checked before anything is written: the round answers it)
+        self.requests[b"SET"] += len(made)
+        return [_Batch([w.OK], []) for _ in made]
+
     def owns_kv(self) -> bool:
         """Whether the daemon holds its key-value store's writer lock (``own_kv``): a decision of
         it then waits for no other process, and its rounds may run on the loop."""

@@ -279,6 +279,7 @@ def _info(s: Session, args: list[bytes]) -> bytes:
                   ("logspool_commit_rounds", committer.rounds if committer else 0),
                   ("logspool_commit_batches", committer.batches if committer else 0),
                   ("logspool_commit_rounds_on_loop", committer.rounds_here if committer else 0),
+                  ("logspool_commit_rounds_alone", committer.rounds_alone if committer else 0),
                   ("logspool_commit_rounds_handed", committer.handed if committer else 0),
                   ("logspool_commit_decide_us", int(committer.decide_s * 1e6) if committer else 0),
                   ("logspool_commit_sync_us", int(committer.sync_s * 1e6) if committer else 0),

@@ -182,6 +182,7 @@ class Committer:
         self._last_group = 1  # batches the loop's last round held
         self._sync_mean = 0.0  # the rounds' fsyncs, seconds (an exponential moving mean)
         self.rounds_here = 0  # rounds run on the loop (INFO)
+        self.rounds_alone = 0  # rounds of plain SETs written without a decision (INFO; plain_round)
         # A round decided on the loop whose fsync would have waited there: the thread finishes
         # it (``_run_group``, ``_finish``; under _cond). ``handed``: how many (INFO).
         self._finishing: _Decided | None = None
@@ -306,11 +307,19 @@ class Committer:
             _ROUNDS.acquire()
         try:
             self.decided = number  # (under _ROUNDS: the other door's rounds read it there)
+            # SET x1, SET x16: a round of plain SETs only, on a store the daemon owns, is written
+            # without a decision (``plain_round``: None if it is not one, nothing written)
+            alone = self.front.plain_round(round_)
+            if alone is not None:
+                self.rounds_alone += 1
+                wrote_kv = True
+                done.extend(zip([f for _, _, f in round_], alone, strict=True))
             # (a round of XADDs only opens no decision of the key-value store: with the store
             # shared, it would wait for another process's writer lock for nothing)
-            deciding = self.front.kv.decide() if self.front.decides_kv(round_) else contextlib.nullcontext()
+            decides = alone is None and self.front.decides_kv(round_)
+            deciding = self.front.kv.decide() if decides else contextlib.nullcontext()
             with deciding as d:
-                i = 0
+                i = 0 if alone is None else len(round_)  # (a round written alone is done)
                 while i < len(round_):  # bounded: each turn takes one batch or more
                     session, cmds, fut = round_[i]
                     # SET x16: every batch plain SETs, written with one write_many

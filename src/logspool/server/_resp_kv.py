@@ -186,6 +186,27 @@ class View:
     def value(self, entry: Entry) -> bytes:
         return to_bytes(entry.vtype, self.store._bytes(entry))
 
+    def plain_set_op(self, key: str, vtype: int, raw: bytes, owner: str | None) -> ops.Set | None:
+        """The op of a SET of ``key`` with no option (no expiry, persisted, overwriting), made as
+        ``kv.Store.set`` makes it, not written: the request time now, never older than the key's
+        last write. None if an owner other than ``owner`` holds a lock on the key. (Both doors'
+        commit rounds make their plain SETs' ops so, and write them with one ``write_many``: a
+        ``Decision``'s, or an ``Alone``'s for a round of plain SETs only.)"""
+        state = self.state
+        now = self.now
+        if state.locks:
+            lock = state.lock_of(key, now)
+            if lock is not None and lock[0] != owner:
+                return None
+        if type(raw) is not bytes:  # (an op of ``Alone`` is applied as made: exact, ``kv.Store._exact``)
+            return None
+        last = state.last_ts(key)
+        # (built as the tuple it is: a NamedTuple's own __new__ is a Python function, a tenth of
+        # the op's making)
+        return _TUPLE_NEW(
+            ops.Set, (key, vtype, raw, now if last is None or last < now else last, 0, 0, False)
+        )
+
 
 class Decision(View):
     def __init__(self, store: kv.Store, writer: object, now: int, owner: str | None) -> None:
@@ -209,24 +230,6 @@ class Decision(View):
     def stamp(self, key: str) -> int:
         return self.store._stamp(key, None, self.now) or self.now
 
-    def plain_set_op(self, key: str, vtype: int, raw: bytes, owner: str | None) -> ops.Set | None:
-        """The op of a SET of ``key`` with no option (no expiry, persisted, overwriting), made as
-        ``kv.Store.set`` makes it, not written: the request time now, never older than the key's
-        last write. None if an owner other than ``owner`` holds a lock on the key. (Both doors'
-        commit rounds make their plain SETs' ops so, and write them with one ``write_many``.)"""
-        state = self.state
-        now = self.now
-        if state.locks:
-            lock = state.lock_of(key, now)
-            if lock is not None and lock[0] != owner:
-                return None
-        last = state.last_ts(key)
-        # (built as the tuple it is: a NamedTuple's own __new__ is a Python function, a tenth of
-        # the op's making)
-        return _TUPLE_NEW(
-            ops.Set, (key, vtype, raw, now if last is None or last < now else last, 0, 0, False)
-        )
-
     def set(self, key: str, value: bytes, expire_ns: int = 0, touch_ns: int = 0) -> None:
         vtype, raw = from_bytes(value)
         self.write(ops.Set(key, vtype, raw, self.stamp(key), expire_ns, touch_ns, False))
@@ -238,6 +241,36 @@ class Decision(View):
 
     def delete(self, key: str) -> None:
         self.write(ops.Delete(key, self.stamp(key)))
+
+
+class Alone(View):
+    """``RedisKV.alone``: a commit round of plain SETs only, on a store the daemon owns, written
+    without a decision's layers (``kv.Store._write_alone``): its ops made by ``plain_set_op``,
+    all written by one ``write_many``, which says False, nothing written, when the store needs
+    a decision (the round then takes ``decide``). The store's mutex is held from enter to exit."""
+
+    def __init__(self, store: kv.Store) -> None:
+        self.store = store
+        self.owner = None
+        self.written = False
+
+    def __enter__(self) -> Alone:
+        store = self.store
+        store._mutex.acquire()
+        self.state = store._state  # (read under the mutex: a reload replaces it)
+        self.now = store._clock()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.store._mutex.release()
+        if self.written:
+            self.store._maybe_snapshot()  # (as a decision's end: outside the mutex)
+
+    def write_many(self, made: list[ops.Set]) -> bool:
+        """Write and apply the ops of ``plain_set_op`` in one write (``kv.Store._write_alone``);
+        False, nothing written, if the store needs a decision for them."""
+        self.written = self.store._write_plain_alone(made, self.now)
+        return self.written
 
 
 class _Deciding:
@@ -282,6 +315,11 @@ class RedisKV:
         of records the decision will write at most: LockedError, nothing made, if they might
         rotate the op log's segment (``kv.Store._change``)."""
         return _Deciding(self.store, owner, timeout_s, room)
+
+    def alone(self) -> Alone:
+        """``with kv.alone() as a``: a round of plain SETs written without a decision (``Alone``;
+        for a store the daemon owns, ``single_writer``)."""
+        return Alone(self.store)
 
     def mutexes(self, group: object) -> list[Any]:
         """The locks a commit round of this store takes besides the rounds' own: its mutex
