@@ -7,7 +7,8 @@ file system seam, a few Python calls each. This measures what that costs a decis
 store held as the daemon holds it (``kv.open(single_writer=True, compact_in_background=True)``,
 100,000 keys of 100 bytes, random keys overwritten), through the daemon's own path
 (``RedisKV.decide``, ``plain_set_op``, ``write_many``), for rounds of 1 and of 13 SETs (SET x1;
-SET x16's mean round), without the fsync (the round's ``sync`` is apart). Against it, in the same
+SET x16's mean round), without the fsync (the round's ``sync`` is apart); and through the path
+a round of plain SETs only takes there (``RedisKV.alone``: no decision). Against them, in the same
 run: the floor, the same steps with none of the layers (under a lock: the key's last write looked
 up, the op built, encoded, applied by ``State.apply_plain``, its record encoded with its CRC, one
 ``pwrite`` a round). The gap is what a write path without the generic layers could save.
@@ -61,6 +62,37 @@ def through_the_store(directory: str, keys: list[str], per_round: int, rounds: i
         store.close()
 
 
+def alone(directory: str, keys: list[str], per_round: int, rounds: int) -> float:
+    """Microseconds a round through the daemon's path for a round of plain SETs only
+    (``RedisKV.alone``: written without a decision, ``kv.Store._write_alone``)."""
+    store = kv.open(os.path.join(directory, "kv"), durability="always", single_writer=True,
+                    compact_in_background=True)  # fmt: skip
+    try:
+        front = RedisKV(store)
+        for i in range(0, KEYS, 1000):
+            with front.decide() as d:
+                d.write_many(
+                    [d.plain_set_op(f"key:{j:012d}", ops.BYTES, VALUE, None) for j in range(i, i + 1000)]
+                )
+        front.sync()
+        k = 0
+        started = time.perf_counter()
+        for r in range(rounds):
+            with front.alone() as a:
+                made = []
+                for _ in range(per_round):
+                    made.append(a.plain_set_op(keys[k], ops.BYTES, VALUE, None))
+                    k += 1
+                if not a.write_many(made):  # type: ignore[arg-type]
+                    with front.decide() as d:  # (a rotation: the round decides, as the daemon's)
+                        d.write_many(made)  # type: ignore[arg-type]
+            if r % 64 == 63:  # (the op log's page cache kept small; outside the clock's share)
+                front.sync()
+        return (time.perf_counter() - started) / rounds * 1e6
+    finally:
+        store.close()
+
+
 def floor(directory: str, keys: list[str], per_round: int, rounds: int) -> float:
     """Microseconds a round of the same steps with none of the layers."""
     state = State(None)
@@ -101,21 +133,27 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=5, help="measurements of each, in turns (default 5)")
     args = ap.parse_args()
     rng = random.Random(34)
-    print("| plain SETs a round | through the store (RedisKV.decide), us a round | floor, us a round | "
-          "store / floor |")  # fmt: skip
-    print("|---|---|---|---|")
+    print("| plain SETs a round | through the store (RedisKV.decide), us a round | written alone "
+          "(RedisKV.alone), us a round | floor, us a round | decide / floor | alone / floor |")  # fmt: skip
+    print("|---|---|---|---|---|---|")
     for per_round in (1, 13):
         keys = [f"key:{rng.randrange(KEYS):012d}" for _ in range(args.rounds * per_round)]
-        ours, least = [], []
-        for _ in range(args.runs):  # in turns: both see the same machine
+        ours, alones, least = [], [], []
+        for _ in range(args.runs):  # in turns: all see the same machine
             with tempfile.TemporaryDirectory(prefix="bench-decision-") as d:
                 ours.append(through_the_store(d, keys, per_round, args.rounds))
             with tempfile.TemporaryDirectory(prefix="bench-decision-") as d:
+                alones.append(alone(d, keys, per_round, args.rounds))
+            with tempfile.TemporaryDirectory(prefix="bench-decision-") as d:
                 least.append(floor(d, keys, per_round, args.rounds))
-        a, b = statistics.median(ours), statistics.median(least)
-        spread = f"{b:.1f} ({min(least):.1f}-{max(least):.1f})"
+        a, c, b = statistics.median(ours), statistics.median(alones), statistics.median(least)
+
+        def cell(median: float, runs: list[float]) -> str:
+            return f"{median:.1f} ({min(runs):.1f}-{max(runs):.1f})"
+
         print(
-            f"| {per_round} | {a:.1f} ({min(ours):.1f}-{max(ours):.1f}) | {spread} | {a / b:.1f}x |",
+            f"| {per_round} | {cell(a, ours)} | {cell(c, alones)} | {cell(b, least)} | {a / b:.1f}x "
+            f"| {c / b:.1f}x |",
             flush=True,
         )
 

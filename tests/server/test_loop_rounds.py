@@ -1202,3 +1202,48 @@ def test_rounds_of_plain_sets_are_written_alone_and_others_decide(tmp_path: Path
             c.close()
     finally:
         r.stop()
+
+
+def test_native_rounds_of_plain_sets_of_one_store_are_written_alone(tmp_path: Path) -> None:
+    """The native door's kv.SETs likewise (``NativeFront.plain_round``): 16 connections' plain
+    SETs of one owned store share rounds, every one written alone; a batch that also sets a
+    second store, or a SET with an option, decides. Every value lands, after a restart too."""
+    r = Running(tmp_path / "data", fs=_Fsyncs(), own_kv=True)
+    try:
+        with client.connect(r.address) as c:
+            c.kv("loop").set("warm", 0)
+            c.kv("other").set("warm", 0)  # (both stores open: SETs take the round's fast paths)
+        before = r.server.commit_counters()
+        socks = [connect_raw(r.address) for _ in range(16)]
+        try:
+            _turns(socks, 30, "k")
+            middle = r.server.commit_counters()
+            rounds = middle["rounds"] - before["rounds"]
+            assert middle["rounds_alone"] - before["rounds_alone"] == rounds
+            socks[0].sendall(
+                request(p.KV_SET, 1, name="loop", key="two", value=b"a")
+                + request(p.KV_SET, 2, name="other", key="two", value=b"b")
+            )
+            socks[1].sendall(request(p.KV_SET, 3, name="loop", key="ttl", value=b"c", ttl=100.0))
+            for sock, count in ((socks[0], 2), (socks[1], 1)):
+                got = 0
+                while got < count:  # (the two requests of socks[0] may come back in two reads)
+                    for reply in read_frames(sock, 1):
+                        assert not reply.flags & p.FLAG_ERROR and reply.body == {"ok": True}, reply.body
+                        got += 1
+        finally:
+            for sock in socks:
+                sock.close()
+        after = r.server.commit_counters()
+        assert after["rounds_alone"] == middle["rounds_alone"]
+        assert after["rounds"] > middle["rounds"]
+    finally:
+        r.stop()
+    r = Running(tmp_path / "data", fs=_Fsyncs(), own_kv=True)
+    try:
+        with client.connect(r.address) as c:
+            s = c.kv("loop")
+            assert all(s.get(f"k{i}") == b"29" for i in range(16))
+            assert (s.get("two"), c.kv("other").get("two"), s.get("ttl")) == (b"a", b"b", b"c")
+    finally:
+        r.stop()

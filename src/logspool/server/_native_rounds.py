@@ -38,7 +38,7 @@ from .. import _wire as p
 from .. import errors, limits
 from ..kv import _ops as kv_ops
 from ._resp_commit import Committer, _Batch
-from ._resp_kv import Decision, RedisKV
+from ._resp_kv import Decision, RedisKV, View
 from ._resp_streams import HeldTails
 from ._server import Server, _name, error_body
 
@@ -208,6 +208,11 @@ class _RoundStores:
             yield round_
         self._synced = round_.synced
 
+    def written_alone(self, shared: RedisKV) -> None:
+        """The last round wrote ``shared``'s store without a decision (``NativeFront.plain_round``):
+        ``sync`` fsyncs it."""
+        self._synced = [shared]
+
     def sync(self, *, gather: bool = False, wait: bool = True) -> bool:
         """fsync each store the last round wrote, once (``gather``, ``wait``: as ``Log.sync``'s).
         False only with ``wait=False``: the stores not yet durable are kept for the next call
@@ -272,11 +277,46 @@ class NativeFront:
         writes it: always entered."""
         return True
 
-    def plain_round(self, round_: object) -> None:
-        """The RESP door's round written without a decision (``RespFront.plain_round``): none
-        here yet (a native round's plain kv.SETs are written with one ``write_many`` inside
-        the round's decision: ``_Writes.plain_sets``)."""
-        return None
+    def plain_round(self, round_: Sequence[tuple[Any, list[_Request], Any]]) -> list[list[bytes]] | None:
+        """A commit round whose every request is a plain kv.SET (``_plain_set``) of one open store
+        the daemon owns (kv.SET x1, x16): written without a decision, as the RESP door writes
+        its own (``RespFront.plain_round``, ``RedisKV.alone``); each op ``Store.set``'s with its
+        defaults (``_plain_set_op``). Its reply frames, one list a batch; or None, nothing
+        written, for any other round, a request whose SET is not plain after all (``run``
+        answers it), or a store that needs a decision for them: the round then runs as any
+        round does. The round's fsync is the store's (``_RoundStores.sync``)."""
+        name: str | None = None
+        for _, requests, _ in round_:
+            for command, _, body in requests:
+                if command != p.KV_SET or not _plain_set(body):
+                    return None
+                if name is None:
+                    name = body.get("name", "")
+                elif body.get("name", "") != name:
+                    return None
+        store = self.server.stores.opened("kv", name) if name is not None else None
+        if store is None or not store.single_writer or self.kv._prepared:
+            return None
+        shared = RedisKV(store)
+        outcomes: list[list[bytes]] = []
+        with shared.alone() as a:
+            made: list[kv_ops.Set] = []
+            for _, requests, _ in round_:
+                frames: list[bytes] = []
+                for _, request_id, body in requests:
+                    op = _plain_set_op(a, body)
+                    if op is None:
+                        return None
+                    made.append(op)
+                    frames.append(_OK_TRUE_FRAME(_SET_REPLY_HEAD, request_id, _OK_TRUE_TAIL))
+                outcomes.append(frames)
+            try:
+                if not a.write_many(made):
+                    return None
+            except errors.RecordTooLargeError:
+                return None  # (checked before anything is written: ``run`` answers it)
+        self.kv.written_alone(shared)
+        return outcomes
 
     def committers(self) -> tuple[Committer | None, Committer | None]:
         """This door's committer and the RESP door's (None where a door has none)."""
@@ -478,7 +518,7 @@ def _plain_set(body: dict[str, Any]) -> bool:
     )
 
 
-def _plain_set_op(d: Decision, body: dict[str, Any]) -> kv_ops.Set | None:
+def _plain_set_op(d: View, body: dict[str, Any]) -> kv_ops.Set | None:
     """The op of a plain kv.SET (``_plain_set``) in decision ``d``, as ``Store.set`` makes it with
     its defaults; None where ``Store.set`` would raise (a key that is not one, a value of a type
     or size the store refuses, a key locked by an owner: the request has none), which ``run``

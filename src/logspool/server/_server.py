@@ -579,14 +579,16 @@ class Server:
 
     def commit_counters(self) -> dict[str, Any]:
         """The native door's commit rounds: rounds run (``rounds_here`` of them on the loop,
-        ``handed`` of those finished on the thread: their fsync would have waited), the batches
+        ``handed`` of those finished on the thread: their fsync would have waited;
+        ``rounds_alone``: of plain kv.SETs only, written without a decision), the batches
         they held (a batch: one read's writes of one connection), and where their time went,
         in seconds: deciding (the requests and the write), fsyncs, and the commit delay's waits
         for the rest of a group."""
         c = self._committer
         if c is None:
             return {}
-        return {"rounds": c.rounds, "rounds_here": c.rounds_here, "handed": c.handed, "batches": c.batches,
+        return {"rounds": c.rounds, "rounds_here": c.rounds_here, "rounds_alone": c.rounds_alone,
+                "handed": c.handed, "batches": c.batches,
                 "decide_s": c.decide_s, "sync_s": c.sync_s, "delay_s": c.delay_s}  # fmt: skip
 
     def connection_count(self) -> int:
