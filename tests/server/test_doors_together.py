@@ -121,3 +121,69 @@ def test_each_doors_waits_wake_on_the_other_doors_writes(tmp_path: Path) -> None
             r.close()
     finally:
         running.stop()
+
+
+def test_plain_sets_of_both_doors_on_one_store_are_written_alone_side_by_side(tmp_path: Path) -> None:
+    """Both doors' rounds of plain SETs of the same store, at once, each written alone
+    (``RespFront.plain_round``, ``NativeFront.plain_round``): one round at a time in the
+    process, the store's mutex and its writer lock between them. Every acknowledged value is
+    the key's last, before and after a restart, and the op log verifies."""
+    import logspool
+
+    running = Running(tmp_path / "data", resp=RespOptions(port=0))
+    failures: list[BaseException] = []
+    try:
+        port = running.server.resp.options.port  # type: ignore[union-attr]
+        with client.connect(running.address) as c:
+            c.kv("default").set("warm", 0)  # (the store open for the native door's fast path)
+        resp_before = redis.Redis(port=port).info("stats")["logspool_commit_rounds_alone"]
+        native_before = running.server.commit_counters()["rounds_alone"]
+
+        def resp_writer(i: int) -> None:
+            try:
+                r = redis.Redis(port=port, socket_timeout=60)
+                for n in range(BATCHES):
+                    assert r.set(f"r{i}:{n % 10}", n)
+                r.close()
+            except BaseException as err:  # (reported below)
+                failures.append(err)
+
+        def native_writer(i: int) -> None:
+            try:
+                sock = connect_raw(running.address)
+                for n in range(BATCHES):
+                    sock.sendall(request(p.KV_SET, n, name="default", key=f"n{i}:{n % 10}", value=b"%d" % n))
+                    replies = read_frames(sock, 1, deadline_s=60)
+                    assert not any(f.flags & p.FLAG_ERROR for f in replies), [f.body for f in replies]
+                sock.close()
+            except BaseException as err:  # (reported below)
+                failures.append(err)
+
+        threads = [threading.Thread(target=resp_writer, args=(i,)) for i in range(4)]
+        threads += [threading.Thread(target=native_writer, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + 120
+        for t in threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+        assert not any(t.is_alive() for t in threads), "a writer is stuck"
+        assert not failures, failures
+        r = redis.Redis(port=port)
+        assert r.info("stats")["logspool_commit_rounds_alone"] > resp_before
+        assert running.server.commit_counters()["rounds_alone"] > native_before
+        expected = {
+            f"{d}{i}:{k}": b"%d" % (BATCHES - 10 + k) for d in "rn" for i in range(4) for k in range(10)
+        }
+        assert dict(zip(expected, r.mget(list(expected)), strict=True)) == expected
+        r.close()
+    finally:
+        running.stop()
+    running = Running(tmp_path / "data", resp=RespOptions(port=0))
+    try:
+        r = redis.Redis(port=running.server.resp.options.port)  # type: ignore[union-attr]
+        assert dict(zip(expected, r.mget(list(expected)), strict=True)) == expected
+        r.close()
+    finally:
+        running.stop()
+    report = logspool.verify(tmp_path / "data" / "kv" / "default" / "ops")
+    assert report.ok, report

@@ -26,8 +26,9 @@ import redis
 from logspool import _wire as p
 from logspool import client
 from logspool._fs import FileSystem
+from logspool.server import RespOptions
 from tests.server.conftest import Running
-from tests.server.test_loop_rounds import _GatedFsyncs, _resp_running
+from tests.server.test_loop_rounds import _GatedFsyncs, _resp_running, _stats
 from tests.server.test_native import connect_raw, read_frames, request
 
 
@@ -584,4 +585,43 @@ def test_a_get_that_extends_a_touch_ttl_answers_after_the_touch_is_durable(tmp_p
         watcher.close()
     finally:
         fs.gate.set()
+        r.stop()
+
+
+def test_a_round_alone_whose_write_fails_answers_each_client_an_error_and_changes_nothing(
+    tmp_path: Path,
+) -> None:
+    """The disk full (ENOSPC through the ``_fs`` seam) for the write of a round of plain SETs
+    written alone: each client of the round gets an error reply, no key changes, and the next
+    round is written alone again; after a restart the keys hold what was acknowledged."""
+    fs = _OneStoreFull("/kv/default/")
+    r = Running(tmp_path / "data", fs=fs, resp=RespOptions(host="127.0.0.1", port=0))
+    assert r.server.resp is not None
+    port = r.server.resp.options.port
+    try:
+        c = redis.Redis(port=port, socket_timeout=30)
+        try:
+            assert c.set("k", "old")
+            before = _stats(port)
+            fs.armed = True
+            with pytest.raises(redis.ResponseError, match=r"[Nn]o space left"):
+                c.set("k", "new")
+            assert not fs.armed, "the write never failed"
+            assert c.get("k") == b"old"
+            assert c.set("k", "after") and c.get("k") == b"after"
+            after = _stats(port)
+            assert after["logspool_commit_rounds_alone"] - before["logspool_commit_rounds_alone"] == 1
+        finally:
+            c.close()
+    finally:
+        r.stop()
+    r = Running(tmp_path / "data", resp=RespOptions(host="127.0.0.1", port=0))
+    assert r.server.resp is not None
+    try:
+        c = redis.Redis(port=r.server.resp.options.port, socket_timeout=30)
+        try:
+            assert c.get("k") == b"after"
+        finally:
+            c.close()
+    finally:
         r.stop()

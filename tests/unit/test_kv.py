@@ -948,19 +948,25 @@ def test_a_round_alone_writes_and_applies_what_its_decision_would(tmp_path: Path
             clock.advance(0.001)
         assert _ops_of(alone.path) == _ops_of(decided.path)
 
-        def state(s: kv.Store) -> list[tuple[object, ...]]:
+        def state(s: kv.Store, *, times: bool = False) -> list[tuple[object, ...]]:
+            """Each entry's fields; with ``times``, also the records' timestamps an op was applied
+            with (the two stores' records are stamped by the wall clock, each its own)."""
             st = s._state
             st.check()
-            rows = [(k, e.vtype, s._bytes(e), e.ts, e.version, e.expire_ns) for k, e in st.values.items()]
-            return [st.next_lsn, *sorted(rows)]  # type: ignore[list-item]
+            rows = [
+                (k, e.vtype, s._bytes(e), e.ts, e.version, e.expire_ns, e.where)
+                + ((e.created_ns, e.modified_ns) if times else ())
+                for k, e in st.values.items()
+            ]
+            return [(st.next_lsn, st.last_ns if times else 0), *sorted(rows)]
 
         assert state(alone) == state(decided)
-        expected = state(alone)
+        expected = state(alone, times=True)
     finally:
         alone.close()
         decided.close()
-    with kv.open(tmp_path / "alone") as fresh:
-        assert state(fresh) == expected
+    with kv.open(tmp_path / "alone") as fresh:  # (every field as the ops' records give it)
+        assert state(fresh, times=True) == expected
 
 
 def test_a_round_alone_writes_nothing_where_the_store_needs_a_decision(tmp_path: Path) -> None:
@@ -1018,3 +1024,72 @@ def test_a_failed_write_alone_changes_nothing_and_the_next_one_writes(tmp_path: 
     with kv.open(tmp_path / "kv") as fresh:
         assert (fresh.get("a"), fresh.get("b"), fresh.get("c")) == (b"1", b"3", None)
         assert fresh._state.next_lsn == 3
+
+
+def test_a_round_alone_refuses_a_full_segment_before_writing(tmp_path: Path) -> None:
+    """A round whose records would not fit in the op log's active segment is refused with the
+    segment as it was (nothing written into it, no rotation); the decision rotates."""
+    with kv.open(tmp_path / "kv", single_writer=True, segment_size_max=4096) as s:
+        i = 0
+        while _round_alone(s, [(f"k{i}", b"v" * 300)]):  # bounded: 4 KiB fill in a dozen
+            i += 1
+            assert i < 20
+        ops_dir = os.path.join(s.path, "ops")
+        before = {n: os.path.getsize(os.path.join(ops_dir, n)) for n in os.listdir(ops_dir)}
+        lsn = s._state.next_lsn
+        assert s._log.next_lsn == lsn and f"k{i}" not in s
+        assert {n: os.path.getsize(os.path.join(ops_dir, n)) for n in os.listdir(ops_dir)} == before
+        _round_decided(s, [(f"k{i}", b"v" * 300)])
+        assert len(os.listdir(ops_dir)) > len(before) and s.get(f"k{i}") == b"v" * 300
+        # The new segment has room: the round after it is written alone once the store's reader
+        # is past the decision's records (a decision that rotated leaves them for it to read:
+        # the first round refuses, its decision catches the reader up).
+        if not _round_alone(s, [("next", b"x")]):
+            _round_decided(s, [("next", b"x")])
+        assert _round_alone(s, [("then", b"y")]) and (s.get("next"), s.get("then")) == (b"x", b"y")
+
+
+def test_a_round_alone_refuses_while_the_op_log_needs_a_recovery(tmp_path: Path) -> None:
+    """A rotation whose new segment could not be created (EIO through the ``_fs`` seam) leaves
+    the op log to be recovered by its next write: a round alone refuses, even with the state
+    rebuilt (a read), and the decision that follows recovers the log and writes; the rounds
+    after it are written alone again, and a reopen finds them all."""
+    import logspool
+
+    fs = FaultFS(str(tmp_path))
+    with kv.open(tmp_path / "kv", single_writer=True, fs=fs, segment_size_max=4096) as s:
+        i = 0
+        while _round_alone(s, [(f"k{i}", b"v" * 300)]):
+            i += 1
+            assert i < 20
+        fs.fault = Fault(fs.count + 1, errno.EIO, sticky=True, ops=("open_create",))
+        with pytest.raises(AppendError):
+            _round_decided(s, [(f"k{i}", b"v" * 300)])  # (the seal written, the next segment not)
+        fs.fault = None
+        assert s.get("k0") == b"v" * 300 and f"k{i}" not in s  # (the state rebuilt from the log)
+        assert s._log._active.needs_recovery
+        lsn = s._state.next_lsn
+        assert not _round_alone(s, [("after", b"x")])
+        assert s._state.next_lsn == lsn and "after" not in s
+        _round_decided(s, [("after", b"x")])
+        assert not s._log._active.needs_recovery
+        if not _round_alone(s, [("again", b"y")]):  # (as after any rotation: see above)
+            _round_decided(s, [("again", b"y")])
+        assert _round_alone(s, [("more", b"z")])
+    with kv.open(tmp_path / "kv") as fresh:
+        assert (fresh.get("after"), fresh.get("again"), fresh.get("k0")) == (b"x", b"y", b"v" * 300)
+    report = logspool.verify(tmp_path / "kv" / "ops")
+    assert report.ok, report
+
+
+def test_rounds_alone_snapshot_the_store_as_decisions_do(tmp_path: Path) -> None:
+    """A store written by rounds alone only is snapshotted when its op log grows past the
+    snapshot's threshold (the round's end checks, as a decision's does), and compacted: its
+    op log does not grow without bound."""
+    with kv.open(tmp_path / "kv", single_writer=True, snapshot_ops_min=50) as s:
+        for i in range(400):
+            assert _round_alone(s, [(f"k{i % 20}", b"%d" % i * 20)])  # (every one: no decision)
+        snapshots = [n for n in os.listdir(s.path) if n.startswith("snapshot.") and n[9:].isalnum()]
+        assert snapshots and s._snapshot_lsn >= 300
+    with kv.open(tmp_path / "kv") as fresh:
+        assert [fresh.get(f"k{i}") for i in range(20)] == [b"%d" % (380 + i) * 20 for i in range(20)]

@@ -257,8 +257,12 @@ class Alone(View):
     def __enter__(self) -> Alone:
         store = self.store
         store._mutex.acquire()
-        self.state = store._state  # (read under the mutex: a reload replaces it)
-        self.now = store._clock()
+        try:
+            self.state = store._state  # (read under the mutex: a reload replaces it)
+            self.now = store._clock()
+        except BaseException:
+            store._mutex.release()
+            raise
         return self
 
     def __exit__(self, *exc: object) -> None:
