@@ -108,10 +108,10 @@ _LONE_GET = b"*2\r\n$3\r\nGET\r\n$"  # a read that may be one whole GET (``_lone
 _GET_HEADS = re.compile(rb"\*2\r\n\$3\r\nGET\r\n\$([1-9][0-9]{0,4})\r\n")
 _LONE_SET = b"*3\r\n$3\r\nSET\r\n$"  # a read that may be one whole SET (``_lone_write``)
 _LONE_SET_SIZE = len(_LONE_SET)
-# After it, a SET's key length (a key is never empty) and, after the key, its value's header
-# (``_whole_set``): lengths in plain digits, no sign, no leading zero but a lone 0.
-_SET_KEY_HEAD = re.compile(rb"([1-9][0-9]{0,7})\r\n")
-_SET_VALUE_HEAD = re.compile(rb"\r\n\$(0|[1-9][0-9]{0,7})\r\n")
+# A bulk string's length in plain digits (no sign, no leading zero but a lone 0), after its
+# ``$`` (the first of a command: ``_whole_bulks``), and the header of each one after the first.
+_BULK_FIRST_HEAD = re.compile(rb"(0|[1-9][0-9]{0,7})\r\n")
+_BULK_HEAD = re.compile(rb"\r\n\$(0|[1-9][0-9]{0,7})\r\n")
 _LONE_XADD = b"*5\r\n$4\r\nXADD\r\n$"  # a read that may be one whole XADD of one field (``_lone_write``)
 _SET = SET_NAMES
 # The header of a bulk string reply of each small size (``Session.gets``: no formatting a GET).
@@ -163,48 +163,30 @@ def _whole_bulks(data: bytes, at: int, count: int) -> list[bytes] | None:
     """The ``count`` bulk strings of a read that is one whole command as a client sends it and
     nothing else, the first one's length starting at ``at`` (just past its ``$``): each length in
     plain digits (no sign, no leading zero but a lone 0 for an empty string); None for anything
-    else (the parser takes it)."""
+    else (the parser takes it). (Each header matched in C, ``_BULK_HEAD``: a SET's two in a
+    third of the time a loop over their bytes took, SET x50.)"""
+    head = _BULK_FIRST_HEAD.match(data, at)
     out: list[bytes] = []
-    for n in range(count):  # bounded by count
-        end = data.find(b"\r\n", at)
-        digits = data[at:end]
-        if (
-            end < 0
-            or not 0 < len(digits) <= 8
-            or not digits.isdigit()
-            or (digits[0] == 48 and len(digits) > 1)
-        ):
+    for _ in range(count):  # bounded by count
+        if head is None:
             return None
-        start = end + 2
-        stop = start + int(digits)
-        if n + 1 < count:
-            if data[stop : stop + 3] != b"\r\n$":
-                return None
-            at = stop + 3
-        elif len(data) != stop + 2 or not data.endswith(b"\r\n"):
-            return None
+        start = head.end()
+        stop = start + int(head.group(1))
         out.append(data[start:stop])
+        head = _BULK_HEAD.match(data, stop)
+    if len(data) != stop + 2 or data[stop:] != b"\r\n":
+        return None
     return out
 
 
 def _whole_set(data: bytes) -> tuple[bytes, bytes] | None:
     """The key and value of a read that is one whole ``SET key value`` as a client sends it
-    (``_LONE_SET``, each length in plain digits as ``_whole_bulks`` reads them), the key not
-    empty, and nothing else; None for anything else (the parser takes it). (Its two headers
-    matched in C: a third of ``_whole_bulks``' time, SET x50.)"""
-    head = _SET_KEY_HEAD.match(data, _LONE_SET_SIZE)
-    if head is None:
+    (``_LONE_SET``, ``_whole_bulks``), the key not empty, and nothing else; None for anything
+    else (the parser takes it)."""
+    found = _whole_bulks(data, _LONE_SET_SIZE, 2)
+    if found is None or not found[0]:
         return None
-    start = head.end()
-    stop = start + int(head.group(1))
-    head = _SET_VALUE_HEAD.match(data, stop)
-    if head is None:
-        return None
-    begin = head.end()
-    end = begin + int(head.group(1))
-    if len(data) != end + 2 or data[end:] != b"\r\n":
-        return None
-    return data[start:stop], data[begin:end]
+    return found[0], found[1]
 
 
 def _whole_xadd(data: bytes) -> list[bytes] | None:
