@@ -29,6 +29,8 @@ on the same machine at the same time.
 ``--floor`` runs ``resp_floor.py`` in the same turns: a Python server on uvloop with none of
 logspool's code, answering with constant replies after redis-server's own fsync work (what Python
 and uvloop alone reach on this machine: the issue's targets set against it).
+``--chart PNG`` draws the RESP cases: each server's rate as a fraction of redis-server's, the
+issue's target marked (matplotlib, the bench extra).
 ``--part memory``: the RSS of each server after 1,000,000 SETs of 100-byte values.
 """
 
@@ -399,13 +401,24 @@ def start_floor(d: str) -> tuple[subprocess.Popen[bytes], int]:
     return proc, port
 
 
+# The issue's target for each RESP case, as a fraction of redis-server's rate (the chart's marks).
+RESP_TARGETS = {"set16": 1.0, "set50": 1.0, "getp16": 0.8, "get1": 0.9, "set1": 0.9, "xadd16": 1.0}
+
+
 def resp_main(
-    quick: bool, runs: int, cases: list[str] | None = None, versus: str | None = None, floor: bool = False
+    quick: bool,
+    runs: int,
+    cases: list[str] | None = None,
+    versus: str | None = None,
+    floor: bool = False,
+    chart: str | None = None,
 ) -> None:
     """``cases``: the short names of RESP_CASES to run (None: all). ``versus``: the ``src`` of
     another logspool tree, run in the same turns (its ops/s as a fraction of redis's too).
-    ``floor``: ``resp_floor.py`` too, in the same turns (what Python on uvloop reaches at all)."""
+    ``floor``: ``resp_floor.py`` too, in the same turns (what Python on uvloop reaches at all).
+    ``chart``: a PNG of each server's rate as a fraction of redis-server's, case by case."""
     rows = []
+    ratios: dict[str, dict[str, float]] = {}  # case -> server -> its median rate / redis's
     floor_rows: list[tuple[str, ...]] = []
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="bench-resp-") as d:
@@ -438,6 +451,10 @@ def resp_main(
                         rates.append(benchmark_rate(port, case_args, n))
                         cpu.append((cpu_s(proc.pid) - before) / n * 1e6)
                 ratio = statistics.median(ours) / statistics.median(theirs)
+                ratios[short] = {"logspool": ratio}
+                for name, rates in (("versus", other), ("floor", floors)):
+                    if rates:
+                        ratios[short][name] = statistics.median(rates) / statistics.median(theirs)
                 cpu_text = f"{_us(statistics.median(cpu_ours))} / {_us(statistics.median(cpu_theirs))}"
                 rows.append((label, median(ours), median(theirs), f"{ratio:.2f}x", cpu_text))
                 print(rows[-1], flush=True)
@@ -473,6 +490,45 @@ def resp_main(
         print("|---|---|---|---|---|")
         for row in floor_rows:
             print("| " + " | ".join(row) + " |")
+    if chart:
+        resp_chart(ratios, versus, runs, chart)
+
+
+def resp_chart(ratios: dict[str, dict[str, float]], versus: str | None, runs: int, path: str) -> None:
+    """Each case's rate as a fraction of redis-server's (1.0: redis's), a bar a server, the
+    issue's target marked (matplotlib: the bench extra)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cases = list(ratios)
+    labels = {short: label for short, label, *_ in RESP_CASES}
+    servers = [
+        ("logspool", "logspool (this tree)", "#1c7ed6"),
+        ("versus", f"logspool ({versus})", "#a5d8ff"),
+        ("floor", "floor: Python on uvloop, no logspool", "#adb5bd"),
+    ]
+    servers = [s for s in servers if any(s[0] in ratios[c] for c in cases)]
+    fig, ax = plt.subplots(figsize=(9, 3.8))
+    width = 0.8 / len(servers)
+    for k, (key, label, color) in enumerate(servers):
+        xs = [i + (k - (len(servers) - 1) / 2) * width for i in range(len(cases))]
+        values = [ratios[c].get(key, 0.0) for c in cases]
+        bars = ax.bar(xs, values, width, label=label, color=color)
+        ax.bar_label(bars, labels=[f"{v:.2f}" for v in values], fontsize=7)
+    for i, c in enumerate(cases):
+        target = RESP_TARGETS.get(c)
+        if target is not None:
+            ax.hlines(target, i - 0.45, i + 0.45, colors="#d9480f", linestyles="dashed")
+    ax.axhline(1.0, color="#495057", linewidth=0.8)
+    ax.set_xticks(range(len(cases)), [labels[c].replace(", ", "\n", 1) for c in cases], fontsize=7)
+    ax.set_ylabel("ops/s / redis-server's")
+    ax.set_title(f"redis-benchmark against each server, median of {runs} in turns (dashed: the target)",
+                 fontsize=9)  # fmt: skip
+    ax.legend(fontsize=7, loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
 
 
 def rss_kib(pid: int) -> int:
@@ -537,13 +593,19 @@ def main() -> None:
     ap.add_argument(
         "--floor", action="store_true", help="also run resp_floor.py (RESP cases): Python's own floor"
     )
+    ap.add_argument("--chart", metavar="PNG", help="RESP cases: a chart of each server against redis-server")
     args = ap.parse_args()
     if args.part == "memory":
         memory_main(100_000 if args.quick else 1_000_000)
         return
     if args.part in ("all", "resp"):
         resp_main(
-            args.quick, args.runs, args.cases.split(",") if args.cases else None, args.versus, args.floor
+            args.quick,
+            args.runs,
+            args.cases.split(",") if args.cases else None,
+            args.versus,
+            args.floor,
+            args.chart,
         )
     if args.part == "resp":
         return
