@@ -34,8 +34,10 @@ KEYS = 100_000
 VALUE = b"v" * 100
 
 
-def through_the_store(directory: str, keys: list[str], per_round: int, rounds: int) -> float:
-    """Microseconds a round through the daemon's path."""
+def through_the_store(directory: str, keys: list[str], per_round: int, rounds: int, *, alone: bool) -> float:
+    """Microseconds a round through the daemon's path: a decision (``RedisKV.decide``), or with
+    ``alone`` the path a round of plain SETs only takes (``RedisKV.alone``: written without a
+    decision, ``kv.Store._write_alone``)."""
     store = kv.open(os.path.join(directory, "kv"), durability="always", single_writer=True,
                     compact_in_background=True)  # fmt: skip
     try:
@@ -49,43 +51,14 @@ def through_the_store(directory: str, keys: list[str], per_round: int, rounds: i
         k = 0
         started = time.perf_counter()
         for r in range(rounds):
-            with front.decide() as d:
+            with front.alone() if alone else front.decide() as d:
                 made = []
                 for _ in range(per_round):
                     made.append(d.plain_set_op(keys[k], ops.BYTES, VALUE, None))
                     k += 1
-                d.write_many(made)
-            if r % 64 == 63:  # (the op log's page cache kept small; outside the clock's share)
-                front.sync()
-        return (time.perf_counter() - started) / rounds * 1e6
-    finally:
-        store.close()
-
-
-def alone(directory: str, keys: list[str], per_round: int, rounds: int) -> float:
-    """Microseconds a round through the daemon's path for a round of plain SETs only
-    (``RedisKV.alone``: written without a decision, ``kv.Store._write_alone``)."""
-    store = kv.open(os.path.join(directory, "kv"), durability="always", single_writer=True,
-                    compact_in_background=True)  # fmt: skip
-    try:
-        front = RedisKV(store)
-        for i in range(0, KEYS, 1000):
-            with front.decide() as d:
-                d.write_many(
-                    [d.plain_set_op(f"key:{j:012d}", ops.BYTES, VALUE, None) for j in range(i, i + 1000)]
-                )
-        front.sync()
-        k = 0
-        started = time.perf_counter()
-        for r in range(rounds):
-            with front.alone() as a:
-                made = []
-                for _ in range(per_round):
-                    made.append(a.plain_set_op(keys[k], ops.BYTES, VALUE, None))
-                    k += 1
-                if not a.write_many(made):  # type: ignore[arg-type]
-                    with front.decide() as d:  # (a rotation: the round decides, as the daemon's)
-                        d.write_many(made)  # type: ignore[arg-type]
+                if d.write_many(made) is False:  # type: ignore[arg-type,func-returns-value]
+                    with front.decide() as again:  # (a rotation: the round decides, as the daemon's)
+                        again.write_many(made)  # type: ignore[arg-type]
             if r % 64 == 63:  # (the op log's page cache kept small; outside the clock's share)
                 front.sync()
         return (time.perf_counter() - started) / rounds * 1e6
@@ -141,9 +114,9 @@ def main() -> None:
         ours, alones, least = [], [], []
         for _ in range(args.runs):  # in turns: all see the same machine
             with tempfile.TemporaryDirectory(prefix="bench-decision-") as d:
-                ours.append(through_the_store(d, keys, per_round, args.rounds))
+                ours.append(through_the_store(d, keys, per_round, args.rounds, alone=False))
             with tempfile.TemporaryDirectory(prefix="bench-decision-") as d:
-                alones.append(alone(d, keys, per_round, args.rounds))
+                alones.append(through_the_store(d, keys, per_round, args.rounds, alone=True))
             with tempfile.TemporaryDirectory(prefix="bench-decision-") as d:
                 least.append(floor(d, keys, per_round, args.rounds))
         a, c, b = statistics.median(ours), statistics.median(alones), statistics.median(least)

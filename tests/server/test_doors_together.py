@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import redis
@@ -27,47 +28,57 @@ from tests.server.test_native import connect_raw, read_frames, request
 BATCHES = 150
 
 
+def _four_of_each(
+    resp_writer: Callable[[int], None], native_writer: Callable[[int], None], stuck: str
+) -> None:
+    """Four threads of each writer, at once (each given its number); fails if one is still
+    running after 120 s (``stuck``) or raised."""
+    failures: list[BaseException] = []
+
+    def run(writer: Callable[[int], None], i: int) -> None:
+        try:
+            writer(i)
+        except BaseException as err:  # (reported below)
+            failures.append(err)
+
+    threads = [
+        threading.Thread(target=run, args=(w, i)) for w in (resp_writer, native_writer) for i in range(4)
+    ]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + 120
+    for t in threads:
+        t.join(max(0.0, deadline - time.monotonic()))
+    assert not any(t.is_alive() for t in threads), stuck
+    assert not failures, failures
+
+
 def test_rounds_of_both_doors_writing_the_same_store_and_log_never_wait_on_each_other(tmp_path: Path) -> None:
     running = Running(tmp_path / "data", resp=RespOptions(port=0))
-    failures: list[BaseException] = []
     try:
         port = running.server.resp.options.port  # type: ignore[union-attr]
 
         def resp_writer(i: int) -> None:
-            try:
-                r = redis.Redis(port=port, socket_timeout=60)
-                for n in range(BATCHES):
-                    pipe = r.pipeline(transaction=False)  # (one write: one batch, one round)
-                    pipe.set(f"r{i}", n)
-                    pipe.xadd("both", {"payload": b"r%d-%d" % (i, n)})
-                    pipe.execute()
-                r.close()
-            except BaseException as err:  # (reported below)
-                failures.append(err)
+            r = redis.Redis(port=port, socket_timeout=60)
+            for n in range(BATCHES):
+                pipe = r.pipeline(transaction=False)  # (one write: one batch, one round)
+                pipe.set(f"r{i}", n)
+                pipe.xadd("both", {"payload": b"r%d-%d" % (i, n)})
+                pipe.execute()
+            r.close()
 
         def native_writer(i: int) -> None:
-            try:
-                sock = connect_raw(running.address)
-                for n in range(BATCHES):
-                    sock.sendall(
-                        request(p.LOG_APPEND, 2 * n, name="both", records=[b"n%d-%d" % (i, n)])
-                        + request(p.KV_SET, 2 * n + 1, name="default", key=f"n{i}", value=n)
-                    )
-                    replies = read_frames(sock, 2, deadline_s=60)
-                    assert not any(f.flags & p.FLAG_ERROR for f in replies), [f.body for f in replies]
-                sock.close()
-            except BaseException as err:  # (reported below)
-                failures.append(err)
+            sock = connect_raw(running.address)
+            for n in range(BATCHES):
+                sock.sendall(
+                    request(p.LOG_APPEND, 2 * n, name="both", records=[b"n%d-%d" % (i, n)])
+                    + request(p.KV_SET, 2 * n + 1, name="default", key=f"n{i}", value=n)
+                )
+                replies = read_frames(sock, 2, deadline_s=60)
+                assert not any(f.flags & p.FLAG_ERROR for f in replies), [f.body for f in replies]
+            sock.close()
 
-        threads = [threading.Thread(target=resp_writer, args=(i,)) for i in range(4)]
-        threads += [threading.Thread(target=native_writer, args=(i,)) for i in range(4)]
-        for t in threads:
-            t.start()
-        deadline = time.monotonic() + 120
-        for t in threads:
-            t.join(max(0.0, deadline - time.monotonic()))
-        assert not any(t.is_alive() for t in threads), "a writer is stuck: the rounds wait on each other"
-        assert not failures, failures
+        _four_of_each(resp_writer, native_writer, "a writer is stuck: the rounds wait on each other")
         r = redis.Redis(port=port)
         assert r.xlen("both") == 8 * BATCHES
         assert [r.get(f"r{i}") for i in range(4)] == [str(BATCHES - 1).encode()] * 4
@@ -131,7 +142,6 @@ def test_plain_sets_of_both_doors_on_one_store_are_written_alone_side_by_side(tm
     import logspool
 
     running = Running(tmp_path / "data", resp=RespOptions(port=0))
-    failures: list[BaseException] = []
     try:
         port = running.server.resp.options.port  # type: ignore[union-attr]
         with client.connect(running.address) as c:
@@ -140,34 +150,20 @@ def test_plain_sets_of_both_doors_on_one_store_are_written_alone_side_by_side(tm
         native_before = running.server.commit_counters()["rounds_alone"]
 
         def resp_writer(i: int) -> None:
-            try:
-                r = redis.Redis(port=port, socket_timeout=60)
-                for n in range(BATCHES):
-                    assert r.set(f"r{i}:{n % 10}", n)
-                r.close()
-            except BaseException as err:  # (reported below)
-                failures.append(err)
+            r = redis.Redis(port=port, socket_timeout=60)
+            for n in range(BATCHES):
+                assert r.set(f"r{i}:{n % 10}", n)
+            r.close()
 
         def native_writer(i: int) -> None:
-            try:
-                sock = connect_raw(running.address)
-                for n in range(BATCHES):
-                    sock.sendall(request(p.KV_SET, n, name="default", key=f"n{i}:{n % 10}", value=b"%d" % n))
-                    replies = read_frames(sock, 1, deadline_s=60)
-                    assert not any(f.flags & p.FLAG_ERROR for f in replies), [f.body for f in replies]
-                sock.close()
-            except BaseException as err:  # (reported below)
-                failures.append(err)
+            sock = connect_raw(running.address)
+            for n in range(BATCHES):
+                sock.sendall(request(p.KV_SET, n, name="default", key=f"n{i}:{n % 10}", value=b"%d" % n))
+                replies = read_frames(sock, 1, deadline_s=60)
+                assert not any(f.flags & p.FLAG_ERROR for f in replies), [f.body for f in replies]
+            sock.close()
 
-        threads = [threading.Thread(target=resp_writer, args=(i,)) for i in range(4)]
-        threads += [threading.Thread(target=native_writer, args=(i,)) for i in range(4)]
-        for t in threads:
-            t.start()
-        deadline = time.monotonic() + 120
-        for t in threads:
-            t.join(max(0.0, deadline - time.monotonic()))
-        assert not any(t.is_alive() for t in threads), "a writer is stuck"
-        assert not failures, failures
+        _four_of_each(resp_writer, native_writer, "a writer is stuck")
         r = redis.Redis(port=port)
         assert r.info("stats")["logspool_commit_rounds_alone"] > resp_before
         assert running.server.commit_counters()["rounds_alone"] > native_before
