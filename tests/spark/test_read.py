@@ -273,6 +273,58 @@ def test_the_jvm_reader_reads_the_golden_logs_of_each_format_version(
     assert len(expected) == (12 if version == "v1" else 19)
 
 
+@pytest.mark.parametrize(
+    "damage",
+    ["payload", "trailer", "two", "lsn-after", "after-zstd"],
+)
+def test_the_jvm_readers_checksums_of_a_batch_name_the_first_damaged_record(
+    spark: Any, tmp_path: Path, damage: str
+) -> None:
+    """The JVM reader checks a batch's plain records with one CRC-32 call over their bytes
+    (``RangeReader.settle``), the expected value chained from their lengths; any damage in the
+    batch still fails the read naming the first damaged record's offset, as a check of each
+    did: a payload's byte or a stored checksum's, two records (the first named), a record
+    with a damaged lsn after a damaged one (the checksum's error first), a plain record after a
+    compressed one (its own check, chained into the batch's). With ``verifyChecksums=false``
+    the same read returns every row."""
+    from logspool.spark import load
+
+    path = tmp_path / "log"
+    with logspool.open(path, compression="zstd" if damage == "after-zstd" else None) as log:
+        for i in range(6000):  # (more than a batch: 4,096 rows)
+            if damage == "after-zstd" and i % 100 == 99:
+                log.append(b"compressible %d " % i * 20)  # (a zstd frame)
+            else:
+                log.append(b"record %d" % i)
+    where = offsets(path)
+    segment = sorted(path.glob("*.seg"))[0]
+    data = bytearray(segment.read_bytes())
+
+    def record_end(lsn: int) -> int:
+        return where[lsn + 1][1] if lsn + 1 in where else len(data)
+
+    first = 3000
+    if damage in ("payload", "two", "lsn-after", "after-zstd"):
+        data[where[first][1] + fmt.RECORD_HEADER_SIZE] ^= 0x01
+    if damage == "trailer":
+        data[record_end(first) - 1] ^= 0x80
+    if damage == "two":
+        data[where[3500][1] + fmt.RECORD_HEADER_SIZE] ^= 0x01
+    if damage == "lsn-after":
+        data[where[first + 1][1] + 8] ^= 0x01  # (the next record's lsn: a mismatch)
+    if damage == "after-zstd":  # (the record before it a zstd frame, itself plain)
+        flags_at = fmt.RECORD_HEADER.unpack_from(data, where[first - 1][1])[1]
+        assert flags_at == fmt.FLAG_ZSTD and fmt.RECORD_HEADER.unpack_from(data, where[first][1])[1] == 0
+    segment.write_bytes(bytes(data))
+    with pytest.raises(Exception) as info:
+        load(spark, str(path), jvm=True).select("lsn", "payload").collect()
+    assert f"{segment}: offset {where[first][1]}: checksum mismatch (expected" in str(info.value)
+    assert "logspool.spark.RangeReader" in str(info.value)
+    if damage != "lsn-after":
+        rows = load(spark, str(path), jvm=True, verifyChecksums="false").select("lsn").collect()
+        assert sorted(r.lsn for r in rows) == list(range(6000))
+
+
 def test_the_jvm_reader_moves_its_mapping_window_through_a_segment(spark: Any, tmp_path: Path) -> None:
     """A window far smaller than the segment, and records larger than the window: every record
     is read whole, and damage past the first window is still named at its file offset."""
