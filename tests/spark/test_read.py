@@ -275,7 +275,7 @@ def test_the_jvm_reader_reads_the_golden_logs_of_each_format_version(
 
 @pytest.mark.parametrize(
     "damage",
-    ["payload", "trailer", "two", "lsn-after", "after-zstd"],
+    ["payload", "trailer", "two", "lsn-after", "length-after", "after-zstd"],
 )
 def test_the_jvm_readers_checksums_of_a_batch_name_the_first_damaged_record(
     spark: Any, tmp_path: Path, damage: str
@@ -284,9 +284,10 @@ def test_the_jvm_readers_checksums_of_a_batch_name_the_first_damaged_record(
     (``RangeReader.settle``), the expected value chained from their lengths; any damage in the
     batch still fails the read naming the first damaged record's offset, as a check of each
     did: a payload's byte or a stored checksum's, two records (the first named), a record
-    with a damaged lsn after a damaged one (the checksum's error first), a plain record after a
-    compressed one (its own check, chained into the batch's). With ``verifyChecksums=false``
-    the same read returns every row."""
+    with a damaged lsn, or a length past the limit, after a damaged one (the checksum's error
+    first, as the Python reader's), a plain record after a compressed one (its own check,
+    chained into the batch's). With ``verifyChecksums=false`` the same read returns every
+    row."""
     from logspool.spark import load
 
     path = tmp_path / "log"
@@ -304,7 +305,7 @@ def test_the_jvm_readers_checksums_of_a_batch_name_the_first_damaged_record(
         return where[lsn + 1][1] if lsn + 1 in where else len(data)
 
     first = 3000
-    if damage in ("payload", "two", "lsn-after", "after-zstd"):
+    if damage in ("payload", "two", "lsn-after", "length-after", "after-zstd"):
         data[where[first][1] + fmt.RECORD_HEADER_SIZE] ^= 0x01
     if damage == "trailer":
         data[record_end(first) - 1] ^= 0x80
@@ -312,6 +313,8 @@ def test_the_jvm_readers_checksums_of_a_batch_name_the_first_damaged_record(
         data[where[3500][1] + fmt.RECORD_HEADER_SIZE] ^= 0x01
     if damage == "lsn-after":
         data[where[first + 1][1] + 8] ^= 0x01  # (the next record's lsn: a mismatch)
+    if damage == "length-after":
+        data[where[3500][1] : where[3500][1] + 4] = b"\xff" * 4  # (a length past the limit)
     if damage == "after-zstd":  # (the record before it a zstd frame, itself plain)
         flags_at = fmt.RECORD_HEADER.unpack_from(data, where[first - 1][1])[1]
         assert flags_at == fmt.FLAG_ZSTD and fmt.RECORD_HEADER.unpack_from(data, where[first][1])[1] == 0
@@ -320,9 +323,30 @@ def test_the_jvm_readers_checksums_of_a_batch_name_the_first_damaged_record(
         load(spark, str(path), jvm=True).select("lsn", "payload").collect()
     assert f"{segment}: offset {where[first][1]}: checksum mismatch (expected" in str(info.value)
     assert "logspool.spark.RangeReader" in str(info.value)
-    if damage != "lsn-after":
+    with pytest.raises(Exception) as info:  # (the Python reader says the same)
+        spark.read.format("logspool").load(str(path)).select("lsn", "payload").collect()
+    assert f"{segment}: offset {where[first][1]}: checksum mismatch (expected" in str(info.value)
+    if damage not in ("lsn-after", "length-after"):
         rows = load(spark, str(path), jvm=True, verifyChecksums="false").select("lsn").collect()
         assert sorted(r.lsn for r in rows) == list(range(6000))
+
+
+def test_the_jvm_reader_checks_a_batch_across_its_mapping_windows_from_any_start(
+    spark: Any, tmp_path: Path
+) -> None:
+    """A window smaller than a batch, a read starting inside a window: the records checked
+    together are those of one window each (the check is made before the window moves), and a
+    read of an undamaged log returns every row. (A check left pending across a window's move
+    would compare another window's bytes: a checksum error on a sound log.)"""
+    from logspool.spark import load
+
+    path = tmp_path / "log"
+    with logspool.open(path) as log:
+        for i in range(3000):
+            log.append(b"r%05d" % i + b"." * 150)
+    for start in (37, 1000, 2500):
+        rows = load(spark, str(path), jvm=True, jvmMapBytes="4096", startingPosition=str(start))
+        assert sorted(r.lsn for r in rows.select("lsn").collect()) == list(range(start, 3000)), start
 
 
 def test_the_jvm_reader_moves_its_mapping_window_through_a_segment(spark: Any, tmp_path: Path) -> None:

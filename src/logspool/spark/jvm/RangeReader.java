@@ -73,8 +73,9 @@ final class RangeReader implements PartitionReader<ColumnarBatch> {
     private int pendingFrom = -1;
     private int pendingCrc;
     static final int RESIDUE = 0x2144DF1C;  // CRC-32 of any record followed by its own CRC
-    // SHIFT[j]: CRC-32's register moved through 2^j zero bytes (a linear map: 4 byte tables).
-    static final int[][] SHIFT = new int[29][];
+    // SHIFT[j]: CRC-32's register moved through 2^j zero bytes (a linear map: 4 byte tables);
+    // one for each bit of an int, whatever length a damaged header says.
+    static final int[][] SHIFT = new int[32][];
 
     static {
         int[] col = new int[32];
@@ -265,7 +266,7 @@ final class RangeReader implements PartitionReader<ColumnarBatch> {
                 rows++;
             }
             settle();
-        } catch (IOException e) {
+        } catch (IOException | RuntimeException e) {
             settle();  // an earlier record's checksum error comes first
             throw e;
         }
