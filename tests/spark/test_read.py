@@ -484,3 +484,122 @@ def test_each_planned_range_starts_at_the_last_index_entry_at_or_before_it(tmp_p
         assert got == (before[-1] if before else (fmt.SEGMENT_HEADER_SIZE, r.segment)) == part.start_point(r)
         lsns = [lsn for batch in part.read_range(r, 1 << 20, True) for lsn in batch[0]]
         assert lsns == list(range(r.start, r.end))
+
+
+def test_a_plan_reads_an_index_as_it_is_now_though_it_keeps_the_last_decoded(tmp_path: Path) -> None:
+    """The planner keeps each index's entries as last decoded (a stream plans every micro-batch
+    from them), and uses them only while the file holds the same bytes: an index that grew, was
+    damaged, rewritten or removed is read again."""
+    from logspool.spark import _partition as part
+
+    path = tmp_path / "log"
+    _share_log(path, 5_000)
+    index = path / fmt.index_name(0)
+
+    def fresh() -> list[fmt.IndexEntry]:
+        raw = index.read_bytes() if index.exists() else b""
+        return fmt.decode_index_entries(raw) if raw else []
+
+    first = part._index_entries(str(path), 0)
+    assert first == fresh() and len(first) > 10
+    assert part._index_entries(str(path), 0) is first  # (the same bytes: decoded once)
+    with logspool.open(path, index_interval=4096) as log:
+        log.append_many([b"%08d" % j + b"." * 92 for j in range(5_000, 6_000)])
+    grown = part._index_entries(str(path), 0)
+    assert grown == fresh() and len(grown) > len(first)
+    raw = bytearray(index.read_bytes())
+    raw[fmt.INDEX_HEADER_SIZE + 10 * fmt.INDEX_ENTRY_SIZE + 3] ^= 0xFF  # the eleventh entry damaged
+    index.write_bytes(bytes(raw))
+    assert part._index_entries(str(path), 0) == fresh() == grown[:10]
+    index.write_bytes(index.read_bytes()[: fmt.INDEX_HEADER_SIZE - 1])  # the header cut short
+    assert part._index_entries(str(path), 0) == []
+    index.unlink()
+    assert part._index_entries(str(path), 0) == []
+    with logspool.open(path, index_interval=4096) as log:  # (the writer rebuilds it)
+        pass
+    if index.exists():
+        assert part._index_entries(str(path), 0) == fresh()
+
+
+def _share_log(path: Path, n: int = 20_000) -> None:
+    """One segment of ``n`` records of 100 bytes (about 2.7 MB), an index entry every 4 KiB."""
+    with logspool.open(path, index_interval=4096) as log:
+        for i in range(0, n, 1000):
+            log.append_many([b"%08d" % j + b"." * 92 for j in range(i, i + 1000)])
+        assert len(log.info().segments) == 1
+
+
+def _covers(ranges: list[Any], start: int, end: int) -> list[int]:
+    """The lsn counts of ranges that cover [start, end) once, in order (else the test fails)."""
+    assert [r.start for r in ranges] == [start] + [r.end for r in ranges[:-1]]
+    assert ranges[-1].end == end
+    return [r.end - r.start for r in ranges]
+
+
+def test_a_plan_that_knows_the_cores_cuts_one_share_of_the_span_a_core(tmp_path: Path) -> None:
+    """As Spark cuts files (``FilePartition.maxSplitBytes``): a span is cut into one share of its
+    bytes a core, each at least the floor (Spark's openCostInBytes) and at most the partition
+    size; without the cores (the Python source's own plan), by the partition size alone."""
+    from logspool.spark import _partition as part
+
+    path = tmp_path / "log"
+    _share_log(path)
+    with logspool.open(path, readonly=True) as log:
+        whole = 1 << 30
+
+        def counts(start: int, end: int, size: int, shares: Any) -> list[int]:
+            return _covers(part.plan(log, start, end, size, shares), start, end)
+
+        two = counts(0, 20_000, whole, part.Shares(2, 64 * 1024))
+        assert len(two) == 2 and all(9_000 <= c <= 11_000 for c in two)  # (cut at an index entry)
+        assert len(counts(0, 20_000, whole, part.Shares(4, 64 * 1024))) == 4
+        assert counts(0, 20_000, whole, part.Shares(2, 4 << 20)) == [20_000]  # the floor: one task
+        assert len(counts(0, 20_000, whole, None)) == 1  # the partition size alone
+        capped = counts(0, 20_000, 256 * 1024, part.Shares(2, 64 * 1024))  # the size caps a share
+        assert 9 <= len(capped) <= 12
+        assert capped == counts(0, 20_000, 256 * 1024, None)
+        tail = counts(15_000, 20_000, whole, part.Shares(2, 64 * 1024))  # the span's bytes, not the log's
+        assert len(tail) == 2 and all(2_000 <= c <= 3_000 for c in tail)
+
+
+def test_the_jvm_reader_and_stream_plan_with_the_sessions_file_settings(spark: Any, tmp_path: Path) -> None:
+    """``load`` and ``load_stream`` (the JVM reader's plans, made in the driver) cut a log as the
+    session cuts files: one share a core (local[2]: two), at least
+    ``spark.sql.files.openCostInBytes``, at most ``spark.sql.files.maxPartitionBytes`` or the
+    read's own ``maxPartitionBytes``; the rows are the same whatever the cut."""
+    from logspool.spark import _jvm, load
+
+    path = tmp_path / "log"
+    _share_log(path)
+    settings = {"spark.sql.files.openCostInBytes": "65536", "spark.sql.files.maxPartitionBytes": "134217728"}
+    before = {key: spark.conf.get(key) for key in settings}
+    try:
+        for key, value in settings.items():
+            spark.conf.set(key, value)
+
+        def tasks(**options: str) -> int:
+            df = load(spark, str(path), jvm=True, **options)
+            assert sorted(df.agg({"lsn": "sum"}).collect()[0]) == [sum(range(20_000))]
+            return int(df.rdd.getNumPartitions())
+
+        assert tasks() == 2  # (the Python source's own plan: one range, 2.7 MB under 32 MiB)
+        assert spark.read.format("logspool").load(str(path)).rdd.getNumPartitions() == 1
+        assert 9 <= tasks(maxPartitionBytes="262144") <= 12  # the read's own size caps a share
+        spark.conf.set("spark.sql.files.maxPartitionBytes", "524288")
+        assert 5 <= tasks() <= 6  # the session's cap
+        spark.conf.set("spark.sql.files.openCostInBytes", str(64 << 20))
+        assert tasks() in (5, 6)  # (the cap comes first, as Spark's)
+        spark.conf.set("spark.sql.files.maxPartitionBytes", "134217728")
+        assert tasks() == 1  # the floor
+        assert tasks(maxPartitionBytes="262144") >= 9  # (a smaller size than the floor is the read's word)
+
+        spark.conf.set("spark.sql.files.openCostInBytes", "65536")
+        options = _jvm._options({"path": str(path), "startingPosition": "earliest"}, "stream read")
+        planner = _jvm._Planners(spark, options, _jvm.LogspoolDataSource(options).schema()).open()
+        start = planner.initialOffset()
+        end = planner.latestOffset(start, True)
+        ranges = planner.ranges(start, end).split(";")
+        assert len(ranges) == 2  # the stream's micro-batch, cut the same way
+    finally:
+        for key, value in before.items():
+            spark.conf.set(key, value)

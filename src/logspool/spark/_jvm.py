@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -29,6 +30,7 @@ from collections.abc import Sequence
 from importlib import resources
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from py4j.protocol import Py4JError  # type: ignore[import-untyped]
 from pyspark.sql.datasource import InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
@@ -41,11 +43,14 @@ from ._source import (
     _BatchReader,
     _options,
     _positive,
+    _Scan,
     _StreamReader,
 )
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+
+_logger = logging.getLogger("logspool.spark")
 
 JVM_NAME = "logspool-jvm"
 JVM_CLASS = "logspool.spark.LogspoolJvmSource"
@@ -155,6 +160,25 @@ def _ranges(partitions: Sequence[InputPartition]) -> str:
     )
 
 
+def plan_as_spark(spark: SparkSession, reader: _Scan, options: dict[str, str]) -> None:
+    """Plan ``reader``'s ranges as Spark plans a scan of files (``part.Shares``), with the
+    session's own settings: at most ``spark.sql.files.maxPartitionBytes`` bytes a task unless
+    the read says ``maxPartitionBytes``, one share of the span a core, at least
+    ``spark.sql.files.openCostInBytes``. Left as it is (``maxPartitionBytes`` alone) where the
+    session's JVM cannot be asked."""
+    try:
+        session: Any = spark._jsparkSession
+        conf = session.sessionState().conf()
+        shares = part.Shares(int(session.leafNodeDefaultParallelism()), int(conf.filesOpenCostInBytes()))
+        cap = int(conf.filesMaxPartitionBytes())
+    except (AttributeError, Py4JError) as err:
+        _logger.debug("planning as the session's scans: the session's settings are not at hand: %s", err)
+        return
+    reader.shares = shares
+    if "maxpartitionbytes" not in options:
+        reader.partition_size = cap
+
+
 def _local_only(options: dict[str, str], jvm: bool | None) -> bool | None:
     """The JVM reader reads local files only: a log the daemon serves (``server``) is read by the
     Python source, whose tasks read it over the network."""
@@ -197,6 +221,7 @@ def load(
         jvm = False
     if jvm is not False:
         reader = _BatchReader(lowered, fixed)
+        plan_as_spark(spark, reader, lowered)
         planned = (
             spark.read.format(JVM_NAME)
             .option("ranges", _ranges(reader.partitions()))
@@ -256,14 +281,17 @@ class _Planner:
 class _Planners:
     """A streaming DataFrame's planners: a new one (a new stream reader) for each query."""
 
-    def __init__(self, options: dict[str, str], schema: Any) -> None:
+    def __init__(self, spark: SparkSession, options: dict[str, str], schema: Any) -> None:
+        self.spark = spark
         self.options = options
         self.schema = schema
         self.opened: list[_Planner] = []  # kept: the JVM holds only proxies of them
         self.lock = threading.Lock()
 
     def open(self) -> _Planner:
-        planner = _Planner(_StreamReader(self.options, self.schema))
+        reader = _StreamReader(self.options, self.schema)
+        plan_as_spark(self.spark, reader, self.options)  # (the session's settings as the query starts)
+        planner = _Planner(reader)
         with self.lock:
             self.opened.append(planner)
         return planner
@@ -329,7 +357,7 @@ def load_stream(
             raise JvmError("the JVM reader takes decode binary or string; decode=json reads with jvm=False")
         jvm = False
     if jvm is not False:
-        planners = _Planners(lowered, fixed)
+        planners = _Planners(spark, lowered, fixed)
         reader = _StreamReader(lowered, fixed)  # checks the options now, as readStream would
         key = uuid.uuid4().hex
         if register_callback(spark.sparkContext._gateway, "registerPlanners", key, planners, jvm, "reader"):

@@ -39,21 +39,43 @@ class Range:
     end: int
 
 
-def plan(log: Log, start: int, end: int, partition_size: int) -> list[Range]:
+@dataclass(frozen=True, slots=True)
+class Shares:
+    """How Spark cuts files into tasks (``FilePartition.maxSplitBytes``), for a planner that
+    knows the session: a span is cut into one share of its bytes a core (``parallelism``), each
+    at least ``floor`` bytes (``spark.sql.files.openCostInBytes``: a task's own cost, in bytes)
+    and at most the partition size. A backlog of 139 MB on 2 cores: 3 tasks (one a segment)
+    rather than 7 of 32 MiB, each a task's start and its ramp (benchmarks/RESULTS.md)."""
+
+    parallelism: int
+    floor: int
+
+    def size(self, total: int, partition_size: int) -> int:
+        """The bytes one task reads for a span of ``total`` bytes."""
+        return min(partition_size, max(self.floor, -(-total // max(1, self.parallelism))))
+
+
+def plan(log: Log, start: int, end: int, partition_size: int, shares: Shares | None = None) -> list[Range]:
     """Split lsns [start, end) into ranges of one segment each, and segments larger than
-    ``partition_size`` bytes further at index entries (each about ``partition_size`` bytes)."""
+    ``partition_size`` bytes further at index entries (each about ``partition_size`` bytes), or
+    than one share a core of the span's bytes if ``shares`` is given (``Shares``)."""
     if start >= end:
         return []
     bases = list_segments(log._fs, log.path)
-    out: list[Range] = []
+    spans: list[tuple[int, int, int, list[fmt.IndexEntry]]] = []  # (segment, lo, hi, its index)
     for n, base in enumerate(bases):
         seg_end = bases[n + 1] if n + 1 < len(bases) else end
         lo, hi = max(start, base), min(end, seg_end)
-        if lo >= hi:
-            continue
+        if lo < hi:
+            spans.append((base, lo, hi, _index_entries(log.path, base)))
+    if shares is not None:
+        total = sum(_span_bytes(base, lo, hi, entries) for base, lo, hi, entries in spans)
+        partition_size = shares.size(total, partition_size)
+    out: list[Range] = []
+    for base, lo, hi, entries in spans:
         cuts = [lo]
         last_offset = 0
-        for entry in _index_entries(log.path, base):
+        for entry in entries:
             if entry.lsn <= lo or entry.lsn >= hi:
                 if entry.lsn <= lo:
                     last_offset = entry.offset
@@ -66,16 +88,48 @@ def plan(log: Log, start: int, end: int, partition_size: int) -> list[Range]:
     return out
 
 
+def _span_bytes(base: int, lo: int, hi: int, entries: list[fmt.IndexEntry]) -> int:
+    """About how many bytes lsns [lo, hi) of segment ``base`` hold: their count times the mean
+    record size up to the segment's last index entry (a segment without one is smaller than an
+    index interval: its records are counted at the least a record takes)."""
+    last = entries[-1] if entries else None
+    if last is None or last.lsn <= base:
+        return (hi - lo) * fmt.RECORD_OVERHEAD
+    return (hi - lo) * max(fmt.RECORD_OVERHEAD, last.offset // (last.lsn - base))
+
+
+# The index entries last decoded from each segment's index file, with the file's bytes then:
+# (path, segment) -> (bytes, entries). A plan reads each index twice (its cuts, then where each
+# range starts) and a stream's every micro-batch again; decoding them (a checksum and an object
+# an entry) was most of a micro-batch's planning: 11 of 14 ms for 1,000,000 records, where
+# comparing the bytes takes microseconds. Bounded by the index bytes kept (the oldest forgotten
+# first; an entry's objects take about three times its 32 bytes).
+_DECODED: dict[tuple[str, int], tuple[bytes, list[fmt.IndexEntry]]] = {}
+_DECODED_BYTES_MAX = 16 * limits.MIB
+
+
 def _index_entries(path: str, base: int) -> list[fmt.IndexEntry]:
-    """The segment's index entries, or none if the index is missing or damaged (derived data)."""
+    """The segment's index entries, or none if the index is missing or damaged (derived data).
+    The same bytes as last time: the entries decoded then (the list is not to be changed)."""
     try:
         with open(os.path.join(path, fmt.index_name(base)), "rb") as f:
             raw = f.read(limits.SEGMENT_SIZE_LIMIT)
+        key = (path, base)
+        known = _DECODED.get(key)
+        if known is not None and known[0] == raw:
+            return known[1]
         if fmt.decode_index_header(raw, fmt.index_name(base))[0] != base:
             return []
-        return fmt.decode_index_entries(raw)
+        entries = fmt.decode_index_entries(raw)
     except (OSError, ValueError, CorruptionError):
         return []
+    _DECODED.pop(key, None)
+    kept = sum(len(known[0]) for known in _DECODED.values())
+    while _DECODED and kept + len(raw) > _DECODED_BYTES_MAX:  # bounded: one forgotten a turn
+        kept -= len(_DECODED.pop(next(iter(_DECODED)))[0])
+    if len(raw) <= _DECODED_BYTES_MAX:
+        _DECODED[key] = (raw, entries)
+    return entries
 
 
 def start_point(r: Range) -> tuple[int, int]:

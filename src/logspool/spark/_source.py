@@ -361,6 +361,10 @@ class _Scan:
         self.schema = schema
         self.verify = _flag(options, "verifyChecksums", True)
         self.partition_size = _positive(options, "maxPartitionBytes") or PARTITION_SIZE_DEFAULT
+        # Set by a planner in the driver, which knows the session (``logspool.spark.load``,
+        # ``load_stream``: ``_jvm.plan_as_spark``): ranges cut as Spark cuts files. This source's
+        # own planning runs in a Python worker, which does not know the cluster's cores.
+        self.shares: part.Shares | None = None
         self.decode = options.get("decode", "binary")
         if self.decode not in DECODES:
             raise OptionError(f"option decode: expected one of {', '.join(DECODES)}, not {self.decode!r}")
@@ -384,7 +388,7 @@ class _Scan:
 
     def plan(self, start: int, end: int) -> list[_Partition]:
         with self.open() as log:
-            return [_Partition(r) for r in part.plan(log, start, end, self.partition_size)]
+            return [_Partition(r) for r in part.plan(log, start, end, self.partition_size, self.shares)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, _Partition):
