@@ -496,9 +496,9 @@ def test_a_plan_reads_an_index_as_it_is_now_though_it_keeps_the_last_decoded(tmp
     _share_log(path, 5_000)
     index = path / fmt.index_name(0)
 
-    def fresh() -> list[fmt.IndexEntry]:
+    def fresh() -> tuple[fmt.IndexEntry, ...]:
         raw = index.read_bytes() if index.exists() else b""
-        return fmt.decode_index_entries(raw) if raw else []
+        return tuple(fmt.decode_index_entries(raw)) if raw else ()
 
     first = part._index_entries(str(path), 0)
     assert first == fresh() and len(first) > 10
@@ -512,13 +512,55 @@ def test_a_plan_reads_an_index_as_it_is_now_though_it_keeps_the_last_decoded(tmp
     index.write_bytes(bytes(raw))
     assert part._index_entries(str(path), 0) == fresh() == grown[:10]
     index.write_bytes(index.read_bytes()[: fmt.INDEX_HEADER_SIZE - 1])  # the header cut short
-    assert part._index_entries(str(path), 0) == []
+    assert part._index_entries(str(path), 0) == ()
     index.unlink()
-    assert part._index_entries(str(path), 0) == []
+    assert part._index_entries(str(path), 0) == ()
     with logspool.open(path, index_interval=4096) as log:  # (the writer rebuilds it)
         pass
-    if index.exists():
-        assert part._index_entries(str(path), 0) == fresh()
+    assert index.exists()
+    assert part._index_entries(str(path), 0) == fresh()
+
+
+def test_the_kept_index_entries_hold_under_threads_planning_at_once(tmp_path: Path) -> None:
+    """The planner's Py4J callbacks may run on several threads (two streams' micro-batches):
+    each gets every index's entries as the file holds them while a writer grows the newest,
+    and the entries kept stay within their bound, their bytes counted right."""
+    import threading
+
+    from logspool.spark import _partition as part
+
+    path = tmp_path / "log"
+    with logspool.open(path, segment_size_max=64 * 1024, index_interval=1024) as log:
+        for i in range(0, 30_000, 500):
+            log.append_many([b"%08d" % j + b"." * 92 for j in range(i, i + 500)])
+        bases = [int(f.stem) for f in sorted(path.glob("*.idx"))]
+        assert len(bases) > 40
+        failures: list[BaseException] = []
+        stop = threading.Event()
+
+        def plan_again() -> None:
+            try:
+                for _ in range(15):
+                    for base in bases[:-1]:  # (sealed: their indexes do not change)
+                        raw = (path / fmt.index_name(base)).read_bytes()
+                        assert part._index_entries(str(path), base) == tuple(fmt.decode_index_entries(raw))
+                    part._index_entries(str(path), bases[-1])
+            except BaseException as err:
+                failures.append(err)
+
+        threads = [threading.Thread(target=plan_again) for _ in range(4)]
+        for t in threads:
+            t.start()
+        n = 30_000
+        while any(t.is_alive() for t in threads) and not stop.is_set():  # bounded: the threads end
+            log.append_many([b"%08d" % j + b"." * 92 for j in range(n, n + 20)])
+            n += 20
+        for t in threads:
+            t.join()
+    assert not failures, failures[0]
+    with part._DECODED_LOCK:
+        kept = sum(len(raw) for raw, _ in part._DECODED.values())
+        assert part._decoded_bytes == kept <= part._DECODED_BYTES_MAX
 
 
 def _share_log(path: Path, n: int = 20_000) -> None:
@@ -562,6 +604,37 @@ def test_a_plan_that_knows_the_cores_cuts_one_share_of_the_span_a_core(tmp_path:
         assert len(tail) == 2 and all(2_000 <= c <= 3_000 for c in tail)
 
 
+def test_a_plan_shares_the_bytes_the_span_holds_in_later_segments_and_of_any_size(tmp_path: Path) -> None:
+    """The bytes shared are those of the span itself, from the offsets of its first and last
+    records: a span in a later segment, and records ten times larger at the tail of a segment
+    than before them (a micro-batch after producers changed), are cut into one range a core,
+    with no sliver of a range left over."""
+    from logspool.spark import _partition as part
+
+    path = tmp_path / "log"
+    with logspool.open(path, index_interval=4096) as log:
+        for i in range(0, 20_000, 1000):
+            log.append_many([b"%08d.." % j for j in range(i, i + 1000)])  # 10 bytes
+        for i in range(20_000, 22_000, 500):
+            log.append_many([b"%08d" % j + b"." * 992 for j in range(i, i + 500)])  # 1,000 bytes
+    with logspool.open(path, readonly=True) as log:
+        shares = part.Shares(2, 64 * 1024)
+        tail = _covers(part.plan(log, 20_000, 22_000, 1 << 30, shares), 20_000, 22_000)
+        assert len(tail) == 2 and all(800 <= c <= 1_200 for c in tail)
+        assert len(part.plan(log, 0, 22_000, 1 << 30, shares)) == 2  # (no third range of a few records)
+
+    later = tmp_path / "later"
+    with logspool.open(later, segment_size_max=1 << 20, index_interval=4096) as log:
+        for i in range(0, 40_000, 1000):
+            log.append_many([b"%08d" % j + b"." * 92 for j in range(i, i + 1000)])
+        bases = [s.base_lsn for s in log.info().segments]
+    assert len(bases) >= 4
+    with logspool.open(later, readonly=True) as log:
+        lo, hi = bases[2] + 100, bases[3]  # inside the third segment, sealed
+        inside = _covers(part.plan(log, lo, hi, 1 << 30, part.Shares(2, 16 * 1024)), lo, hi)
+        assert len(inside) == 2 and abs(inside[0] - inside[1]) <= 200
+
+
 def test_the_jvm_reader_and_stream_plan_with_the_sessions_file_settings(spark: Any, tmp_path: Path) -> None:
     """``load`` and ``load_stream`` (the JVM reader's plans, made in the driver) cut a log as the
     session cuts files: one share a core (local[2]: two), at least
@@ -582,7 +655,13 @@ def test_the_jvm_reader_and_stream_plan_with_the_sessions_file_settings(spark: A
             assert sorted(df.agg({"lsn": "sum"}).collect()[0]) == [sum(range(20_000))]
             return int(df.rdd.getNumPartitions())
 
-        assert tasks() == 2  # (the Python source's own plan: one range, 2.7 MB under 32 MiB)
+        assert tasks() == 2
+        spark.conf.set("spark.sql.files.minPartitionNum", "4")
+        try:
+            assert tasks() == 4  # the session's minimum, over its cores
+        finally:
+            spark.conf.unset("spark.sql.files.minPartitionNum")
+        # (the Python source's own plan, in a worker: one range, 2.7 MB under its 32 MiB)
         assert spark.read.format("logspool").load(str(path)).rdd.getNumPartitions() == 1
         assert 9 <= tasks(maxPartitionBytes="262144") <= 12  # the read's own size caps a share
         spark.conf.set("spark.sql.files.maxPartitionBytes", "524288")

@@ -161,15 +161,19 @@ def _ranges(partitions: Sequence[InputPartition]) -> str:
 
 
 def plan_as_spark(spark: SparkSession, reader: _Scan, options: dict[str, str]) -> None:
-    """Plan ``reader``'s ranges as Spark plans a scan of files (``part.Shares``), with the
+    """Plan ``reader``'s ranges as Spark splits a scan of files (``part.Shares``), with the
     session's own settings: at most ``spark.sql.files.maxPartitionBytes`` bytes a task unless
-    the read says ``maxPartitionBytes``, one share of the span a core, at least
-    ``spark.sql.files.openCostInBytes``. Left as it is (``maxPartitionBytes`` alone) where the
-    session's JVM cannot be asked."""
+    the read says ``maxPartitionBytes``, one share of the span for each of
+    ``spark.sql.files.minPartitionNum`` tasks or else of the session's leaf-node parallelism
+    (``spark.sql.leafNodeDefaultParallelism``, else its cores), at least
+    ``spark.sql.files.openCostInBytes``. Left as it is (``maxPartitionBytes`` alone, 32 MiB by
+    default) where the session's JVM cannot be asked."""
     try:
         session: Any = spark._jsparkSession
         conf = session.sessionState().conf()
-        shares = part.Shares(int(session.leafNodeDefaultParallelism()), int(conf.filesOpenCostInBytes()))
+        wanted = conf.filesMinPartitionNum()  # (a Scala Option)
+        tasks = int(wanted.get()) if wanted.isDefined() else int(session.leafNodeDefaultParallelism())
+        shares = part.Shares(tasks, int(conf.filesOpenCostInBytes()))
         cap = int(conf.filesMaxPartitionBytes())
     except (AttributeError, Py4JError) as err:
         _logger.debug("planning as the session's scans: the session's settings are not at hand: %s", err)

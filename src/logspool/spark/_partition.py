@@ -13,6 +13,7 @@ import itertools
 import json
 import operator
 import os
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
@@ -41,17 +42,19 @@ class Range:
 
 @dataclass(frozen=True, slots=True)
 class Shares:
-    """How Spark cuts files into tasks (``FilePartition.maxSplitBytes``), for a planner that
+    """How Spark splits files into tasks (``FilePartition.maxSplitBytes``), for a planner that
     knows the session: a span is cut into one share of its bytes a core (``parallelism``), each
-    at least ``floor`` bytes (``spark.sql.files.openCostInBytes``: a task's own cost, in bytes)
-    and at most the partition size. A backlog of 139 MB on 2 cores: 3 tasks (one a segment)
-    rather than 7 of 32 MiB, each a task's start and its ramp (benchmarks/RESULTS.md)."""
+    at least ``floor`` bytes (``spark.sql.files.openCostInBytes``: a task's own cost, counted
+    once a segment in the bytes shared, as Spark counts it once a file) and at most the
+    partition size. Segments are not packed together (Spark packs small files into one task): a
+    range never crosses a segment. A backlog of 139 MB in three segments on 2 cores: 3 tasks
+    rather than 7 of 32 MiB, each a task's start (benchmarks/RESULTS.md)."""
 
     parallelism: int
     floor: int
 
     def size(self, total: int, partition_size: int) -> int:
-        """The bytes one task reads for a span of ``total`` bytes."""
+        """The bytes one task reads for spans of ``total`` bytes (their open costs included)."""
         return min(partition_size, max(self.floor, -(-total // max(1, self.parallelism))))
 
 
@@ -62,14 +65,18 @@ def plan(log: Log, start: int, end: int, partition_size: int, shares: Shares | N
     if start >= end:
         return []
     bases = list_segments(log._fs, log.path)
-    spans: list[tuple[int, int, int, list[fmt.IndexEntry]]] = []  # (segment, lo, hi, its index)
+    spans: list[tuple[int, int, int, Entries]] = []  # (segment, lo, hi, its index)
+    total = 0
     for n, base in enumerate(bases):
         seg_end = bases[n + 1] if n + 1 < len(bases) else end
         lo, hi = max(start, base), min(end, seg_end)
         if lo < hi:
-            spans.append((base, lo, hi, _index_entries(log.path, base)))
+            entries = _index_entries(log.path, base)
+            spans.append((base, lo, hi, entries))
+            if shares is not None:
+                sealed_end = seg_end if n + 1 < len(bases) else None  # (its file ends with its records)
+                total += shares.floor + _span_bytes(log.path, base, lo, hi, entries, sealed_end)
     if shares is not None:
-        total = sum(_span_bytes(base, lo, hi, entries) for base, lo, hi, entries in spans)
         partition_size = shares.size(total, partition_size)
     out: list[Range] = []
     for base, lo, hi, entries in spans:
@@ -88,47 +95,76 @@ def plan(log: Log, start: int, end: int, partition_size: int, shares: Shares | N
     return out
 
 
-def _span_bytes(base: int, lo: int, hi: int, entries: list[fmt.IndexEntry]) -> int:
-    """About how many bytes lsns [lo, hi) of segment ``base`` hold: their count times the mean
-    record size up to the segment's last index entry (a segment without one is smaller than an
-    index interval: its records are counted at the least a record takes)."""
-    last = entries[-1] if entries else None
-    if last is None or last.lsn <= base:
-        return (hi - lo) * fmt.RECORD_OVERHEAD
-    return (hi - lo) * max(fmt.RECORD_OVERHEAD, last.offset // (last.lsn - base))
+def _span_bytes(path: str, base: int, lo: int, hi: int, entries: Entries, sealed_end: int | None) -> int:
+    """About how many bytes lsns [lo, hi) of segment ``base`` hold: the offset of ``hi`` less
+    that of ``lo``, each placed between the known points around it (the segment's first record,
+    its index entries, and the end of a sealed segment, lsn ``sealed_end`` at its file's size),
+    as if the records between two points were of one size; past the last point, of the size of
+    the records before it (a segment without an entry: of the least a record takes)."""
+    lsns = [base] + [e.lsn for e in entries if e.lsn > base]
+    offsets = [fmt.SEGMENT_HEADER_SIZE] + [e.offset for e in entries if e.lsn > base]
+    if sealed_end is not None and sealed_end > lsns[-1]:
+        try:
+            size = os.path.getsize(os.path.join(path, fmt.segment_name(base)))
+        except OSError:
+            size = 0
+        if size > offsets[-1]:
+            lsns.append(sealed_end)
+            offsets.append(size)
+
+    def offset_at(lsn: int) -> float:
+        i = bisect.bisect_right(lsns, lsn) - 1  # the last point at or before it (lsn >= base)
+        if i + 1 < len(lsns):  # between it and the next
+            a, b = i, i + 1
+        elif i > 0:  # past the last: as the records before it
+            a, b = i - 1, i
+        else:
+            return offsets[0] + (lsn - lsns[0]) * fmt.RECORD_OVERHEAD
+        return offsets[i] + (lsn - lsns[i]) * (offsets[b] - offsets[a]) / (lsns[b] - lsns[a])
+
+    return max(0, int(offset_at(hi) - offset_at(lo)))
 
 
+Entries = tuple[fmt.IndexEntry, ...]
 # The index entries last decoded from each segment's index file, with the file's bytes then:
 # (path, segment) -> (bytes, entries). A plan reads each index twice (its cuts, then where each
 # range starts) and a stream's every micro-batch again; decoding them (a checksum and an object
 # an entry) was most of a micro-batch's planning: 11 of 14 ms for 1,000,000 records, where
 # comparing the bytes takes microseconds. Bounded by the index bytes kept (the oldest forgotten
-# first; an entry's objects take about three times its 32 bytes).
-_DECODED: dict[tuple[str, int], tuple[bytes, list[fmt.IndexEntry]]] = {}
-_DECODED_BYTES_MAX = 16 * limits.MIB
+# first; an entry's objects take about five times its 32 bytes: ~24 MiB in all at most). The
+# planner's Py4J callbacks may run on several threads at once: under ``_DECODED_LOCK``.
+_DECODED: dict[tuple[str, int], tuple[bytes, Entries]] = {}
+_DECODED_BYTES_MAX = 4 * limits.MIB
+_DECODED_LOCK = threading.Lock()
+_decoded_bytes = 0  # the index bytes ``_DECODED`` holds (under the lock)
 
 
-def _index_entries(path: str, base: int) -> list[fmt.IndexEntry]:
+def _index_entries(path: str, base: int) -> Entries:
     """The segment's index entries, or none if the index is missing or damaged (derived data).
-    The same bytes as last time: the entries decoded then (the list is not to be changed)."""
+    The same bytes as last time: the entries decoded then."""
+    global _decoded_bytes
+    key = (path, base)
     try:
         with open(os.path.join(path, fmt.index_name(base)), "rb") as f:
             raw = f.read(limits.SEGMENT_SIZE_LIMIT)
-        key = (path, base)
-        known = _DECODED.get(key)
+        with _DECODED_LOCK:
+            known = _DECODED.get(key)
         if known is not None and known[0] == raw:
             return known[1]
         if fmt.decode_index_header(raw, fmt.index_name(base))[0] != base:
-            return []
-        entries = fmt.decode_index_entries(raw)
+            return ()
+        entries = tuple(fmt.decode_index_entries(raw))
     except (OSError, ValueError, CorruptionError):
-        return []
-    _DECODED.pop(key, None)
-    kept = sum(len(known[0]) for known in _DECODED.values())
-    while _DECODED and kept + len(raw) > _DECODED_BYTES_MAX:  # bounded: one forgotten a turn
-        kept -= len(_DECODED.pop(next(iter(_DECODED)))[0])
+        return ()
     if len(raw) <= _DECODED_BYTES_MAX:
-        _DECODED[key] = (raw, entries)
+        with _DECODED_LOCK:
+            old = _DECODED.pop(key, None)
+            if old is not None:
+                _decoded_bytes -= len(old[0])
+            while _DECODED and _decoded_bytes + len(raw) > _DECODED_BYTES_MAX:  # bounded: one a turn
+                _decoded_bytes -= len(_DECODED.pop(next(iter(_DECODED)))[0])
+            _DECODED[key] = (raw, entries)
+            _decoded_bytes += len(raw)
     return entries
 
 
@@ -142,7 +178,7 @@ def start_points(ranges: list[Range]) -> list[tuple[int, int]]:
     """``start_point`` of each range, each segment's index read once (the driver's plan of a
     large segment holds several ranges of it: its index read again for each was most of a
     micro-batch's planning)."""
-    read: dict[tuple[str, int], list[fmt.IndexEntry]] = {}
+    read: dict[tuple[str, int], Entries] = {}
     out = []
     for r in ranges:
         entries = read.get((r.path, r.segment))
@@ -152,7 +188,7 @@ def start_points(ranges: list[Range]) -> list[tuple[int, int]]:
     return out
 
 
-def _start_in(entries: list[fmt.IndexEntry], r: Range) -> tuple[int, int]:
+def _start_in(entries: Entries, r: Range) -> tuple[int, int]:
     # (entries by lsn: the last at or before r.start, found by bisection)
     at = bisect.bisect_right(entries, r.start, key=_LSN_OF) - 1
     if at >= 0:
