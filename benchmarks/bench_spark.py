@@ -19,8 +19,9 @@ them, Spark's fixed cost of any such query with no code of ours (its ``rate-micr
 source, one row), which bounds the ratio any source can reach at this row count. ``--stream``
 runs only the JVM stream's catch-up, Parquet's scan and Spark's one-row query, and adds Parquet's
 rows as a batch into the same ``noop`` sink (the per-row cost of a sink, which the scan's
-aggregate does not pay); with ``--rows 10000000`` it shows the rate once Spark's fixed cost of a
-query no longer dominates.
+aggregate does not pay) and the catch-up cut in ranges of 32 MiB (the plan before the driver cut
+a read as Spark cuts files: seven tasks where it plans three); with ``--rows 10000000`` it shows
+the rate once Spark's fixed cost of a query no longer dominates.
 The reads take turns run after run (one run of each, then the next round), so that a drift of
 the machine's speed falls on all of them alike. The load average is printed before and after.
 
@@ -440,11 +441,11 @@ def main() -> int:
         def tail(df: Any) -> Callable[[], Any]:
             return scan(df.where(F.col("lsn") >= rows * 9 // 10))
 
-        def catch_up(jvm: bool) -> Callable[[], Any]:
+        def catch_up(jvm: bool, **options: str) -> Callable[[], Any]:
             def run() -> None:
                 checkpoint = tempfile.mkdtemp(prefix="cp-", dir=work)
                 query = (
-                    load_stream(spark, log_path, jvm=jvm, startingPosition="earliest")
+                    load_stream(spark, log_path, jvm=jvm, startingPosition="earliest", **options)
                     .selectExpr("length(payload) as size", "lsn")
                     .writeStream.format("noop")
                     .option("checkpointLocation", checkpoint)
@@ -486,6 +487,8 @@ def main() -> int:
                         .save()
                     ),
                     "catch_up_jvm": catch_up(True),
+                    # the plan before the session's shares: ranges of 32 MiB (seven tasks, not three)
+                    "catch_up_jvm_32mib": catch_up(True, maxPartitionBytes=str(32 << 20)),
                     "one_row_stream": one_row_stream,
                 },
                 runs,
@@ -499,6 +502,7 @@ def main() -> int:
                 "read_parquet_rows_per_s": rows / parquet_s,
                 "stream_catch_up_jvm_rows_per_s": rows / catch_up_s,
                 "stream_catch_up_jvm_ratio_to_parquet_scan": parquet_s / catch_up_s,
+                "stream_catch_up_jvm_32mib_ratio_to_parquet_scan": parquet_s / turns["catch_up_jvm_32mib"],
                 "stream_one_row_query_s_median": turns["one_row_stream"],
                 "stream_catch_up_ceiling_ratio_to_parquet_scan": parquet_s / turns["one_row_stream"],
                 # the same rows and columns from Parquet into the same noop sink, as a batch
