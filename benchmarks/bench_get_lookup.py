@@ -19,8 +19,8 @@ the TLB's misses); each batch timed alone, the timer's own cost subtracted; the 
 1. the store: a real ``logspool.kv`` store in a temp dir (durability "os", single writer, as
    the daemon opens its own), filled through ``Store.set`` with N keys ``key:000000000000``...
    (in a random order, as ``-r`` SETs them) of 100-byte values, each value its own bytes (as
-   each SET's are); timed: ``gets_of``'s work a batch, its loop copied here (``gets_of_copy``)
-   from ``Session.gets_of`` without the session's checks;
+   each SET's are); timed: ``gets_of``'s work a batch, the daemon's own ``bulk_replies``
+   (``Session.gets_of`` without the session's checks);
 2. ready replies: a plain dict, key bytes -> the whole reply (``b"$100\\r\\n" + value +
    b"\\r\\n"``), ``b"".join(map(ready.get, keys))``: the "keep values ready to send" design;
 3. the floor, none of our code: a pure-Python dependent walk (``i = perm[i]``) over a single
@@ -43,8 +43,8 @@ import time
 from collections import Counter
 from collections.abc import Callable
 
-from logspool import kv, limits
-from logspool.kv._ops import BYTES
+from logspool import kv
+from logspool.server._resp import bulk_replies
 
 N = 100_000
 HOT = 500  # keys in the cache-hot case's working set
@@ -52,46 +52,18 @@ BATCH = 16  # GET -P16: the keys of one read
 VALUE_SIZE = 100
 NIL = b"$-1\r\n"  # RESP2's null bulk string (``Session.nil``)
 
-# As server/_resp.py keeps them: the bulk string heads of the usual sizes, made once.
-_BULK_HEADS_N = 4096
-_BULK_HEADS = tuple(b"$%d\r\n" % n for n in range(_BULK_HEADS_N))
-
 
 def key_str(i: int) -> str:
     return f"key:{i:012d}"  # redis-benchmark's ``key:__rand_int__`` under -r
 
 
-def gets_of_copy(store: kv.Store, keys: list[bytes], requests: Counter[bytes]) -> bytes | None:
-    """``Session.gets_of`` (server/_resp.py) as of this writing, line for line, without the
-    session's ``multi``/``authed`` checks: the work the daemon does for one GET -P16 batch."""
-    state = store._current()
-    now = store._clock()
-    values = state.values
-    lru = state._lru
-    nil = NIL
-    out: list[bytes] = []
-    size_max = limits.KV_KEY_SIZE_MAX
-    heads = _BULK_HEADS
-    for raw in keys:
-        if not raw or len(raw) > size_max:
-            return None
-        try:
-            entry = values.get(raw.decode())
-        except UnicodeDecodeError:
-            return None
-        if entry is None:
-            out.append(nil)
-            continue
-        value = entry.value
-        if value is None or entry.touch_ns or entry.vtype != BYTES or 0 < entry.expire_ns <= now:
-            return None
-        entry.accessed_ns = now
-        if lru and entry.key in lru:
-            lru.move_to_end(entry.key)
-        size = len(value)
-        out += (heads[size] if size < _BULK_HEADS_N else b"$%d\r\n" % size, value, b"\r\n")
-    requests[b"GET"] += len(keys)
-    return b"".join(out)
+def gets_of(store: kv.Store, keys: list[bytes], requests: Counter[bytes]) -> bytes | None:
+    """``Session.gets_of`` (server/_resp.py) without the session's ``multi``/``authed`` checks:
+    the daemon's own ``bulk_replies`` for one GET -P16 batch, and its request count."""
+    reply = bulk_replies(store, keys, NIL)
+    if reply is not None:
+        requests[b"GET"] += len(keys)
+    return reply
 
 
 def timer_floor_ns(tries: int = 20_000) -> float:
@@ -193,7 +165,7 @@ def main() -> None:
             requests: Counter[bytes] = Counter()
 
             def store_lookup(keys: list[bytes]) -> bytes | None:
-                return gets_of_copy(store, keys, requests)
+                return gets_of(store, keys, requests)
 
             def ready_lookup(keys: list[bytes]) -> bytes:
                 return b"".join(map(ready.get, keys))  # type: ignore[arg-type]
@@ -209,7 +181,7 @@ def main() -> None:
             gc.disable()
             try:
                 for name, lookup in (
-                    ("1. store: gets_of's loop over State.values", store_lookup),
+                    ("1. store: bulk_replies (gets_of) over State.values", store_lookup),
                     ("2. ready replies: dict bytes -> reply, join(map(get))", ready_lookup),
                 ):
                     lookup([b"key:%012d" % i for i in hot_keys[:BATCH]])  # warm the code path
