@@ -55,6 +55,7 @@ def read(request: pytest.FixtureRequest, spark: Any) -> Any:
             return load(spark, str(path), jvm=True, **options)
         return spark.read.format("logspool").options(**options).load(str(path))
 
+    read_with.jvm = request.param == "jvm"  # type: ignore[attr-defined]
     return read_with
 
 

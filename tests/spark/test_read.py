@@ -49,7 +49,9 @@ def test_batch_read_returns_every_record_with_its_place(read: Any, tmp_path: Pat
     records = make_log(path)
     df = read(path)
     assert [f.name for f in df.schema.fields] == ["lsn", "timestamp", "payload", "segment", "offset"]
-    assert df.rdd.getNumPartitions() == len(list(path.glob("*.seg")))
+    # (the Python source: a task a segment; the JVM reader packs these five small ones into one
+    # task a core of local[2], as Spark packs small files)
+    assert df.rdd.getNumPartitions() == (2 if read.jvm else len(list(path.glob("*.seg"))))
     rows = sorted(df.collect(), key=lambda r: r.lsn)
     places = offsets(path)
     assert len(rows) == len(records) == 3000
@@ -635,6 +637,66 @@ def test_a_plan_shares_the_bytes_the_span_holds_in_later_segments_and_of_any_siz
         assert len(inside) == 2 and abs(inside[0] - inside[1]) <= 200
 
 
+def test_a_plan_that_knows_the_cores_packs_small_ranges_into_a_task_as_spark_packs_files(
+    tmp_path: Path,
+) -> None:
+    """Ranges packed into tasks as Spark packs the splits of files (the largest first, each
+    with the open cost, while a task stays within one share): many small segments are a task
+    a core, not one a segment; a small last segment rides with a large one rather than start
+    once both ended; every lsn is in one task once, each task's ranges in lsn order."""
+    from logspool.spark import _partition as part
+
+    small = tmp_path / "small"
+    with logspool.open(small, segment_size_max=64 * 1024, index_interval=4096) as log:
+        for i in range(0, 20_000, 250):
+            log.append_many([b"%08d" % j + b"." * 92 for j in range(i, i + 250)])
+        assert len(log.info().segments) > 30
+    shares = part.Shares(2, 64 * 1024)
+    with logspool.open(small, readonly=True) as log:
+        tasks = part.plan_packed(log, 0, 20_000, 1 << 30, shares)
+        assert len(tasks) == 2
+        for task in tasks:
+            assert [r.start for r in task] == sorted(r.start for r in task)
+        assert _covers(sorted((r for t in tasks for r in t), key=lambda r: r.start), 0, 20_000)
+        capped = part.plan_packed(log, 0, 20_000, 16 * 1024, shares)  # a range and its open cost pass the cap
+        assert [len(t) for t in capped] == [1] * len(part.plan(log, 0, 20_000, 16 * 1024, shares))
+
+    tail = tmp_path / "tail"
+    with logspool.open(tail, segment_size_max=1 << 20, index_interval=4096) as log:
+        n = 0
+        while len(log.info().segments) < 3 or n < log.info().segments[-1].base_lsn + 300:  # bounded: n grows
+            log.append_many([b"%08d" % j + b"." * 92 for j in range(n, n + 100)])
+            n += 100
+        bases = [g.base_lsn for g in log.info().segments]
+    assert len(bases) == 3  # two full segments and a small last one
+    with logspool.open(tail, readonly=True) as log:
+        tasks = part.plan_packed(log, 0, n, 1 << 30, shares)
+        assert sorted(len(t) for t in tasks) == [1, 2]  # (not three tasks on two cores)
+        assert max(tasks, key=len)[-1].segment == bases[-1]
+
+
+def test_the_jvm_reader_reads_each_packed_task_whole(spark: Any, tmp_path: Path) -> None:
+    """Many small segments: the JVM reader's tasks are one a core of local[2], each reading its
+    ranges one after another, and return the rows the Python source (a task a segment) does."""
+    from logspool.spark import load
+
+    path = tmp_path / "log"
+    records = make_log(path, n=6000, segment_size_max=16 * 1024)
+    segments = len(list(path.glob("*.seg")))
+    assert segments > 30
+    jvm = load(spark, str(path), jvm=True)
+    python = spark.read.format("logspool").load(str(path))
+    assert (jvm.rdd.getNumPartitions(), python.rdd.getNumPartitions()) == (2, segments)
+    columns = ["lsn", "timestamp", "payload", "segment", "offset"]
+    got = sorted(tuple(r) for r in jvm.select(*columns).collect())
+    assert got == sorted(tuple(r) for r in python.select(*columns).collect())
+    assert [r[0] for r in got] == [rec.lsn for rec in records]
+    from pyspark.sql import functions as F
+
+    per_task = jvm.groupBy(F.spark_partition_id()).count().collect()
+    assert sorted(r[1] for r in per_task) != [6000] and sum(r[1] for r in per_task) == 6000
+
+
 def test_the_jvm_reader_and_stream_plan_with_the_sessions_file_settings(spark: Any, tmp_path: Path) -> None:
     """``load`` and ``load_stream`` (the JVM reader's plans, made in the driver) cut a log as the
     session cuts files: one share a core (local[2]: two), at least
@@ -677,8 +739,10 @@ def test_the_jvm_reader_and_stream_plan_with_the_sessions_file_settings(spark: A
         planner = _jvm._Planners(spark, options, _jvm.LogspoolDataSource(options).schema()).open()
         start = planner.initialOffset()
         end = planner.latestOffset(start, True)
-        ranges = planner.ranges(start, end).split(";")
-        assert len(ranges) == 2  # the stream's micro-batch, cut the same way
+        tasks = planner.ranges(start, end).split("|")
+        assert (
+            len(tasks) == 2 and ";" not in tasks[0] + tasks[1]
+        )  # the stream's micro-batch, cut the same way
     finally:
         for key, value in before.items():
             spark.conf.set(key, value)

@@ -42,6 +42,7 @@ from ._source import (
     OptionError,
     _BatchReader,
     _options,
+    _Pack,
     _positive,
     _Scan,
     _StreamReader,
@@ -151,13 +152,20 @@ def jar() -> str:
 
 
 def _ranges(partitions: Sequence[InputPartition]) -> str:
-    """Planned partitions as the JVM source's ``ranges`` option (LogspoolJvmSource.java)."""
-    ranges = [p.range for p in partitions]  # type: ignore[attr-defined]
-    starts = part.start_points(ranges)
-    return ";".join(
-        f"{r.segment},{offset},{offset_lsn},{r.start},{r.end}"
-        for r, (offset, offset_lsn) in zip(ranges, starts, strict=True)
-    )
+    """Planned partitions as the JVM source's ``ranges`` option (LogspoolJvmSource.java): each
+    range ``segment,offset,offset_lsn,start,end``, a task's ranges joined by ``;``, tasks by
+    ``|``."""
+    tasks = [p.ranges if isinstance(p, _Pack) else (p.range,) for p in partitions]  # type: ignore[attr-defined]
+    flat = [r for task in tasks for r in task]
+    each = [
+        f"{r.segment},{o},{o_lsn},{r.start},{r.end}"
+        for r, (o, o_lsn) in zip(flat, part.start_points(flat), strict=True)
+    ]
+    out, at = [], 0
+    for task in tasks:
+        out.append(";".join(each[at : at + len(task)]))
+        at += len(task)
+    return "|".join(out)
 
 
 def plan_as_spark(spark: SparkSession, reader: _Scan, options: dict[str, str]) -> None:

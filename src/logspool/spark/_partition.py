@@ -46,9 +46,9 @@ class Shares:
     knows the session: a span is cut into one share of its bytes a core (``parallelism``), each
     at least ``floor`` bytes (``spark.sql.files.openCostInBytes``: a task's own cost, counted
     once a segment in the bytes shared, as Spark counts it once a file) and at most the
-    partition size. Segments are not packed together (Spark packs small files into one task): a
-    range never crosses a segment. A backlog of 139 MB in three segments on 2 cores: 3 tasks
-    rather than 7 of 32 MiB, each a task's start (benchmarks/RESULTS.md)."""
+    partition size; a range never crosses a segment, and ``plan_packed`` packs small ranges into
+    a task as Spark packs small files. A backlog of 139 MB in three segments (the last small) on
+    2 cores: 2 tasks rather than 7 of 32 MiB, each a task's start (benchmarks/RESULTS.md)."""
 
     parallelism: int
     floor: int
@@ -62,24 +62,56 @@ def plan(log: Log, start: int, end: int, partition_size: int, shares: Shares | N
     """Split lsns [start, end) into ranges of one segment each, and segments larger than
     ``partition_size`` bytes further at index entries (each about ``partition_size`` bytes), or
     than one share a core of the span's bytes if ``shares`` is given (``Shares``)."""
+    return [r for r, _ in _cut(log, start, end, partition_size, shares)[0]]
+
+
+def plan_packed(log: Log, start: int, end: int, partition_size: int, shares: Shares) -> list[list[Range]]:
+    """``plan``'s ranges, packed into tasks as Spark packs the splits of files
+    (``FilePartition.getFilePartitions``: next fit, the largest first): a task takes ranges while
+    their bytes, each with the open cost (``shares.floor``), stay within one share; each task's
+    ranges in lsn order. A backlog whose last segment holds a few records is one task a core,
+    not a third task that starts once the others end; a log of many small segments is a few
+    tasks, not one a segment."""
+    cut, size = _cut(log, start, end, partition_size, shares)
+    tasks: list[list[Range]] = []
+    task: list[Range] = []
+    held = 0
+    for r, nbytes in sorted(cut, key=lambda item: -item[1]):
+        if task and held + nbytes > size:
+            tasks.append(task)
+            task, held = [], 0
+        task.append(r)
+        held += nbytes + shares.floor
+    if task:
+        tasks.append(task)
+    return [sorted(t, key=lambda r: r.start) for t in tasks]
+
+
+def _cut(
+    log: Log, start: int, end: int, partition_size: int, shares: Shares | None
+) -> tuple[list[tuple[Range, int]], int]:
+    """``plan``'s ranges, each with about how many bytes it holds (0 without ``shares``), and
+    the bytes a task reads (``partition_size``, or one share of the span's if ``shares``)."""
     if start >= end:
-        return []
+        return [], partition_size
     bases = list_segments(log._fs, log.path)
-    spans: list[tuple[int, int, int, Entries]] = []  # (segment, lo, hi, its index)
+    spans: list[tuple[int, int, int, Entries, _Offsets | None]] = []  # (segment, lo, hi, index, offsets)
     total = 0
     for n, base in enumerate(bases):
         seg_end = bases[n + 1] if n + 1 < len(bases) else end
         lo, hi = max(start, base), min(end, seg_end)
         if lo < hi:
             entries = _index_entries(log.path, base)
-            spans.append((base, lo, hi, entries))
+            offsets = None
             if shares is not None:
                 sealed_end = seg_end if n + 1 < len(bases) else None  # (its file ends with its records)
-                total += shares.floor + _span_bytes(log.path, base, lo, hi, entries, sealed_end)
+                offsets = _Offsets(log.path, base, entries, sealed_end)
+                total += shares.floor + offsets.between(lo, hi)
+            spans.append((base, lo, hi, entries, offsets))
     if shares is not None:
         partition_size = shares.size(total, partition_size)
-    out: list[Range] = []
-    for base, lo, hi, entries in spans:
+    out: list[tuple[Range, int]] = []
+    for base, lo, hi, entries, offsets in spans:
         cuts = [lo]
         last_offset = 0
         for entry in entries:
@@ -91,28 +123,35 @@ def plan(log: Log, start: int, end: int, partition_size: int, shares: Shares | N
                 cuts.append(entry.lsn)
                 last_offset = entry.offset
         cuts.append(hi)
-        out += [Range(log.path, base, a, b) for a, b in itertools.pairwise(cuts) if a < b]
-    return out
+        out += [
+            (Range(log.path, base, a, b), 0 if offsets is None else offsets.between(a, b))
+            for a, b in itertools.pairwise(cuts)
+            if a < b
+        ]
+    return out, partition_size
 
 
-def _span_bytes(path: str, base: int, lo: int, hi: int, entries: Entries, sealed_end: int | None) -> int:
-    """About how many bytes lsns [lo, hi) of segment ``base`` hold: the offset of ``hi`` less
-    that of ``lo``, each placed between the known points around it (the segment's first record,
-    its index entries, and the end of a sealed segment, lsn ``sealed_end`` at its file's size),
-    as if the records between two points were of one size; past the last point, of the size of
-    the records before it (a segment without an entry: of the least a record takes)."""
-    lsns = [base] + [e.lsn for e in entries if e.lsn > base]
-    offsets = [fmt.SEGMENT_HEADER_SIZE] + [e.offset for e in entries if e.lsn > base]
-    if sealed_end is not None and sealed_end > lsns[-1]:
-        try:
-            size = os.path.getsize(os.path.join(path, fmt.segment_name(base)))
-        except OSError:
-            size = 0
-        if size > offsets[-1]:
-            lsns.append(sealed_end)
-            offsets.append(size)
+class _Offsets:
+    """Where the records of segment ``base`` lie, about: each lsn's offset placed between the
+    known points around it (the segment's first record, its index entries, and the end of a
+    sealed segment, lsn ``sealed_end`` at its file's size), as if the records between two
+    points were of one size; past the last point, of the size of the records before it (a
+    segment without an entry: of the least a record takes)."""
 
-    def offset_at(lsn: int) -> float:
+    def __init__(self, path: str, base: int, entries: Entries, sealed_end: int | None) -> None:
+        self.lsns = [base] + [e.lsn for e in entries if e.lsn > base]
+        self.offsets = [fmt.SEGMENT_HEADER_SIZE] + [e.offset for e in entries if e.lsn > base]
+        if sealed_end is not None and sealed_end > self.lsns[-1]:
+            try:
+                size = os.path.getsize(os.path.join(path, fmt.segment_name(base)))
+            except OSError:
+                size = 0
+            if size > self.offsets[-1]:
+                self.lsns.append(sealed_end)
+                self.offsets.append(size)
+
+    def at(self, lsn: int) -> float:
+        lsns, offsets = self.lsns, self.offsets
         i = bisect.bisect_right(lsns, lsn) - 1  # the last point at or before it (lsn >= base)
         if i + 1 < len(lsns):  # between it and the next
             a, b = i, i + 1
@@ -122,7 +161,9 @@ def _span_bytes(path: str, base: int, lo: int, hi: int, entries: Entries, sealed
             return offsets[0] + (lsn - lsns[0]) * fmt.RECORD_OVERHEAD
         return offsets[i] + (lsn - lsns[i]) * (offsets[b] - offsets[a]) / (lsns[b] - lsns[a])
 
-    return max(0, int(offset_at(hi) - offset_at(lo)))
+    def between(self, lo: int, hi: int) -> int:
+        """About how many bytes lsns [lo, hi) hold."""
+        return max(0, int(self.at(hi) - self.at(lo)))
 
 
 Entries = tuple[fmt.IndexEntry, ...]

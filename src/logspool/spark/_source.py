@@ -352,6 +352,13 @@ class _Partition(InputPartition):
     range: part.Range
 
 
+@dataclass(frozen=True)
+class _Pack(InputPartition):
+    """A task's ranges, read one after another (``part.plan_packed``: planned with ``shares``)."""
+
+    ranges: tuple[part.Range, ...]
+
+
 class _Scan:
     """What batch and streaming readers share: options, the row layout, and reading a range."""
 
@@ -386,11 +393,18 @@ class _Scan:
             raise OptionError(f"{self.path}: no such log directory")
         return Log(self.path, readonly=True)
 
-    def plan(self, start: int, end: int) -> list[_Partition]:
+    def plan(self, start: int, end: int) -> list[InputPartition]:
         with self.open() as log:
-            return [_Partition(r) for r in part.plan(log, start, end, self.partition_size, self.shares)]
+            if self.shares is not None:
+                packed = part.plan_packed(log, start, end, self.partition_size, self.shares)
+                return [_Partition(t[0]) if len(t) == 1 else _Pack(tuple(t)) for t in packed]
+            return [_Partition(r) for r in part.plan(log, start, end, self.partition_size)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if isinstance(partition, _Pack):
+            for r in partition.ranges:
+                yield from self.read(_Partition(r))
+            return
         if not isinstance(partition, _Partition):
             return  # Spark plans one empty partition when partitions() returned none
         arrow_schema = to_arrow_schema(self.schema, timezone="UTC")

@@ -112,7 +112,7 @@ final class LogStream implements MicroBatchStream, SupportsTriggerAvailableNow {
         long[][] ranges = LogspoolJvmSource.Settings.parseRanges(planner.ranges(from, to));
         InputPartition[] partitions;
         try {
-            partitions = Pushdown.narrow(settings.dir, ranges, pushed);
+            partitions = LogspoolJvmSource.Ranges.tasks(Pushdown.narrow(settings.dir, ranges, pushed));
         } catch (IOException e) {
             throw new UncheckedIOException(e);
         }

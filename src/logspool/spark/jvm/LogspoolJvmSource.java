@@ -39,9 +39,10 @@ import org.apache.spark.sql.vectorized.ColumnarBatch;
  * The reader of logspool segments on the JVM: {@code format("logspool-jvm")}, batch and stream.
  *
  * <p>It reads ranges that the Python driver planned ({@code logspool.spark.load}): the option
- * {@code ranges} lists, per partition, "base,offset,offsetLsn,startLsn,endLsn" separated by ";"
- * (the segment's base lsn, the byte offset to start parsing at and the lsn of the record there,
- * and the lsns [startLsn, endLsn) to return). Planning (positions, timestamps, the head) stays in
+ * {@code ranges} lists ranges "base,offset,offsetLsn,startLsn,endLsn" (the segment's base lsn,
+ * the byte offset to start parsing at and the lsn of the record there, and the lsns
+ * [startLsn, endLsn) to return), a task's ranges separated by ";" (read one after another,
+ * Ranges), tasks by "|". Planning (positions, timestamps, the head) stays in
  * one place, the Python source; this reader parses (RangeReader, written from docs/FORMAT.md) and
  * cuts the planned ranges to the filters Spark pushes on lsn and timestamp (Pushdown, through the
  * segments' indexes). A stream (LogStream, made by {@code logspool.spark.load_stream}) is planned
@@ -146,22 +147,28 @@ public final class LogspoolJvmSource implements TableProvider, DataSourceRegiste
                     Long.parseLong(options.getOrDefault("maxBytes", "0")));
         }
 
-        /** "base,offset,offsetLsn,startLsn,endLsn;..." (the ranges option, and a stream planner's). */
+        /** "base,offset,offsetLsn,startLsn,endLsn;...|..." (the ranges option, and a stream
+         * planner's): each range's five numbers and the number of its task (";" joins a task's
+         * ranges, "|" its tasks). */
         static long[][] parseRanges(String text) {
             List<long[]> ranges = new ArrayList<>();
-            for (String part : text.split(";")) {
-                if (part.isEmpty()) {
-                    continue;
+            String[] tasks = text.split("\\|");
+            for (int task = 0; task < tasks.length; task++) {
+                for (String part : tasks[task].split(";")) {
+                    if (part.isEmpty()) {
+                        continue;
+                    }
+                    String[] numbers = part.split(",");
+                    if (numbers.length != 5) {
+                        throw new IllegalArgumentException("logspool-jvm: option ranges: bad range '" + part + "'");
+                    }
+                    long[] r = new long[6];
+                    for (int i = 0; i < 5; i++) {
+                        r[i] = Long.parseLong(numbers[i]);
+                    }
+                    r[5] = task;
+                    ranges.add(r);
                 }
-                String[] numbers = part.split(",");
-                if (numbers.length != 5) {
-                    throw new IllegalArgumentException("logspool-jvm: option ranges: bad range '" + part + "'");
-                }
-                long[] r = new long[5];
-                for (int i = 0; i < 5; i++) {
-                    r[i] = Long.parseLong(numbers[i]);
-                }
-                ranges.add(r);
             }
             return ranges.toArray(new long[0][]);
         }
@@ -284,7 +291,7 @@ public final class LogspoolJvmSource implements TableProvider, DataSourceRegiste
 
         @Override
         public InputPartition[] planInputPartitions() {
-            return planned().clone();
+            return Ranges.tasks(planned());
         }
 
         private int[] columns() {
@@ -307,12 +314,13 @@ public final class LogspoolJvmSource implements TableProvider, DataSourceRegiste
     }
 
     static final class Range implements InputPartition {
-        private static final long serialVersionUID = 1L;
+        private static final long serialVersionUID = 2L;
         final long base;
         final long offset;
         final long offsetLsn;
         final long start;
         final long end;
+        final long task;  // the planned task it is read in (ranges of one task: Ranges)
 
         Range(long[] r) {
             base = r[0];
@@ -320,6 +328,76 @@ public final class LogspoolJvmSource implements TableProvider, DataSourceRegiste
             offsetLsn = r[2];
             start = r[3];
             end = r[4];
+            task = r.length > 5 ? r[5] : 0;
+        }
+    }
+
+    /** A task's ranges, read one after another (the driver packed them as Spark packs small
+     * files: ChainReader). */
+    static final class Ranges implements InputPartition {
+        private static final long serialVersionUID = 1L;
+        final Range[] ranges;
+
+        Ranges(Range[] ranges) {
+            this.ranges = ranges;
+        }
+
+        /** The partitions of ranges in task order: one a task, a lone range as itself. */
+        static InputPartition[] tasks(Range[] ranges) {
+            List<InputPartition> out = new ArrayList<>();
+            int from = 0;
+            for (int i = 1; i <= ranges.length; i++) {
+                if (i == ranges.length || ranges[i].task != ranges[from].task) {
+                    out.add(i - from == 1 ? ranges[from] : new Ranges(Arrays.copyOfRange(ranges, from, i)));
+                    from = i;
+                }
+            }
+            return out.toArray(new InputPartition[0]);
+        }
+    }
+
+    /** Reads a task's ranges one after another, each with its own RangeReader. */
+    static final class ChainReader implements PartitionReader<ColumnarBatch> {
+        private final Settings settings;
+        private final Range[] ranges;
+        private final int[] columns;
+        private int next;
+        private RangeReader current;
+
+        ChainReader(Settings settings, Ranges task, int[] columns) {
+            this.settings = settings;
+            this.ranges = task.ranges;
+            this.columns = columns;
+        }
+
+        @Override
+        public boolean next() throws IOException {
+            while (true) {  // bounded: each turn ends a range or returns
+                if (current == null) {
+                    if (next == ranges.length) {
+                        return false;
+                    }
+                    current = new RangeReader(settings, ranges[next++], columns);
+                }
+                if (current.next()) {
+                    return true;
+                }
+                current.close();
+                current = null;
+            }
+        }
+
+        @Override
+        public ColumnarBatch get() {
+            return current.get();
+        }
+
+        @Override
+        public void close() throws IOException {
+            if (current != null) {
+                current.close();
+                current = null;
+            }
         }
     }
 
@@ -340,6 +418,9 @@ public final class LogspoolJvmSource implements TableProvider, DataSourceRegiste
 
         @Override
         public PartitionReader<ColumnarBatch> createColumnarReader(InputPartition partition) {
+            if (partition instanceof Ranges task) {
+                return new ChainReader(settings, task, columns);
+            }
             try {
                 return new RangeReader(settings, (Range) partition, columns);
             } catch (IOException e) {
@@ -349,11 +430,7 @@ public final class LogspoolJvmSource implements TableProvider, DataSourceRegiste
 
         @Override
         public PartitionReader<InternalRow> createReader(InputPartition partition) {
-            try {
-                return new RangeReader.Rows(new RangeReader(settings, (Range) partition, columns));
-            } catch (IOException e) {
-                throw new UncheckedIOException(e);
-            }
+            return new RangeReader.Rows(createColumnarReader(partition));
         }
     }
 

@@ -338,7 +338,7 @@ final class Pushdown {
                     offsetLsn = entry[0];
                     offset = entry[2];
                 }
-                out.add(new LogspoolJvmSource.Range(new long[] {r.base, offset, offsetLsn, lo, hi}));
+                out.add(new LogspoolJvmSource.Range(new long[] {r.base, offset, offsetLsn, lo, hi, r.task}));
             }
         }
         return out.toArray(new LogspoolJvmSource.Range[0]);

@@ -555,11 +555,11 @@ final class RangeReader implements PartitionReader<ColumnarBatch> {
     /** The same rows one at a time, for a Spark that asks for rows (it never does while
      * {@code supportColumnarReads} says yes; the interface requires a row reader). */
     static final class Rows implements PartitionReader<InternalRow> {
-        private final RangeReader batches;
+        private final PartitionReader<ColumnarBatch> batches;
         private int row;
         private int rows;
 
-        Rows(RangeReader batches) {
+        Rows(PartitionReader<ColumnarBatch> batches) {
             this.batches = batches;
         }
 
@@ -582,7 +582,8 @@ final class RangeReader implements PartitionReader<ColumnarBatch> {
         }
 
         @Override
-        public void close() {
+        public void close() throws IOException {
+            batches.close();
         }
     }
 }
