@@ -637,47 +637,32 @@ def test_a_plan_shares_the_bytes_the_span_holds_in_later_segments_and_of_any_siz
         assert len(inside) == 2 and abs(inside[0] - inside[1]) <= 200
 
 
-def test_a_plan_that_knows_the_cores_packs_small_ranges_into_a_task_as_spark_packs_files(
-    tmp_path: Path,
-) -> None:
-    """Ranges packed into tasks as Spark packs the splits of files (the largest first, each
-    with the open cost, while a task stays within one share): many small segments are a task
-    a core, not one a segment; a small last segment rides with a large one rather than start
-    once both ended; every lsn is in one task once, each task's ranges in lsn order."""
+def test_a_plan_that_knows_the_cores_says_about_how_many_bytes_each_range_holds(tmp_path: Path) -> None:
+    """The sizes the JVM reader packs ranges by (``plan_sized``): each range's bytes from the
+    offsets of its ends, together the bytes of the segments' records, within a few percent."""
     from logspool.spark import _partition as part
 
-    small = tmp_path / "small"
-    with logspool.open(small, segment_size_max=64 * 1024, index_interval=4096) as log:
+    path = tmp_path / "log"
+    with logspool.open(path, segment_size_max=64 * 1024, index_interval=4096) as log:
         for i in range(0, 20_000, 250):
             log.append_many([b"%08d" % j + b"." * 92 for j in range(i, i + 250)])
         assert len(log.info().segments) > 30
-    shares = part.Shares(2, 64 * 1024)
-    with logspool.open(small, readonly=True) as log:
-        tasks = part.plan_packed(log, 0, 20_000, 1 << 30, shares)
-        assert len(tasks) == 2
-        for task in tasks:
-            assert [r.start for r in task] == sorted(r.start for r in task)
-        assert _covers(sorted((r for t in tasks for r in t), key=lambda r: r.start), 0, 20_000)
-        capped = part.plan_packed(log, 0, 20_000, 16 * 1024, shares)  # a range and its open cost pass the cap
-        assert [len(t) for t in capped] == [1] * len(part.plan(log, 0, 20_000, 16 * 1024, shares))
-
-    tail = tmp_path / "tail"
-    with logspool.open(tail, segment_size_max=1 << 20, index_interval=4096) as log:
-        n = 0
-        while len(log.info().segments) < 3 or n < log.info().segments[-1].base_lsn + 300:  # bounded: n grows
-            log.append_many([b"%08d" % j + b"." * 92 for j in range(n, n + 100)])
-            n += 100
-        bases = [g.base_lsn for g in log.info().segments]
-    assert len(bases) == 3  # two full segments and a small last one
-    with logspool.open(tail, readonly=True) as log:
-        tasks = part.plan_packed(log, 0, n, 1 << 30, shares)
-        assert sorted(len(t) for t in tasks) == [1, 2]  # (not three tasks on two cores)
-        assert max(tasks, key=len)[-1].segment == bases[-1]
+    records = 20_000 * (100 + fmt.RECORD_OVERHEAD)
+    with logspool.open(path, readonly=True) as log:
+        sized = part.plan_sized(log, 0, 20_000, 1 << 30, part.Shares(2, 64 * 1024))
+        assert _covers([r for r, _ in sized], 0, 20_000)
+        assert abs(sum(size for _, size in sized) - records) < records * 0.05
+        assert all(abs(size - (r.end - r.start) * (100 + fmt.RECORD_OVERHEAD)) < 2_000 for r, size in sized)
 
 
-def test_the_jvm_reader_reads_each_packed_task_whole(spark: Any, tmp_path: Path) -> None:
-    """Many small segments: the JVM reader's tasks are one a core of local[2], each reading its
-    ranges one after another, and return the rows the Python source (a task a segment) does."""
+def test_the_jvm_reader_packs_small_ranges_into_tasks_after_its_filters(spark: Any, tmp_path: Path) -> None:
+    """Many small segments: the JVM reader packs them as Spark packs small files, a task a core
+    of local[2], each task's ranges read one after another, the tasks and their rows in lsn
+    order; a pushed filter packs what it keeps (still a task a core, not the planned tasks
+    emptied); the rows are the Python source's (a task a segment). A small last segment rides
+    with a full one rather than start a third task once both ended."""
+    from pyspark.sql import functions as F
+
     from logspool.spark import load
 
     path = tmp_path / "log"
@@ -691,10 +676,27 @@ def test_the_jvm_reader_reads_each_packed_task_whole(spark: Any, tmp_path: Path)
     got = sorted(tuple(r) for r in jvm.select(*columns).collect())
     assert got == sorted(tuple(r) for r in python.select(*columns).collect())
     assert [r[0] for r in got] == [rec.lsn for rec in records]
-    from pyspark.sql import functions as F
+    assert [r.lsn for r in jvm.select("lsn").collect()] == list(range(6000))  # (in lsn order)
 
-    per_task = jvm.groupBy(F.spark_partition_id()).count().collect()
-    assert sorted(r[1] for r in per_task) != [6000] and sum(r[1] for r in per_task) == 6000
+    def spans(df: Any) -> list[tuple[int, int, int]]:
+        found = df.groupBy(F.spark_partition_id().alias("task")).agg(F.min("lsn"), F.max("lsn"), F.count("*"))
+        return sorted((r[1], r[2], r[3]) for r in found.collect())
+
+    assert spans(jvm)[0][0] == 0
+    kept = jvm.where("lsn >= 4500")
+    assert kept.rdd.getNumPartitions() == 2
+    halves = spans(kept)
+    assert len(halves) == 2 and halves[0][0] == 4500 and halves[0][1] + 1 == halves[1][0]
+    assert sum(n for _, _, n in halves) == 1500
+
+    tail = tmp_path / "tail"
+    with logspool.open(tail, segment_size_max=1 << 20, index_interval=4096) as log:
+        n = 0
+        while len(log.info().segments) < 3 or n < log.info().segments[-1].base_lsn + 300:  # bounded: n grows
+            log.append_many([b"%08d" % j + b"." * 92 for j in range(n, n + 100)])
+            n += 100
+        assert len(log.info().segments) == 3  # two full segments and a small last one
+    assert load(spark, str(tail), jvm=True).rdd.getNumPartitions() == 2
 
 
 def test_the_jvm_reader_and_stream_plan_with_the_sessions_file_settings(spark: Any, tmp_path: Path) -> None:
@@ -739,10 +741,8 @@ def test_the_jvm_reader_and_stream_plan_with_the_sessions_file_settings(spark: A
         planner = _jvm._Planners(spark, options, _jvm.LogspoolDataSource(options).schema()).open()
         start = planner.initialOffset()
         end = planner.latestOffset(start, True)
-        tasks = planner.ranges(start, end).split("|")
-        assert (
-            len(tasks) == 2 and ";" not in tasks[0] + tasks[1]
-        )  # the stream's micro-batch, cut the same way
+        ranges = planner.ranges(start, end).split(";")
+        assert len(ranges) == 2  # the stream's micro-batch, cut the same way
     finally:
         for key, value in before.items():
             spark.conf.set(key, value)

@@ -42,7 +42,6 @@ from ._source import (
     OptionError,
     _BatchReader,
     _options,
-    _Pack,
     _positive,
     _Scan,
     _StreamReader,
@@ -153,19 +152,27 @@ def jar() -> str:
 
 def _ranges(partitions: Sequence[InputPartition]) -> str:
     """Planned partitions as the JVM source's ``ranges`` option (LogspoolJvmSource.java): each
-    range ``segment,offset,offset_lsn,start,end``, a task's ranges joined by ``;``, tasks by
-    ``|``."""
-    tasks = [p.ranges if isinstance(p, _Pack) else (p.range,) for p in partitions]  # type: ignore[attr-defined]
-    flat = [r for task in tasks for r in task]
-    each = [
-        f"{r.segment},{o},{o_lsn},{r.start},{r.end}"
-        for r, (o, o_lsn) in zip(flat, part.start_points(flat), strict=True)
-    ]
-    out, at = [], 0
-    for task in tasks:
-        out.append(";".join(each[at : at + len(task)]))
-        at += len(task)
-    return "|".join(out)
+    ``segment,offset,offset_lsn,start,end,bytes`` (bytes: about how many it holds, for packing;
+    0 if not planned with the session's shares), joined by ``;``."""
+    found = [(p.range, p.size) for p in partitions]  # type: ignore[attr-defined]
+    starts = part.start_points([r for r, _ in found])
+    return ";".join(
+        f"{r.segment},{offset},{offset_lsn},{r.start},{r.end},{size}"
+        for (r, size), (offset, offset_lsn) in zip(found, starts, strict=True)
+    )
+
+
+def _packing(reader: _Scan) -> dict[str, str]:
+    """The JVM source's options that pack small ranges into tasks as Spark packs small files
+    (``Ranges.pack``, after the ranges are cut to pushed filters), if ``plan_as_spark`` gave
+    ``reader`` the session's shares; none otherwise (a task a range)."""
+    if reader.shares is None:
+        return {}
+    return {
+        "packTasks": str(reader.shares.parallelism),
+        "packOpenCost": str(reader.shares.floor),
+        "packMaxBytes": str(reader.partition_size),
+    }
 
 
 def plan_as_spark(spark: SparkSession, reader: _Scan, options: dict[str, str]) -> None:
@@ -240,6 +247,7 @@ def load(
             .option("recordSizeMax", str(reader.size_max))
             .option("verifyChecksums", str(reader.verify).lower())
             .option("decode", decode)
+            .options(**_packing(reader))
         )
         if "jvmmapbytes" in lowered:
             planned = planned.option("windowBytes", str(_positive(lowered, "jvmMapBytes")))
@@ -371,6 +379,7 @@ def load_stream(
     if jvm is not False:
         planners = _Planners(spark, lowered, fixed)
         reader = _StreamReader(lowered, fixed)  # checks the options now, as readStream would
+        plan_as_spark(spark, reader, lowered)
         key = uuid.uuid4().hex
         if register_callback(spark.sparkContext._gateway, "registerPlanners", key, planners, jvm, "reader"):
             _REGISTERED[key] = planners
@@ -380,6 +389,7 @@ def load_stream(
                 .option("recordSizeMax", str(reader.size_max))
                 .option("verifyChecksums", str(reader.verify).lower())
                 .option("decode", decode)
+                .options(**_packing(reader))
             )
             if reader.max_records is not None:
                 stream = stream.option("maxRows", str(reader.max_records))

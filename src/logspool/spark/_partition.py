@@ -46,9 +46,9 @@ class Shares:
     knows the session: a span is cut into one share of its bytes a core (``parallelism``), each
     at least ``floor`` bytes (``spark.sql.files.openCostInBytes``: a task's own cost, counted
     once a segment in the bytes shared, as Spark counts it once a file) and at most the
-    partition size; a range never crosses a segment, and ``plan_packed`` packs small ranges into
-    a task as Spark packs small files. A backlog of 139 MB in three segments (the last small) on
-    2 cores: 2 tasks rather than 7 of 32 MiB, each a task's start (benchmarks/RESULTS.md)."""
+    partition size; a range never crosses a segment, and the JVM reader packs small ranges into a
+    task as Spark packs small files (``plan_sized``). A backlog of 139 MB in three segments (the
+    last small) on 2 cores: 2 tasks rather than 7 of 32 MiB (benchmarks/RESULTS.md)."""
 
     parallelism: int
     floor: int
@@ -65,26 +65,13 @@ def plan(log: Log, start: int, end: int, partition_size: int, shares: Shares | N
     return [r for r, _ in _cut(log, start, end, partition_size, shares)[0]]
 
 
-def plan_packed(log: Log, start: int, end: int, partition_size: int, shares: Shares) -> list[list[Range]]:
-    """``plan``'s ranges, packed into tasks as Spark packs the splits of files
-    (``FilePartition.getFilePartitions``: next fit, the largest first): a task takes ranges while
-    their bytes, each with the open cost (``shares.floor``), stay within one share; each task's
-    ranges in lsn order. A backlog whose last segment holds a few records is one task a core,
-    not a third task that starts once the others end; a log of many small segments is a few
-    tasks, not one a segment."""
-    cut, size = _cut(log, start, end, partition_size, shares)
-    tasks: list[list[Range]] = []
-    task: list[Range] = []
-    held = 0
-    for r, nbytes in sorted(cut, key=lambda item: -item[1]):
-        if task and held + nbytes > size:
-            tasks.append(task)
-            task, held = [], 0
-        task.append(r)
-        held += nbytes + shares.floor
-    if task:
-        tasks.append(task)
-    return [sorted(t, key=lambda r: r.start) for t in tasks]
+def plan_sized(
+    log: Log, start: int, end: int, partition_size: int, shares: Shares
+) -> list[tuple[Range, int]]:
+    """``plan``'s ranges with about how many bytes each holds, for a planner that packs small
+    ranges into one task as Spark packs small files (the JVM reader: ``Ranges.pack``, after it
+    cut the ranges to the filters Spark pushed)."""
+    return _cut(log, start, end, partition_size, shares)[0]
 
 
 def _cut(

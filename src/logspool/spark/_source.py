@@ -350,13 +350,7 @@ class PythonOnlySource(LogspoolDataSource):
 @dataclass(frozen=True)
 class _Partition(InputPartition):
     range: part.Range
-
-
-@dataclass(frozen=True)
-class _Pack(InputPartition):
-    """A task's ranges, read one after another (``part.plan_packed``: planned with ``shares``)."""
-
-    ranges: tuple[part.Range, ...]
+    size: int = 0  # about how many bytes it holds, if planned with ``shares`` (``part.plan_sized``)
 
 
 class _Scan:
@@ -396,15 +390,11 @@ class _Scan:
     def plan(self, start: int, end: int) -> list[InputPartition]:
         with self.open() as log:
             if self.shares is not None:
-                packed = part.plan_packed(log, start, end, self.partition_size, self.shares)
-                return [_Partition(t[0]) if len(t) == 1 else _Pack(tuple(t)) for t in packed]
+                sized = part.plan_sized(log, start, end, self.partition_size, self.shares)
+                return [_Partition(r, size) for r, size in sized]
             return [_Partition(r) for r in part.plan(log, start, end, self.partition_size)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        if isinstance(partition, _Pack):
-            for r in partition.ranges:
-                yield from self.read(_Partition(r))
-            return
         if not isinstance(partition, _Partition):
             return  # Spark plans one empty partition when partitions() returned none
         arrow_schema = to_arrow_schema(self.schema, timezone="UTC")

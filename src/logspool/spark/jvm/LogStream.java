@@ -112,7 +112,7 @@ final class LogStream implements MicroBatchStream, SupportsTriggerAvailableNow {
         long[][] ranges = LogspoolJvmSource.Settings.parseRanges(planner.ranges(from, to));
         InputPartition[] partitions;
         try {
-            partitions = LogspoolJvmSource.Ranges.tasks(Pushdown.narrow(settings.dir, ranges, pushed));
+            partitions = LogspoolJvmSource.Ranges.pack(Pushdown.narrow(settings.dir, ranges, pushed), settings.pack);
         } catch (IOException e) {
             throw new UncheckedIOException(e);
         }

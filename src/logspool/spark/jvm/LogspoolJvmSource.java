@@ -39,13 +39,15 @@ import org.apache.spark.sql.vectorized.ColumnarBatch;
  * The reader of logspool segments on the JVM: {@code format("logspool-jvm")}, batch and stream.
  *
  * <p>It reads ranges that the Python driver planned ({@code logspool.spark.load}): the option
- * {@code ranges} lists ranges "base,offset,offsetLsn,startLsn,endLsn" (the segment's base lsn,
- * the byte offset to start parsing at and the lsn of the record there, and the lsns
- * [startLsn, endLsn) to return), a task's ranges separated by ";" (read one after another,
- * Ranges), tasks by "|". Planning (positions, timestamps, the head) stays in
- * one place, the Python source; this reader parses (RangeReader, written from docs/FORMAT.md) and
- * cuts the planned ranges to the filters Spark pushes on lsn and timestamp (Pushdown, through the
- * segments' indexes). A stream (LogStream, made by {@code logspool.spark.load_stream}) is planned
+ * {@code ranges} lists ranges "base,offset,offsetLsn,startLsn,endLsn,bytes" separated by ";"
+ * (the segment's base lsn, the byte offset to start parsing at and the lsn of the record there,
+ * the lsns [startLsn, endLsn) to return, and about how many bytes they hold, or 0). With the
+ * options packTasks, packOpenCost and packMaxBytes (the session's shares), small ranges are
+ * packed into one task as Spark packs small files (Ranges.pack), after they are cut to the
+ * pushed filters; a task's ranges are read one after another (ChainReader). Planning
+ * (positions, timestamps, the head) stays in one place, the Python source; this reader parses
+ * (RangeReader, written from docs/FORMAT.md) and cuts the planned ranges to the filters Spark
+ * pushes on lsn and timestamp (Pushdown, through the segments' indexes). A stream (LogStream, made by {@code logspool.spark.load_stream}) is planned
  * batch by batch by the Python stream reader, through a StreamPlanner.
  */
 public final class LogspoolJvmSource implements TableProvider, DataSourceRegister {
@@ -112,9 +114,10 @@ public final class LogspoolJvmSource implements TableProvider, DataSourceRegiste
         final String planner;  // a stream's: the id of its planners (LogStream.PLANNERS)
         final long maxRows;  // a stream's default read limit, or 0
         final long maxBytes;
+        final long[] pack;  // tasks to share among, the open cost, the most bytes a task; or null
 
         Settings(String dir, long sizeMax, boolean verify, boolean decodeString, long[][] ranges,
-                long window, String planner, long maxRows, long maxBytes) {
+                long window, String planner, long maxRows, long maxBytes, long[] pack) {
             this.dir = dir;
             this.sizeMax = sizeMax;
             this.verify = verify;
@@ -124,6 +127,7 @@ public final class LogspoolJvmSource implements TableProvider, DataSourceRegiste
             this.planner = planner;
             this.maxRows = maxRows;
             this.maxBytes = maxBytes;
+            this.pack = pack;
         }
 
         static Settings of(CaseInsensitiveStringMap options) {
@@ -144,31 +148,29 @@ public final class LogspoolJvmSource implements TableProvider, DataSourceRegiste
                     decode.equals("string"), parseRanges(options.getOrDefault("ranges", "")),
                     Long.parseLong(options.getOrDefault("windowBytes", Long.toString(1L << 30))),
                     options.get("planner"), Long.parseLong(options.getOrDefault("maxRows", "0")),
-                    Long.parseLong(options.getOrDefault("maxBytes", "0")));
+                    Long.parseLong(options.getOrDefault("maxBytes", "0")),
+                    options.containsKey("packTasks") ? new long[] {Long.parseLong(options.get("packTasks")),
+                        Long.parseLong(options.get("packOpenCost")), Long.parseLong(options.get("packMaxBytes"))}
+                            : null);
         }
 
-        /** "base,offset,offsetLsn,startLsn,endLsn;...|..." (the ranges option, and a stream
-         * planner's): each range's five numbers and the number of its task (";" joins a task's
-         * ranges, "|" its tasks). */
+        /** "base,offset,offsetLsn,startLsn,endLsn,bytes;..." (the ranges option, and a stream
+         * planner's; bytes may be left out: 0). */
         static long[][] parseRanges(String text) {
             List<long[]> ranges = new ArrayList<>();
-            String[] tasks = text.split("\\|");
-            for (int task = 0; task < tasks.length; task++) {
-                for (String part : tasks[task].split(";")) {
-                    if (part.isEmpty()) {
-                        continue;
-                    }
-                    String[] numbers = part.split(",");
-                    if (numbers.length != 5) {
-                        throw new IllegalArgumentException("logspool-jvm: option ranges: bad range '" + part + "'");
-                    }
-                    long[] r = new long[6];
-                    for (int i = 0; i < 5; i++) {
-                        r[i] = Long.parseLong(numbers[i]);
-                    }
-                    r[5] = task;
-                    ranges.add(r);
+            for (String part : text.split(";")) {
+                if (part.isEmpty()) {
+                    continue;
                 }
+                String[] numbers = part.split(",");
+                if (numbers.length != 5 && numbers.length != 6) {
+                    throw new IllegalArgumentException("logspool-jvm: option ranges: bad range '" + part + "'");
+                }
+                long[] r = new long[6];
+                for (int i = 0; i < numbers.length; i++) {
+                    r[i] = Long.parseLong(numbers[i]);
+                }
+                ranges.add(r);
             }
             return ranges.toArray(new long[0][]);
         }
@@ -291,7 +293,7 @@ public final class LogspoolJvmSource implements TableProvider, DataSourceRegiste
 
         @Override
         public InputPartition[] planInputPartitions() {
-            return Ranges.tasks(planned());
+            return Ranges.pack(planned(), settings.pack);
         }
 
         private int[] columns() {
@@ -320,7 +322,7 @@ public final class LogspoolJvmSource implements TableProvider, DataSourceRegiste
         final long offsetLsn;
         final long start;
         final long end;
-        final long task;  // the planned task it is read in (ranges of one task: Ranges)
+        final long bytes;  // about how many bytes its records take (0: not known)
 
         Range(long[] r) {
             base = r[0];
@@ -328,7 +330,7 @@ public final class LogspoolJvmSource implements TableProvider, DataSourceRegiste
             offsetLsn = r[2];
             start = r[3];
             end = r[4];
-            task = r.length > 5 ? r[5] : 0;
+            bytes = r[5];
         }
     }
 
@@ -342,17 +344,39 @@ public final class LogspoolJvmSource implements TableProvider, DataSourceRegiste
             this.ranges = ranges;
         }
 
-        /** The partitions of ranges in task order: one a task, a lone range as itself. */
-        static InputPartition[] tasks(Range[] ranges) {
+        /** The ranges, in their order (lsn order), as tasks: packed as Spark packs small files
+         * (FilePartition.getFilePartitions: a task takes ranges while their bytes, each with the
+         * open cost, stay within one share of the whole among ``pack[0]`` tasks, at least the
+         * open cost, at most ``pack[2]``), but in lsn order, not the largest first, so that the
+         * tasks, and the ranges in each, follow the log (a copy into a log keeps its order).
+         * Without ``pack``, a task a range. A lone range is its own partition. */
+        static InputPartition[] pack(Range[] ranges, long[] pack) {
+            if (pack == null || ranges.length < 2) {
+                return Arrays.copyOf(ranges, ranges.length, InputPartition[].class);
+            }
+            long openCost = pack[1];
+            long total = 0;
+            for (Range r : ranges) {
+                total += r.bytes + openCost;
+            }
+            long share = Math.min(pack[2], Math.max(openCost, (total + pack[0] - 1) / Math.max(1, pack[0])));
             List<InputPartition> out = new ArrayList<>();
             int from = 0;
-            for (int i = 1; i <= ranges.length; i++) {
-                if (i == ranges.length || ranges[i].task != ranges[from].task) {
-                    out.add(i - from == 1 ? ranges[from] : new Ranges(Arrays.copyOfRange(ranges, from, i)));
+            long held = 0;
+            for (int i = 0; i < ranges.length; i++) {
+                if (i > from && held + ranges[i].bytes > share) {
+                    out.add(task(ranges, from, i));
                     from = i;
+                    held = 0;
                 }
+                held += ranges[i].bytes + openCost;
             }
+            out.add(task(ranges, from, ranges.length));
             return out.toArray(new InputPartition[0]);
+        }
+
+        private static InputPartition task(Range[] ranges, int from, int to) {
+            return to - from == 1 ? ranges[from] : new Ranges(Arrays.copyOfRange(ranges, from, to));
         }
     }
 

@@ -338,7 +338,8 @@ final class Pushdown {
                     offsetLsn = entry[0];
                     offset = entry[2];
                 }
-                out.add(new LogspoolJvmSource.Range(new long[] {r.base, offset, offsetLsn, lo, hi, r.task}));
+                long bytes = r.bytes * (hi - lo) / Math.max(1, r.end - r.start);  // (its share of the lsns)
+                out.add(new LogspoolJvmSource.Range(new long[] {r.base, offset, offsetLsn, lo, hi, bytes}));
             }
         }
         return out.toArray(new LogspoolJvmSource.Range[0]);
