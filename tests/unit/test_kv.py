@@ -429,7 +429,13 @@ def test_snapshots_in_the_background_compact_as_the_fold_does(tmp_path: Path) ->
     # close waited for the last one: two snapshots kept, the op log below the older compacted
     names = sorted(n for n in os.listdir(path) if n.startswith("snapshot.") and n[-1] != "k")
     assert len(names) == 2
-    assert len(os.listdir(path / "ops")) < 20
+    # Compacted: the op log starts near the older kept snapshot, not at the first of the 1,001
+    # ops. How near depends on when the last background snapshot's retention ran (a loaded
+    # machine left one segment more than a quiet one: a count of files failed CI), so the bound
+    # is a few snapshot intervals, far from the whole log.
+    older = int(names[0].removeprefix("snapshot."), 16)
+    bases = sorted(int(n.removesuffix(".seg")) for n in os.listdir(path / "ops") if n.endswith(".seg"))
+    assert 0 < bases[0] <= older and older - bases[0] <= 4 * 100
     with kv.open(path) as s:
         assert [s[f"k{i}"] for i in range(50)] == [950 + i for i in range(50)]
         assert meta(s, "k1").locked_by == "me"
