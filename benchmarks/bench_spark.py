@@ -17,11 +17,13 @@ record that hands every record's payload length and lsn to Spark's ``noop`` sink
 scan rate, for the JVM stream (``logspool.spark.load_stream``) and the Python stream; beside
 them, Spark's fixed cost of any such query with no code of ours (its ``rate-micro-batch``
 source, one row), which bounds the ratio any source can reach at this row count. ``--stream``
-runs only the JVM stream's catch-up, Parquet's scan and Spark's one-row query, and adds Parquet's
-rows as a batch into the same ``noop`` sink (the per-row cost of a sink, which the scan's
-aggregate does not pay) and the catch-up cut in ranges of 32 MiB (the plan before the driver cut
-a read as Spark cuts files: seven tasks where it plans three); with ``--rows 10000000`` it shows
-the rate once Spark's fixed cost of a query no longer dominates.
+runs only the JVM stream's catch-up, Parquet's scan and Spark's one-row query, and adds Spark's
+own file stream over the same Parquet files (the same ``availableNow`` catch-up with none of our
+code: what the target, Parquet's *scan* rate, asks of a stream beside what Spark's own stream of
+Parquet reaches), Parquet's rows as a batch into the same ``noop`` sink (the per-row cost of a
+sink, which the scan's aggregate does not pay) and the catch-up cut in ranges of 32 MiB (the
+plan before the driver cut a read as Spark cuts files: seven tasks where it plans three); with
+``--rows 10000000`` it shows the rate once Spark's fixed cost of a query no longer dominates.
 The reads take turns run after run (one run of each, then the next round), so that a drift of
 the machine's speed falls on all of them alike. The load average is printed before and after.
 
@@ -457,6 +459,23 @@ def main() -> int:
 
             return run
 
+        def parquet_stream() -> None:
+            """Spark's own file stream over the same Parquet files, ``availableNow`` into the
+            same ``noop`` sink: a catch-up with none of our code, Spark's fixed costs of a query
+            and its Parquet reader's, against which the JVM stream's catch-up is a like for like."""
+            checkpoint = tempfile.mkdtemp(prefix="cp-", dir=work)
+            query = (
+                spark.readStream.schema(parquet.schema)
+                .parquet(parquet_path)
+                .selectExpr("length(payload) as size", "lsn")
+                .writeStream.format("noop")
+                .option("checkpointLocation", checkpoint)
+                .trigger(availableNow=True)
+                .start()
+            )
+            query.awaitTermination()
+            assert sum(p["numInputRows"] for p in query.recentProgress) == rows
+
         def one_row_stream() -> None:
             """Spark's own fixed cost of an ``availableNow`` query, with no code of ours: Spark's
             ``rate-micro-batch`` source, one batch of one row, into the same ``noop`` sink
@@ -490,6 +509,7 @@ def main() -> int:
                     # the plan before the session's shares: ranges of 32 MiB (seven tasks, not three)
                     "catch_up_jvm_32mib": catch_up(True, maxPartitionBytes=str(32 << 20)),
                     "one_row_stream": one_row_stream,
+                    "parquet_stream": parquet_stream,
                 },
                 runs,
             )
@@ -505,6 +525,10 @@ def main() -> int:
                 "stream_catch_up_jvm_32mib_ratio_to_parquet_scan": parquet_s / turns["catch_up_jvm_32mib"],
                 "stream_one_row_query_s_median": turns["one_row_stream"],
                 "stream_catch_up_ceiling_ratio_to_parquet_scan": parquet_s / turns["one_row_stream"],
+                # Spark's own Parquet file stream, the same catch-up with none of our code
+                "parquet_stream_catch_up_rows_per_s": rows / turns["parquet_stream"],
+                "parquet_stream_catch_up_ratio_to_parquet_scan": parquet_s / turns["parquet_stream"],
+                "stream_catch_up_jvm_ratio_to_parquet_stream": turns["parquet_stream"] / catch_up_s,
                 # the same rows and columns from Parquet into the same noop sink, as a batch
                 "parquet_into_noop_rows_per_s": rows / turns["parquet_noop"],
                 "stream_catch_up_jvm_ratio_to_parquet_into_noop": turns["parquet_noop"] / catch_up_s,
