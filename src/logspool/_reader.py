@@ -102,6 +102,12 @@ class Reader:
         # Records below _skip_below (after a seek) are skipped when read: the position is there.
         return max(self._lsn - operator.length_hint(self._pending), self._skip_below)
 
+    @property
+    def offset(self) -> tuple[int, int]:
+        """The segment (its first lsn) and the byte offset in its file of the next record this
+        reader reads, when no record read is pending (after a seek, or ``skip_to_end``)."""
+        return self._base, self._pos
+
     def seek(self, start: Position) -> None:
         """Position at an lsn, or at "earliest" / "latest" (the next record to be appended)."""
         self._pending = iter(())

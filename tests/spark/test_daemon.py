@@ -429,3 +429,36 @@ def test_spans_follow_the_daemons_segments_each_by_its_own_record_size(spark: An
         assert _daemon.plan(old, 0, 1500, 16 * 1024)[-1].end == 1500
     finally:
         d.kill()
+
+
+def test_a_young_log_is_cut_by_its_records_not_its_preallocated_file(spark: Any, tmp_path: Path) -> None:
+    """A log the daemon writes has one segment whose file holds zeros preallocated after its
+    records: log.INFO's ``end`` says where they end, and the driver cuts by that (by the file's
+    size, 3,000 records of 6 bytes in spans of 4 KiB were 273 tasks, not ~27). A daemon before
+    ``end``: by the file's size, as before."""
+    from logspool import _format as fmt
+
+    d = Daemon(tmp_path / "data").start()
+    try:
+        with client.connect(d.address) as c:
+            for start in range(0, 3000, 500):
+                c.log("young").append_many([b"e%05d" % i for i in range(start, start + 500)])
+            info = c.log("young").info()
+        records = 3000 * (fmt.RECORD_OVERHEAD + 6)
+        assert len(info["bases"]) == 1 and info["end"] == fmt.SEGMENT_HEADER_SIZE + records
+        assert info["sizes"][-1] > info["end"] * 4  # (the preallocated zeros)
+        assert _daemon.written_size(info) == info["end"]
+        spans = _daemon.plan(info, 0, 3000, 4096)
+        assert len(spans) == -(-3000 // (4096 // (info["end"] // 3000)))  # ~27: by the records
+        assert spans[0].start == 0 and spans[-1].end == 3000
+        assert all(a.end == b.start for a, b in itertools.pairwise(spans))
+        old = {k: v for k, v in info.items() if k != "end"}
+        assert len(_daemon.plan(old, 0, 3000, 4096)) > 4 * len(spans)  # by the file: many more
+        df = spark.read.format("logspool").option("server", d.address).option("maxPartitionBytes", "4096")
+        df = df.load("young")
+        assert df.rdd.getNumPartitions() == len(spans)
+        assert [r.payload for r in df.select("payload").orderBy("lsn").collect()] == [
+            b"e%05d" % i for i in range(3000)
+        ]
+    finally:
+        d.kill()

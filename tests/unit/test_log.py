@@ -60,6 +60,34 @@ def test_rotation_by_size_keeps_lsns_contiguous(log_dir: str) -> None:
     assert logspool.verify(log_dir).ok
 
 
+def test_info_says_where_the_newest_segments_records_end(log_dir: str) -> None:
+    """``size`` counts the zeros preallocated after the newest segment's records (the disk they
+    hold); ``end`` is the offset past its last record and ``written`` the bytes up to there, as
+    a plan of reads by bytes wants them, from any handle, reader or writer; closed, the zeros
+    are cut and the three agree."""
+    with logspool.open(log_dir, segment_size_max=64 * 1024) as log:
+        assert log.info().end == fmt.SEGMENT_HEADER_SIZE and log.info().written == fmt.SEGMENT_HEADER_SIZE
+        log.append_many(payloads(100))
+        info = log.info()
+        records = sum(fmt.RECORD_OVERHEAD + len(p) for p in payloads(100))
+        assert info.end == fmt.SEGMENT_HEADER_SIZE + records < info.segments[-1].size == info.size
+        assert info.written == info.end
+        append_in_batches(log, [b"r" * 500] * 400)  # rotations: sealed segments, then the newest
+        info = log.info()
+        assert len(info.segments) > 2
+        with logspool.open(log_dir, readonly=True) as reader:
+            assert reader.info().end == info.end  # (another handle finds the same end)
+        sealed = sum(s.size for s in info.segments[:-1])
+        assert info.written == sealed + info.end < info.size
+        assert info.end <= info.segments[-1].size
+    closed = logspool.open(log_dir, readonly=True)
+    try:
+        info = closed.info()
+        assert info.end == info.segments[-1].size and info.written == info.size
+    finally:
+        closed.close()
+
+
 def test_a_batch_is_written_whole_into_one_segment(log_dir: str) -> None:
     """A batch never spans a rotation (so it is in the log whole or not at all): one that does
     not fit in the active segment starts the next, and one larger than a segment gets a segment

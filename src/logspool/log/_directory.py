@@ -50,6 +50,18 @@ class LogInfo:
     size: int
     segments: tuple[SegmentInfo, ...]
     meta: fmt.Meta
+    # The offset just past the newest segment's last whole record: its file's size less the zeros
+    # preallocated after the records of a log open for writing (0: no segment). ``size`` counts
+    # those zeros (the disk they hold); a plan of reads by bytes wants this.
+    end: int = 0
+
+    @property
+    def written(self) -> int:
+        """Bytes of the segments up to their records' end: ``size`` less the newest segment's
+        preallocated zeros."""
+        if not self.segments:
+            return 0
+        return self.size - self.segments[-1].size + min(self.end, self.segments[-1].size)
 
     @property
     def record_count(self) -> int:

@@ -499,10 +499,14 @@ class Log:
         bases = list_segments(self._fs, self.path)
         segments = segment_infos(self.path, bases)
         next_lsn = bases[-1] if bases else 0
+        end = segments[-1].size if segments else 0
         if bases:  # (the head: from the newest segment's last index entry, as a "latest" reader)
             probe = Reader(self.path, self._fs, self.record_size_max, start="latest")
             try:
                 next_lsn = probe.position
+                base, offset = probe.offset
+                if segments and base == segments[-1].base_lsn:  # (else rotated meanwhile)
+                    end = offset
             finally:
                 probe.close()
         return LogInfo(
@@ -512,6 +516,7 @@ class Log:
             size=sum(s.size for s in segments),
             segments=tuple(segments),
             meta=self.meta,
+            end=end,
         )
 
     # --- closing ----------------------------------------------------------------------------------

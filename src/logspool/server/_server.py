@@ -697,6 +697,8 @@ class Server:
                 # (newer than the rest: a client plans reads along the segments with them)
                 "bases": [seg.base_lsn for seg in i.segments],
                 "sizes": [seg.size for seg in i.segments],
+                # (newer still: the newest segment's written end, its preallocated zeros left out)
+                "end": i.end,
             }
 
         def log_append(b: dict[str, Any]) -> dict[str, Any]:

@@ -5,8 +5,9 @@ is read from or written to a shared file system. What the driver and the tasks d
 
 - **Batch reads.** The driver asks LOG_INFO for the log's segments (their first lsns and sizes)
   and cuts each segment's lsns into spans of about ``maxPartitionBytes`` each, by that segment's
-  mean record size (a span never crosses a segment; a daemon older than the segments in LOG_INFO:
-  by the log's mean record size, over lsns alone). Each task connects, reads its
+  mean record size (the newest segment's by its records' written end, LOG_INFO's ``end``: its
+  file holds preallocated zeros; a span never crosses a segment; a daemon older than the
+  segments in LOG_INFO: by the log's mean record size, over lsns alone). Each task connects, reads its
   span with LOG_READ pages, several pages in flight at once (lsns are dense: page ``k`` starts at
   ``start + k * page``), and checks that every page starts where the last one ended.
 - **Streams.** Offsets are ``{"lsn": N}`` as for a local log (a checkpoint may not move between
@@ -209,19 +210,25 @@ class Span(InputPartition):
 def plan(info: dict[str, Any], start: int, end: int, partition_size: int) -> list[Span]:
     """Cut lsns [start, end) into spans of about ``partition_size`` bytes each, along the log's
     segments (LOG_INFO's ``bases`` and ``sizes``): each segment's lsns by its own mean record
-    size, the newest's (its file holds preallocated zeros) by the mean of the others when there
-    are others. Lsns outside every segment (removed by retention since: the task says so) and a
+    size, the newest's (its file holds preallocated zeros) by its records' end (``end``), or,
+    from a daemon before ``end``, by the mean of the others when there are others. Lsns outside every segment (removed by retention since: the task says so) and a
     daemon that names no segments: by the log's mean record size. Pages hold about 4 MiB each."""
     if start >= end:
         return []
     next_lsn = int(info["next_lsn"])
-    mean = max(1, int(info["size"]) // max(1, next_lsn - int(info["first_lsn"])))
+    mean = max(1, written_size(info) // max(1, next_lsn - int(info["first_lsn"])))
     bases = [int(b) for b in info.get("bases") or ()]
     sizes = [int(z) for z in info.get("sizes") or ()]
     if not bases or len(bases) != len(sizes):
         return _cut(start, end, mean, partition_size)
     stops = [*bases[1:], max(next_lsn, bases[-1])]
     sealed = sum(sizes[:-1]), bases[-1] - bases[0]
+    # The newest segment by its own records where the daemon says where they end (``end``), not
+    # by its file's size, which counts the zeros preallocated after them: a young log of one
+    # segment planned by its file's size was cut in ten times the tasks its bytes make.
+    known_end = _newest_end(info)
+    if known_end is not None:
+        sizes[-1] = known_end
     spans: list[Span] = []
     pos = start
     for base, stop, size in zip(bases, stops, sizes, strict=True):
@@ -230,13 +237,30 @@ def plan(info: dict[str, Any], start: int, end: int, partition_size: int) -> lis
             continue
         if lo > pos:  # (lsns below the oldest segment: gone)
             spans += _cut(pos, lo, mean, partition_size)
-        newest = stop == stops[-1] and len(bases) > 1
+        newest = stop == stops[-1] and len(bases) > 1 and known_end is None
         record_size = sealed[0] // max(1, sealed[1]) if newest else size // max(1, stop - base)
         spans += _cut(lo, hi, max(1, record_size), partition_size)
         pos = hi
     if pos < end:
         spans += _cut(pos, end, mean, partition_size)
     return spans
+
+
+def _newest_end(info: dict[str, Any]) -> int | None:
+    """LOG_INFO's ``end``, the newest segment's written end, if the daemon sends it (newer than
+    ``sizes``) and it is within that segment's file; else None."""
+    sizes, end = info.get("sizes") or (), info.get("end")
+    if sizes and isinstance(end, int) and not isinstance(end, bool) and 0 < end <= int(sizes[-1]):
+        return end
+    return None
+
+
+def written_size(info: dict[str, Any]) -> int:
+    """The log's bytes up to its records' end: LOG_INFO's ``size`` less the newest segment's
+    preallocated zeros where the daemon says where its records end (``_newest_end``)."""
+    size = int(info["size"])
+    end = _newest_end(info)
+    return size if end is None else size - int(info["sizes"][-1]) + end
 
 
 def _cut(start: int, end: int, record_size: int, partition_size: int) -> list[Span]:
@@ -460,7 +484,7 @@ class StreamReader(_RemoteScan, DataSourceStreamReader, SupportsTriggerAvailable
                 # By the log's mean record size (LOG_INFO): the daemon says no record's size
                 # without sending it. At least one record, so a stream always moves.
                 count = max(1, int(info["next_lsn"]) - int(info["first_lsn"]))
-                record_size = max(1, int(info["size"]) // count)
+                record_size = max(1, written_size(info) // count)
                 end = min(end, begin + max(1, self.max_bytes // record_size))
         return {"lsn": end}
 
