@@ -175,9 +175,12 @@ def test_the_commit_writes_the_bytes_append_batch_writes(
     logs = {}
     for mode in ("rows", "framed"):
         path = tmp_path / mode
-        writer = _source._Writer({"path": str(tmp_path / "staging")}, SCHEMA, f"job-{mode}", durable=False)
         with logspool.open(path, segment_size_max=200_000, index_interval=512) as log:
             for j, files in enumerate(jobs):
+                # (a writer a job, as Spark makes one: its staging directory goes when it ends)
+                writer = _source._Writer(
+                    {"path": str(tmp_path / "staging")}, SCHEMA, f"job-{mode}-{j}", durable=False
+                )
                 staged = [stage(writer, rows, per_block=rng.choice([7, 50, 1000])) for rows in files]
                 paths = [m.path for m in staged]
                 count = sum(m.count for m in staged)

@@ -59,8 +59,8 @@ class LogInfo:
     def written(self) -> int:
         """Bytes of the segments up to their records' end: ``size`` less the newest segment's
         preallocated zeros."""
-        if not self.segments:
-            return 0
+        if not self.segments or self.end <= 0:  # (no segment; or an end not known: the files')
+            return self.size
         return self.size - self.segments[-1].size + min(self.end, self.segments[-1].size)
 
     @property

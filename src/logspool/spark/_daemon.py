@@ -211,8 +211,9 @@ def plan(info: dict[str, Any], start: int, end: int, partition_size: int) -> lis
     """Cut lsns [start, end) into spans of about ``partition_size`` bytes each, along the log's
     segments (LOG_INFO's ``bases`` and ``sizes``): each segment's lsns by its own mean record
     size, the newest's (its file holds preallocated zeros) by its records' end (``end``), or,
-    from a daemon before ``end``, by the mean of the others when there are others. Lsns outside every segment (removed by retention since: the task says so) and a
-    daemon that names no segments: by the log's mean record size. Pages hold about 4 MiB each."""
+    from a daemon before ``end``, by the mean of the others when there are others. Lsns outside
+    every segment (removed by retention since: the task says so) and a daemon that names no
+    segments: by the log's mean record size. Pages hold about 4 MiB each."""
     if start >= end:
         return []
     next_lsn = int(info["next_lsn"])

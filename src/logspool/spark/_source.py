@@ -649,6 +649,9 @@ class _Writer:
         self.staging = os.path.join(self.path, STAGING_DIR, job)
         with Log(self.path):  # create the log now, in the driver, with default settings
             pass
+        # The staging directory too, in the driver: a task never makes it (``write``), so a task
+        # still running after its job ended (``discard``) cannot leave a file behind.
+        os.makedirs(self.staging, exist_ok=True)
 
     def write(self, batches: Iterator[pa.RecordBatch]) -> _Staged:
         """In a task: stage the payload column of ``batches`` (Arrow record batches, as Spark
@@ -662,10 +665,18 @@ class _Writer:
         ctx = TaskContext.get()
         partition = ctx.partitionId() if ctx is not None else 0
         attempt = ctx.attemptNumber() if ctx is not None else 0
-        os.makedirs(self.staging, exist_ok=True)
         path = os.path.join(self.staging, f"{partition:08d}.{attempt}.{uuid.uuid4().hex}")
         count = 0
-        with open(path, "wb") as f:
+        try:
+            staged = open(path, "xb")  # noqa: SIM115 (closed by the with below)
+        except FileNotFoundError:
+            raise LogspoolError(
+                f"{self.staging}: the staging directory of this write is gone: the write ended (a "
+                "task failed, and Spark does not wait for the others), or this executor does not "
+                "see the log's directory (it must be on a file system the driver and every "
+                "executor mount at the same path)"
+            ) from None
+        with staged as f:
             f.write(_STAGE_MAGIC)
             for batch in batches:  # bounded by the task's rows
                 column = batch.column(self.column)
@@ -712,7 +723,25 @@ class _Writer:
         return [p for chunk in _staged_chunks(files) for p in chunk]
 
     def discard(self) -> None:
-        shutil.rmtree(self.staging, ignore_errors=True)
+        """Remove the staged files, once the write is committed or aborted. A batch job's
+        directory goes with them, renamed away first: Spark fails a job when one task fails and
+        cancels the others without waiting for them, so a task may still be staging; with the
+        directory gone its open fails (``write``) and it leaves no file (a file opened before
+        the rename is in the renamed directory, removed here). A stream's directory stays for
+        its next batch (a file a cancelled task of an aborted batch left goes with the next
+        commit's)."""
+        if self.durable:  # (a stream's)
+            with contextlib.suppress(FileNotFoundError):
+                for name in os.listdir(self.staging):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(os.path.join(self.staging, name))
+            return
+        gone = f"{self.staging}.discarded-{uuid.uuid4().hex}"
+        try:
+            os.rename(self.staging, gone)
+        except FileNotFoundError:
+            return
+        shutil.rmtree(gone, ignore_errors=True)
 
 
 class _BatchWriter(DataSourceArrowWriter):

@@ -396,7 +396,15 @@ final class LogSink implements Table, SupportsWrite {
                             + "to: the log must be on a file system the driver and every executor mount at the same "
                             + "path");
                 }
-                Files.createDirectories(staging);  // a stream's: removed after each batch's commit
+                if (!factory.durable) {
+                    // A batch job's directory is renamed away when the job ends (committed, or
+                    // aborted after another task failed: Spark does not wait for the others):
+                    // a task still running then must not make it again and leave a file in it.
+                    throw new IOException("LogspoolError: " + staging + ": the staging directory of this "
+                            + "write is gone: the write ended (a task failed, and Spark does not wait for the "
+                            + "others)");
+                }
+                Files.createDirectories(staging);  // a stream's, which stays between its batches
             }
             String name = String.format("%08d.%d.%s", partition, taskId, UUID.randomUUID().toString().replace("-", ""));
             path = staging.resolve(name);
