@@ -49,22 +49,3 @@ def append_in_batches(log: Any, payloads: list[bytes], batch: int = 8) -> list[i
     for i in range(0, len(payloads), batch):
         lsns += log.append_many(payloads[i : i + batch])
     return lsns
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under pytest-xdist (``scripts/test`` runs ``-n 2 --dist loadgroup``): every test that uses
-    the run's one local SparkSession in one group, so that one worker starts it; every other
-    test in its module's group, so that a module's tests run in one worker in their order, with
-    its module-scoped fixtures started once (a daemon, the standalone cluster). The workers take
-    groups as they come free. Without xdist, nothing changes."""
-    if not config.pluginmanager.hasplugin("xdist"):
-        return
-    for item in items:
-        uses = getattr(item, "fixturenames", ())
-        group = "spark-session" if "spark" in uses else str(item.path)
-        item.add_marker(pytest.mark.xdist_group(group))
-    # The Spark tests first (a stable sort: each module's order kept): their groups are the
-    # longest (the session's ~7 minutes, the cluster's ~5), and started first they run beside
-    # the many short modules instead of after them, two long groups left for the end.
-    spark = os.path.join("tests", "spark") + os.sep
-    items.sort(key=lambda item: spark not in str(item.path))
