@@ -506,7 +506,7 @@ class Log:
                 next_lsn = probe.position
                 base, offset = probe.offset
                 if segments and base == segments[-1].base_lsn:  # (else rotated meanwhile)
-                    end = offset
+                    end = min(offset, end)  # (the file's size was read first: it may have grown)
             finally:
                 probe.close()
         return LogInfo(
