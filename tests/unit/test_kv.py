@@ -535,6 +535,29 @@ def test_modify_inside_a_decision_joins_it(store: kv.Store) -> None:
     assert store.stats().next_lsn == next_lsn + 3  # three ops, one decision (no second decision)
 
 
+def test_expire_inside_modify_joins_its_decision(store: kv.Store, clock: Clock) -> None:
+    """``expire`` called by ``modify``'s function is part of that decision, as ``set`` is (it
+    failed with an internal error: a second decision on the thread that holds the first). The
+    decision removes a batch of expired values as it begins; ``expire`` the rest."""
+    batch = limits.KV_EXPIRE_BATCH
+    for i in range(batch + 6):
+        store.set(f"gone-{i}", i, ttl=1)
+    store.set("kept", 1, ttl=60)
+    store.set("a", 1)
+    clock.advance(2)
+    next_lsn = store.stats().next_lsn
+    removed: list[int] = []
+
+    def fn(value: object) -> object:
+        removed.append(store.expire())
+        return value + 1  # type: ignore[operator]
+
+    assert store.modify("a", fn) == 2 and removed == [6]
+    assert not [k for k in store if k.startswith("gone-")] and store["kept"] == 1 and store["a"] == 2
+    assert store.stats().next_lsn == next_lsn + batch + 6 + 1  # EXPIREs and the UPDATE: one decision
+    assert store.expire() == 0
+
+
 def _open_briefly(path: str, out: Any) -> None:
     try:
         kv.open(path, lock_timeout_s=0.3).close()

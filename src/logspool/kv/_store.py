@@ -1070,7 +1070,12 @@ class Store(FoldedStore[State, ops.Op], MutableMapping[str, ops.Value]):
 
     def expire(self) -> int:
         """Remove every value whose expiry has passed (writes do some of this as they go); returns
-        how many. Durable on return."""
+        how many. Durable on return; on a thread inside another decision of this store (a
+        ``modify``'s function, the daemon's commit round), part of that one, as ``set`` is: its
+        EXPIRE ops are written and durable with it."""
+        outer = self._deciding
+        if outer is not None and outer[2] == threading.get_ident():
+            return self._expire_in(outer[0], outer[1])
         removed = 0
         for _ in range(1 << 40):  # bounded: each turn removes a batch or ends
             with self._decide() as w:
@@ -1079,6 +1084,18 @@ class Store(FoldedStore[State, ops.Op], MutableMapping[str, ops.Value]):
             removed += len(due)
             if not due:
                 return removed
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _expire_in(self, w: _Writer[State, ops.Op], now: int) -> int:
+        """``expire`` inside a decision: EXPIRE ops for what expired by the decision's time,
+        written with the decision's own."""
+        removed = 0
+        for _ in range(1 << 40):  # bounded: each turn removes a batch (``due`` pops them) or ends
+            due = self._state.due(now, limits.KV_EXPIRE_BATCH)
+            if not due:
+                return removed
+            w.write_many([ops.Expire(k) for k in due])
+            removed += len(due)
         raise AssertionError("unreachable")  # pragma: no cover
 
     # --- reading ----------------------------------------------------------------------------------
