@@ -443,19 +443,23 @@ def main() -> int:
         def tail(df: Any) -> Callable[[], Any]:
             return scan(df.where(F.col("lsn") >= rows * 9 // 10))
 
+        def drain(stream: Any, count: int) -> None:
+            """An ``availableNow`` query of ``stream`` into Spark's ``noop`` sink, from a fresh
+            checkpoint, to its end; every one of ``count`` rows seen."""
+            checkpoint = tempfile.mkdtemp(prefix="cp-", dir=work)
+            query = (
+                stream.writeStream.format("noop")
+                .option("checkpointLocation", checkpoint)
+                .trigger(availableNow=True)
+                .start()
+            )
+            query.awaitTermination()
+            assert sum(p["numInputRows"] for p in query.recentProgress) == count
+
         def catch_up(jvm: bool, **options: str) -> Callable[[], Any]:
             def run() -> None:
-                checkpoint = tempfile.mkdtemp(prefix="cp-", dir=work)
-                query = (
-                    load_stream(spark, log_path, jvm=jvm, startingPosition="earliest", **options)
-                    .selectExpr("length(payload) as size", "lsn")
-                    .writeStream.format("noop")
-                    .option("checkpointLocation", checkpoint)
-                    .trigger(availableNow=True)
-                    .start()
-                )
-                query.awaitTermination()
-                assert sum(p["numInputRows"] for p in query.recentProgress) == rows
+                stream = load_stream(spark, log_path, jvm=jvm, startingPosition="earliest", **options)
+                drain(stream.selectExpr("length(payload) as size", "lsn"), rows)
 
             return run
 
@@ -463,35 +467,14 @@ def main() -> int:
             """Spark's own file stream over the same Parquet files, ``availableNow`` into the
             same ``noop`` sink: a catch-up with none of our code, Spark's fixed costs of a query
             and its Parquet reader's, against which the JVM stream's catch-up is a like for like."""
-            checkpoint = tempfile.mkdtemp(prefix="cp-", dir=work)
-            query = (
-                spark.readStream.schema(parquet.schema)
-                .parquet(parquet_path)
-                .selectExpr("length(payload) as size", "lsn")
-                .writeStream.format("noop")
-                .option("checkpointLocation", checkpoint)
-                .trigger(availableNow=True)
-                .start()
-            )
-            query.awaitTermination()
-            assert sum(p["numInputRows"] for p in query.recentProgress) == rows
+            stream = spark.readStream.schema(parquet.schema).parquet(parquet_path)
+            drain(stream.selectExpr("length(payload) as size", "lsn"), rows)
 
         def one_row_stream() -> None:
             """Spark's own fixed cost of an ``availableNow`` query, with no code of ours: Spark's
             ``rate-micro-batch`` source, one batch of one row, into the same ``noop`` sink
             (starting the query, planning its batch, writing the offset and commit logs)."""
-            checkpoint = tempfile.mkdtemp(prefix="cp-", dir=work)
-            query = (
-                spark.readStream.format("rate-micro-batch")
-                .option("rowsPerBatch", 1)
-                .load()
-                .writeStream.format("noop")
-                .option("checkpointLocation", checkpoint)
-                .trigger(availableNow=True)
-                .start()
-            )
-            query.awaitTermination()
-            assert sum(p["numInputRows"] for p in query.recentProgress) == 1
+            drain(spark.readStream.format("rate-micro-batch").option("rowsPerBatch", 1).load(), 1)
 
         load_before = os.getloadavg()
         parquet, jvm = spark.read.parquet(parquet_path), load(spark, log_path, jvm=True)
