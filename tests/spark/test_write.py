@@ -137,6 +137,13 @@ def test_a_task_still_staging_when_its_write_ended_leaves_nothing(tmp_path: Path
     assert staged_files_left(path) == [Path(late[0].path)]
     sink.commit(staged(sink, ["y"]), 0)
     assert not staged_files_left(path) and payloads(path) == [b"c", b"y"]
+    # A directory renamed away that its removal left (on NFS, a file a late task held open):
+    # the next write's driver removes it.
+    kept = path / _source.STAGING_DIR / "batch-1.discarded-0f"
+    kept.mkdir()
+    (kept / ".nfs0001").write_bytes(b"late")
+    _source._BatchWriter({"path": str(path)}, SCHEMA)
+    assert not kept.exists()
 
 
 def test_a_replayed_streaming_batch_is_not_written_twice(tmp_path: Path) -> None:

@@ -85,6 +85,7 @@ from . import _partition as part
 NAME = "logspool"
 PYTHON_ONLY_NAME = "logspool-py"  # the Python source alone, where the jar has NAME (PythonOnlySource)
 STAGING_DIR = ".spark-staging"
+_DISCARDED = ".discarded-"  # (in the name of a job's staging directory renamed away: ``discard``)
 SINKS_DIR = ".spark-sinks"
 PARTITION_SIZE_DEFAULT = 32 * limits.MIB
 DECODES = ("binary", "string", "json")
@@ -652,6 +653,12 @@ class _Writer:
         # The staging directory too, in the driver: a task never makes it (``write``), so a task
         # still running after its job ended (``discard``) cannot leave a file behind.
         os.makedirs(self.staging, exist_ok=True)
+        # Directories an earlier job's ``discard`` renamed away and could not remove (on NFS, a
+        # file a late task still held open stays as .nfsXXXX until it is closed): gone by now.
+        root = os.path.dirname(self.staging)
+        for name in os.listdir(root):
+            if _DISCARDED in name:
+                shutil.rmtree(os.path.join(root, name), ignore_errors=True)
 
     def write(self, batches: Iterator[pa.RecordBatch]) -> _Staged:
         """In a task: stage the payload column of ``batches`` (Arrow record batches, as Spark
@@ -736,7 +743,7 @@ class _Writer:
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(os.path.join(self.staging, name))
             return
-        gone = f"{self.staging}.discarded-{uuid.uuid4().hex}"
+        gone = f"{self.staging}{_DISCARDED}{uuid.uuid4().hex}"
         try:
             os.rename(self.staging, gone)
         except FileNotFoundError:
